@@ -1,0 +1,212 @@
+//! Finding and loading libcuda: the process-wide table and its errors.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use crate::CudaDriver;
+
+/// The environment variable that names the driver library to load, overriding the search.
+pub const LIBCUDA_PATH_VAR: &str = "ATLAS_LIBCUDA_PATH";
+
+/// The names under which the platform's loader finds the CUDA driver, in the order tried.
+#[cfg(unix)]
+pub const LIBRARY_NAMES: &[&str] = &["libcuda.so.1", "libcuda.so"];
+/// The names under which the platform's loader finds the CUDA driver, in the order tried.
+#[cfg(windows)]
+pub const LIBRARY_NAMES: &[&str] = &["nvcuda.dll"];
+
+/// One library that was tried and why it was not taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadAttempt {
+    /// The path or name given to the platform's loader.
+    pub path: PathBuf,
+    /// The loader's message, or why a library that loaded is not a CUDA driver.
+    pub reason: String,
+}
+
+/// The CUDA driver library could not be loaded: every path tried, with the loader's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot load the CUDA driver library (is an NVIDIA driver installed?); tried {}", Attempts(.attempts))]
+#[non_exhaustive]
+pub struct LoadError {
+    /// Every library tried, in order.
+    pub attempts: Vec<LoadAttempt>,
+}
+
+struct Attempts<'a>(&'a [LoadAttempt]);
+
+impl fmt::Display for Attempts<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, attempt) in self.0.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "; " };
+            write!(f, "{sep}{}: {}", attempt.path.display(), attempt.reason)?;
+        }
+        Ok(())
+    }
+}
+
+/// A driver function that the loaded library does not export (an older driver, or a profiler's
+/// injection library that forwards only part of the API).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the CUDA driver library does not export {name}: {message}")]
+#[non_exhaustive]
+pub struct MissingSymbol {
+    /// The C name of the function, as in `cuda.h` after its version macros (`cuMemAlloc_v2`).
+    pub name: &'static str,
+    /// The loader's message.
+    pub message: String,
+}
+
+/// Returns one entry point of a [`CudaDriver`] as a plain function pointer, or the error naming it.
+///
+/// Prefer the [`entry!`](crate::entry) macro, which passes the field and its name together.
+pub fn resolve<F: Copy>(
+    slot: &Result<F, libloading::Error>,
+    name: &'static str,
+) -> Result<F, MissingSymbol> {
+    match slot {
+        Ok(f) => Ok(*f),
+        Err(e) => Err(MissingSymbol {
+            name,
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// `entry!(driver, cuName)`: the entry point `cuName` of a [`CudaDriver`] as a function pointer,
+/// or a [`MissingSymbol`] naming `cuName`. Never panics.
+///
+/// ```no_run
+/// let cuda = atlas_sys::driver()?;
+/// let version = atlas_sys::entry!(cuda, cuDriverGetVersion)?;
+/// let mut v = 0;
+/// // SAFETY: the pointer is to a live, writable c_int.
+/// let status = unsafe { version(&mut v) };
+/// assert_eq!(status, atlas_sys::CUresult::CUDA_SUCCESS);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[macro_export]
+macro_rules! entry {
+    ($driver:expr, $name:ident) => {
+        $crate::resolve(&$driver.$name, ::core::stringify!($name))
+    };
+}
+
+impl CudaDriver {
+    /// Loads the driver library at `path` (a path, or a bare name for the platform's search).
+    ///
+    /// The library must export `cuInit`; one that does not is rejected as not a CUDA driver. Other
+    /// missing functions do not fail the load (see [`entry!`](crate::entry)).
+    ///
+    /// # Safety
+    ///
+    /// 1. Loading a library runs its initialisation code: `path` must name a library that is sound
+    ///    to load into this process (a CUDA driver, or a library standing in for one).
+    /// 2. Each entry point is typed after `cuda.h`: the library's functions of those names must have
+    ///    those signatures.
+    #[doc(alias = "dlopen")]
+    pub unsafe fn load_from(path: impl AsRef<Path>) -> Result<CudaDriver, LoadError> {
+        let path = path.as_ref();
+        // SAFETY: the caller's duties 1 and 2 are this function's own.
+        unsafe { load_one(path) }.map_err(|reason| LoadError {
+            attempts: vec![LoadAttempt {
+                path: path.to_path_buf(),
+                reason,
+            }],
+        })
+    }
+}
+
+/// Loads `path`, checking it is a CUDA driver. The `Err` is the reason, for a [`LoadAttempt`].
+///
+/// # Safety
+///
+/// As [`CudaDriver::load_from`].
+unsafe fn load_one(path: &Path) -> Result<CudaDriver, String> {
+    // SAFETY: the caller vouches for the library (this function's contract).
+    let driver = unsafe { CudaDriver::new(path) }.map_err(|e| e.to_string())?;
+    if let Err(e) = &driver.cuInit {
+        return Err(format!(
+            "loaded, but it is not a CUDA driver library (no cuInit: {e})"
+        ));
+    }
+    Ok(driver)
+}
+
+/// The libraries to try, in order: the environment's override alone when it is set and not empty,
+/// else the platform's names.
+fn candidates(env: Option<OsString>) -> Vec<PathBuf> {
+    match env {
+        Some(path) if !path.is_empty() => vec![PathBuf::from(path)],
+        _ => LIBRARY_NAMES.iter().map(PathBuf::from).collect(),
+    }
+}
+
+/// The process-wide driver table, loaded on first use and kept until the process exits.
+///
+/// Search order: the path in `ATLAS_LIBCUDA_PATH` when it is set (and then nothing else: an
+/// explicit choice is never silently replaced by another driver), otherwise [`LIBRARY_NAMES`]
+/// through the platform's loader (`libcuda.so.1`, then `libcuda.so`; `nvcuda.dll` on Windows).
+/// The first library that loads and exports `cuInit` is taken. The outcome, success or error, is
+/// decided once per process.
+///
+/// # Thread safety
+///
+/// Safe to call from any thread; concurrent first calls load the library once.
+pub fn driver() -> Result<&'static CudaDriver, LoadError> {
+    static DRIVER: OnceLock<Result<CudaDriver, LoadError>> = OnceLock::new();
+    DRIVER
+        .get_or_init(|| {
+            let mut attempts = Vec::new();
+            for path in candidates(std::env::var_os(LIBCUDA_PATH_VAR)) {
+                // SAFETY: these are the CUDA driver's own names, or the path the user named for it
+                // in ATLAS_LIBCUDA_PATH; the library is kept loaded for the life of the process.
+                match unsafe { load_one(&path) } {
+                    Ok(driver) => return Ok(driver),
+                    Err(reason) => attempts.push(LoadAttempt { path, reason }),
+                }
+            }
+            Err(LoadError { attempts })
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn override_replaces_the_search() {
+        assert_eq!(
+            candidates(Some("/opt/x/libcuda.so".into())),
+            vec![PathBuf::from("/opt/x/libcuda.so")]
+        );
+        let defaults: Vec<PathBuf> = LIBRARY_NAMES.iter().map(PathBuf::from).collect();
+        assert_eq!(candidates(None), defaults);
+        assert_eq!(candidates(Some(OsString::new())), defaults);
+    }
+
+    #[test]
+    fn error_lists_every_attempt() {
+        let err = LoadError {
+            attempts: vec![
+                LoadAttempt {
+                    path: "libcuda.so.1".into(),
+                    reason: "not found".into(),
+                },
+                LoadAttempt {
+                    path: "libcuda.so".into(),
+                    reason: "also not found".into(),
+                },
+            ],
+        };
+        let text = err.to_string();
+        assert!(
+            text.contains("libcuda.so.1: not found; libcuda.so: also not found"),
+            "{text}"
+        );
+    }
+}

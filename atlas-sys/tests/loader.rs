@@ -1,0 +1,136 @@
+//! Loading libcuda without a GPU: real libraries built by the test stand in for the driver.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use atlas_sys::{CUresult, CudaDriver, LoadError, entry};
+
+/// A stand-in driver: exports cuInit and cuDriverGetVersion, and nothing else.
+const FAKE_DRIVER: &str = r#"
+int cuInit(unsigned int flags) { return flags == 0 ? 0 : 1; }
+int cuDriverGetVersion(int *version) { *version = 12090; return 0; }
+"#;
+
+/// A shared library that has nothing to do with CUDA.
+const NOT_CUDA: &str = "int not_cuda(void) { return 7; }\n";
+
+/// Compiles `source` into a shared library named `name` in a fresh directory and returns its path.
+fn build_library(name: &str, source: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("atlas-sys-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let c = dir.join(format!("{name}.c"));
+    let so = dir.join(format!("lib{name}.so"));
+    std::fs::write(&c, source).unwrap();
+    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&so)
+        .arg(&c)
+        .status()
+        .expect("a C compiler (cc) builds the stand-in libraries");
+    assert!(status.success(), "cc failed for {name}");
+    so
+}
+
+fn load(path: &Path) -> Result<CudaDriver, LoadError> {
+    // SAFETY: the libraries loaded here are the test's own, with no initialisers, or do not exist.
+    unsafe { CudaDriver::load_from(path) }
+}
+
+#[test]
+fn nonexistent_path_is_a_typed_error_naming_it() {
+    let path = Path::new("/nonexistent/atlas/libcuda.so");
+    let err = load(path).err().expect("loading a missing file fails");
+    assert_eq!(err.attempts.len(), 1);
+    assert_eq!(err.attempts[0].path, path);
+    let text = err.to_string();
+    assert!(text.contains("/nonexistent/atlas/libcuda.so"), "{text}");
+    assert!(
+        text.contains("cannot load the CUDA driver library"),
+        "{text}"
+    );
+}
+
+#[test]
+fn file_that_is_not_a_library_is_a_typed_error_naming_it() {
+    let path = std::env::temp_dir().join(format!("atlas-sys-test-{}-text.so", std::process::id()));
+    std::fs::write(&path, "this is not a shared library\n").unwrap();
+    let text = load(&path)
+        .err()
+        .expect("loading a text file fails")
+        .to_string();
+    assert!(text.contains(&*path.to_string_lossy()), "{text}");
+}
+
+#[test]
+fn library_that_is_not_cuda_is_rejected_naming_it() {
+    let path = build_library("notcuda", NOT_CUDA);
+    let text = load(&path)
+        .err()
+        .expect("a library without cuInit is not a driver")
+        .to_string();
+    assert!(text.contains(&*path.to_string_lossy()), "{text}");
+    assert!(text.contains("not a CUDA driver library"), "{text}");
+}
+
+#[test]
+fn present_symbols_work_and_a_missing_one_is_named() {
+    let driver = load(&build_library("fakecuda", FAKE_DRIVER)).expect("the stand-in loads");
+    let init = entry!(driver, cuInit).expect("cuInit is exported");
+    // SAFETY: the stand-in's cuInit takes flags by value.
+    assert_eq!(unsafe { init(0) }, CUresult::CUDA_SUCCESS);
+    let version = entry!(driver, cuDriverGetVersion).expect("cuDriverGetVersion is exported");
+    let mut v = 0;
+    // SAFETY: the pointer is to a live c_int.
+    assert_eq!(unsafe { version(&mut v) }, CUresult::CUDA_SUCCESS);
+    assert_eq!(v, 12090);
+
+    let missing = entry!(driver, cuMemGetInfo_v2)
+        .err()
+        .expect("the stand-in lacks cuMemGetInfo_v2");
+    assert_eq!(missing.name, "cuMemGetInfo_v2");
+    assert!(
+        missing
+            .to_string()
+            .contains("does not export cuMemGetInfo_v2"),
+        "{missing}"
+    );
+}
+
+/// Runs in a child process (see `process_wide_driver_honours_the_override`): prints what
+/// `driver()` returned.
+#[test]
+#[ignore = "run by process_wide_driver_honours_the_override in a child process"]
+fn child_print_driver_outcome() {
+    match atlas_sys::driver() {
+        Ok(_) => println!("OUTCOME: loaded"),
+        Err(e) => println!("OUTCOME: {e}"),
+    }
+}
+
+#[test]
+fn process_wide_driver_honours_the_override() {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "child_print_driver_outcome",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(atlas_sys::LIBCUDA_PATH_VAR, "/nonexistent/libcuda.so")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed: {stdout}{stderr}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("OUTCOME: "))
+        .expect("child printed its outcome");
+    assert!(line.contains("/nonexistent/libcuda.so"), "{line}");
+    assert!(
+        !line.contains("libcuda.so.1"),
+        "the override must replace the search: {line}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -1,0 +1,68 @@
+//! Chooses the kernel blobs that `kernels/lib.rs` embeds.
+//!
+//! By default those are the committed files under `kernels/gen/`. When an nvcc is available
+//! (`ATLAS_NVCC` names one, or `nvcc` is on `PATH`), the blobs are rebuilt from `kernels/*.cu` by
+//! `kernels/regen.sh` into `OUT_DIR` and embedded from there; if that build fails, the committed
+//! blobs are used and a warning says why.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SOURCES: &[&str] = &[
+    "kernels/noop.cu",
+    "kernels/elementwise.cu",
+    "kernels/block_reduce.cu",
+    "kernels/device_global.cu",
+    "kernels/model_tagged.cu",
+    "kernels/faults.cu",
+    "kernels/regen.sh",
+];
+
+fn main() {
+    for source in SOURCES {
+        println!("cargo:rerun-if-changed={source}");
+    }
+    println!("cargo:rerun-if-changed=kernels/gen");
+    println!("cargo:rerun-if-env-changed=ATLAS_NVCC");
+    println!("cargo:rerun-if-env-changed=PATH");
+
+    let committed =
+        Path::new(&env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+            .join("kernels/gen");
+    let dir = match find_nvcc() {
+        Some(nvcc) => rebuild(&nvcc).unwrap_or_else(|why| {
+            println!("cargo:warning=using the committed kernel blobs: {why}");
+            committed
+        }),
+        None => committed,
+    };
+    println!("cargo:rustc-env=ATLAS_KERNEL_DIR={}", dir.display());
+}
+
+fn find_nvcc() -> Option<PathBuf> {
+    if let Some(nvcc) = env::var_os("ATLAS_NVCC").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(nvcc));
+    }
+    env::split_paths(&env::var_os("PATH")?)
+        .map(|dir| dir.join("nvcc"))
+        .find(|candidate| candidate.is_file())
+}
+
+fn rebuild(nvcc: &Path) -> Result<PathBuf, String> {
+    let out = PathBuf::from(env::var("OUT_DIR").map_err(|e| e.to_string())?).join("kernels");
+    let status = Command::new("bash")
+        .arg("kernels/regen.sh")
+        .arg(&out)
+        .env("NVCC", nvcc)
+        .status()
+        .map_err(|e| format!("cannot run kernels/regen.sh: {e}"))?;
+    if status.success() {
+        Ok(out)
+    } else {
+        Err(format!(
+            "kernels/regen.sh with {} failed ({status})",
+            nvcc.display()
+        ))
+    }
+}
