@@ -1,1 +1,3 @@
+//! Launch-overhead benches (filled in below).
+
 fn main() {}

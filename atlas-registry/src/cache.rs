@@ -1,0 +1,147 @@
+//! Per-call-site function caches: [`FunctionCache`] and [`cached_function!`].
+//!
+//! A cache is a `static` at the call site that holds only a slot number; the cached handles live in
+//! the registry, in that slot. So a cache asked with registry B can only answer with B's function,
+//! and the answer borrows B: it cannot outlive B's modules. The hit path is three atomic loads and
+//! no lock.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crate::error::Result;
+use crate::function::{FunctionEntry, FunctionRef};
+use crate::registry::AtlasRegistry;
+
+const SLOTS_PER_CHUNK: usize = 64;
+const CHUNKS: usize = 64;
+
+/// A registry's cached functions, one slot per call site (up to 4096 call sites in a process; more
+/// are served from the registry's lock-protected cache instead).
+pub(crate) struct CallSiteTable {
+    chunks: [OnceLock<Box<Chunk>>; CHUNKS],
+}
+
+/// One chunk of call-site slots, allocated when a call site in it is first used.
+type Chunk = [OnceLock<Arc<FunctionEntry>>; SLOTS_PER_CHUNK];
+
+impl Default for CallSiteTable {
+    fn default() -> Self {
+        Self {
+            chunks: [const { OnceLock::new() }; CHUNKS],
+        }
+    }
+}
+
+impl CallSiteTable {
+    #[inline]
+    fn get(&self, slot: usize) -> Option<&FunctionEntry> {
+        let chunk = self.chunks.get(slot / SLOTS_PER_CHUNK)?.get()?;
+        chunk[slot % SLOTS_PER_CHUNK].get().map(|entry| &**entry)
+    }
+
+    fn set(&self, slot: usize, entry: Arc<FunctionEntry>) -> Option<&FunctionEntry> {
+        let chunk = self.chunks.get(slot / SLOTS_PER_CHUNK)?;
+        let chunk = chunk.get_or_init(|| Box::new([const { OnceLock::new() }; SLOTS_PER_CHUNK]));
+        Some(&**chunk[slot % SLOTS_PER_CHUNK].get_or_init(|| entry))
+    }
+}
+
+/// A function cache for one call site: declare it `static` (or use [`cached_function!`]) and ask it
+/// with whichever registry the call is for.
+///
+/// ```no_run
+/// use atlas_registry::{AtlasRegistry, FunctionCache, LaunchConfig};
+///
+/// static SCALE: FunctionCache = FunctionCache::new("elementwise", "scale");
+///
+/// fn scale(registry: &AtlasRegistry, x: &atlas_registry::DeviceBuffer<f32>, by: f32) -> atlas_registry::Result<()> {
+///     let n = x.len() as u32;
+///     SCALE.get(registry)?.launch(registry.stream(), &LaunchConfig::for_elements(n, 256), (x, by, n))
+/// }
+/// ```
+#[derive(Debug)]
+pub struct FunctionCache {
+    module: &'static str,
+    function: &'static str,
+    /// This call site's slot number plus one; 0 until first use.
+    slot: AtomicUsize,
+}
+
+impl FunctionCache {
+    /// A cache for `module::function`, empty until first use.
+    pub const fn new(module: &'static str, function: &'static str) -> Self {
+        Self {
+            module,
+            function,
+            slot: AtomicUsize::new(0),
+        }
+    }
+
+    /// `registry`'s `module::function`: looked up on the first call with each registry, then
+    /// served without a lock or a driver call. The handle borrows `registry`.
+    #[inline]
+    pub fn get<'r>(&self, registry: &'r AtlasRegistry) -> Result<FunctionRef<'r>> {
+        let slot = self.slot.load(Ordering::Relaxed);
+        if slot != 0
+            && let Some(entry) = registry.inner.call_sites.get(slot - 1)
+        {
+            return Ok(FunctionRef {
+                host: &registry.inner.host,
+                entry,
+            });
+        }
+        self.fill(registry)
+    }
+
+    #[cold]
+    fn fill<'r>(&self, registry: &'r AtlasRegistry) -> Result<FunctionRef<'r>> {
+        let entry = registry.cached_entry(self.module, self.function)?;
+        let slot = self.slot();
+        let host = &registry.inner.host;
+        match registry.inner.call_sites.set(slot, Arc::clone(&entry)) {
+            Some(entry) => Ok(FunctionRef { host, entry }),
+            None => {
+                // Past the table's capacity: the entry stays in the registry's own cache, which keeps
+                // it alive as long as the registry, so the borrow is sound.
+                // SAFETY: `cached_entry` stored this Arc in the registry's function table, from which
+                // entries are never removed while the registry lives; `'r` borrows the registry.
+                let entry = unsafe { &*Arc::as_ptr(&entry) };
+                Ok(FunctionRef { host, entry })
+            }
+        }
+    }
+
+    /// This call site's slot, assigned on first use from a process-wide counter.
+    fn slot(&self) -> usize {
+        static NEXT: AtomicUsize = AtomicUsize::new(1);
+        let current = self.slot.load(Ordering::Relaxed);
+        if current != 0 {
+            return current - 1;
+        }
+        let fresh = NEXT.fetch_add(1, Ordering::Relaxed);
+        match self
+            .slot
+            .compare_exchange(0, fresh, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => fresh - 1,
+            Err(taken) => taken - 1,
+        }
+    }
+}
+
+/// `cached_function!(registry, "module", "function")`: the function from a per-call-site
+/// [`FunctionCache`] declared in place, as `Result<FunctionRef>`.
+///
+/// ```no_run
+/// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
+/// let noop = atlas_registry::cached_function!(registry, "noop", "noop")?;
+/// noop.launch(registry.stream(), &atlas_registry::LaunchConfig::for_elements(1, 1), ())?;
+/// # Ok(()) }
+/// ```
+#[macro_export]
+macro_rules! cached_function {
+    ($registry:expr, $module:expr, $function:expr) => {{
+        static CACHE: $crate::FunctionCache = $crate::FunctionCache::new($module, $function);
+        CACHE.get($registry)
+    }};
+}

@@ -1,0 +1,127 @@
+//! [`CudaHost`]: the process-wide context, stream and limits of one device, and [`host`].
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use atlas_sys::{CUdevice, CUdevice_attribute};
+
+use crate::context::CudaContext;
+use crate::driver::{cu, driver};
+use crate::error::{AtlasError, Result};
+use crate::launch::DeviceLimits;
+use crate::stream::CudaStream;
+
+/// One device as the process uses it: its primary context (retained once) and one non-blocking
+/// stream, created on first use by [`host`] and kept for the life of the process.
+#[derive(Debug)]
+pub struct CudaHost {
+    ordinal: usize,
+    name: String,
+    limits: DeviceLimits,
+    // Field order is drop order: the stream before the context it belongs to.
+    stream: CudaStream,
+    context: CudaContext,
+}
+
+impl CudaHost {
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// The device's name, as the driver reports it (`NVIDIA H200`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The device's primary context.
+    pub fn context(&self) -> &CudaContext {
+        &self.context
+    }
+
+    /// The device's process-wide stream.
+    pub fn stream(&self) -> &CudaStream {
+        &self.stream
+    }
+
+    /// The launch limits of the device, read once when the host was created.
+    pub fn limits(&self) -> &DeviceLimits {
+        &self.limits
+    }
+
+    fn create(ordinal: usize) -> Result<Self> {
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(AtlasError::InvalidDevice { ordinal, count });
+        }
+        let ordinal_c =
+            i32::try_from(ordinal).map_err(|_| AtlasError::InvalidDevice { ordinal, count })?;
+        let mut device: CUdevice = 0;
+        // SAFETY: `device` is a live out-pointer and the ordinal is in range.
+        unsafe { cu!(cuDeviceGet(&mut device, ordinal_c); "device {ordinal}") }?;
+        let mut name = [0 as std::ffi::c_char; 256];
+        // SAFETY: the buffer is live and its length is passed with it.
+        unsafe {
+            cu!(cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device); "device {ordinal}")
+        }?;
+        // SAFETY: cuDeviceGetName wrote a NUL-terminated string into the buffer.
+        let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        let limits = DeviceLimits::read(device, ordinal)?;
+        let context = CudaContext::retain_primary(device, ordinal)?;
+        let stream = CudaStream::new(&context)?;
+        Ok(Self {
+            ordinal,
+            name,
+            limits,
+            stream,
+            context,
+        })
+    }
+}
+
+/// How many CUDA devices the driver sees.
+#[doc(alias = "cuDeviceGetCount")]
+pub fn device_count() -> Result<usize> {
+    driver()?;
+    let mut count = 0;
+    // SAFETY: `count` is a live out-pointer.
+    unsafe { cu!(cuDeviceGetCount(&mut count)) }?;
+    Ok(usize::try_from(count).unwrap_or(0))
+}
+
+/// One device attribute.
+pub(crate) fn device_attribute(
+    device: CUdevice,
+    attribute: CUdevice_attribute,
+    ordinal: usize,
+) -> Result<i32> {
+    let mut value = 0;
+    // SAFETY: `value` is a live out-pointer; `device` came from cuDeviceGet.
+    unsafe {
+        cu!(cuDeviceGetAttribute(&mut value, attribute, device); "device {ordinal}, attribute {}", attribute.0)
+    }?;
+    Ok(value)
+}
+
+/// The process-wide host of device `ordinal`: created on the first call (primary context retained,
+/// stream created, limits read), the same `Arc` on every later call.
+///
+/// A bad ordinal is [`AtlasError::InvalidDevice`], naming it and the device count.
+///
+/// # Thread safety
+///
+/// Callable from any thread; concurrent first calls create one host.
+pub fn host(ordinal: usize) -> Result<Arc<CudaHost>> {
+    static HOSTS: Mutex<Vec<Option<Arc<CudaHost>>>> = Mutex::new(Vec::new());
+    let mut hosts = HOSTS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(Some(existing)) = hosts.get(ordinal) {
+        return Ok(Arc::clone(existing));
+    }
+    let created = Arc::new(CudaHost::create(ordinal)?);
+    if hosts.len() <= ordinal {
+        hosts.resize(ordinal + 1, None);
+    }
+    hosts[ordinal] = Some(Arc::clone(&created));
+    Ok(created)
+}

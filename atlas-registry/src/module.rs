@@ -1,0 +1,162 @@
+//! A loaded module: one `cuModuleLoadDataEx` per blob, unloaded exactly once.
+
+use std::ffi::{CString, c_void};
+
+use atlas_sys::{CUdeviceptr, CUfunction, CUjit_option, CUmodule, CUresult};
+
+use crate::blob::{self, BlobKind};
+use crate::context::{CudaContext, ensure_bound};
+use crate::driver::{cu, driver};
+use crate::error::{AtlasError, NotFoundKind, Result, cuda_error_text, report_cleanup};
+
+/// Size of the JIT error log buffer handed to the driver.
+const JIT_LOG_BYTES: usize = 16 * 1024;
+/// `CUDA_ERROR_NOT_FOUND`.
+const NOT_FOUND: u32 = 500;
+
+/// One module loaded in a context. Unloaded by [`Module::unload`] or, silently, on drop.
+#[derive(Debug)]
+pub(crate) struct Module {
+    raw: CUmodule,
+    name: String,
+    kind: BlobKind,
+    context: atlas_sys::CUcontext,
+}
+
+// SAFETY: a CUmodule is a driver handle usable from any thread; the module is unloaded only
+// through `&mut self` (unload) or drop, never while shared.
+unsafe impl Send for Module {}
+// SAFETY: shared references only look names up in the module, which the driver allows concurrently.
+unsafe impl Sync for Module {}
+
+impl Module {
+    /// Loads `blob` as module `name` in `context`. PTX failures carry the JIT error log.
+    pub(crate) fn load(context: &CudaContext, name: &str, blob: &[u8]) -> Result<Self> {
+        let (kind, image) = blob::prepare(name, blob)?;
+        let d = driver()?;
+        let load = atlas_sys::entry!(d.cuda, cuModuleLoadDataEx)?;
+        context.bind()?;
+        let mut log = vec![0u8; JIT_LOG_BYTES];
+        let mut options = [
+            CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+            CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        ];
+        let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), JIT_LOG_BYTES as *mut c_void];
+        let mut raw: CUmodule = std::ptr::null_mut();
+        // SAFETY: `image` is a checked blob (PTX NUL-terminated); the options and their values are
+        // two matching arrays; the log buffer has the size passed; the context is current.
+        let status = unsafe {
+            load(
+                &mut raw,
+                image.as_ptr().cast(),
+                options.len() as u32,
+                options.as_mut_ptr(),
+                values.as_mut_ptr(),
+            )
+        };
+        if status != CUresult::CUDA_SUCCESS {
+            let written = (values[1] as usize).min(JIT_LOG_BYTES);
+            let text = String::from_utf8_lossy(&log[..written]);
+            return Err(AtlasError::ModuleLoad {
+                module: name.to_string(),
+                code: status.0,
+                text: cuda_error_text(status.0),
+                jit_log: text.trim_end_matches('\0').to_string(),
+            });
+        }
+        Ok(Self {
+            raw,
+            name: name.to_string(),
+            kind,
+            context: context.raw(),
+        })
+    }
+
+    /// The module's name in its model.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What the module was loaded from.
+    pub(crate) fn kind(&self) -> BlobKind {
+        self.kind
+    }
+
+    /// The raw handle.
+    pub(crate) fn raw(&self) -> CUmodule {
+        self.raw
+    }
+
+    /// `cuModuleGetFunction`; an unknown name is [`AtlasError::NotFound`] naming `module::name`.
+    pub(crate) fn function(&self, name: &str) -> Result<CUfunction> {
+        let c_name = self.c_name(name, NotFoundKind::Function)?;
+        ensure_bound(self.context)?;
+        let mut func: CUfunction = std::ptr::null_mut();
+        // SAFETY: the module is loaded (not yet unloaded: &self), `func` a live out-pointer.
+        let result = unsafe {
+            cu!(cuModuleGetFunction(&mut func, self.raw, c_name.as_ptr()); "`{}::{name}`", self.name)
+        };
+        result.map_err(|e| self.not_found(e, name, NotFoundKind::Function))?;
+        Ok(func)
+    }
+
+    /// `cuModuleGetGlobal`: the address and size of a `__device__` variable.
+    pub(crate) fn global(&self, name: &str) -> Result<(CUdeviceptr, usize)> {
+        let c_name = self.c_name(name, NotFoundKind::Symbol)?;
+        ensure_bound(self.context)?;
+        let (mut ptr, mut size): (CUdeviceptr, usize) = (0, 0);
+        // SAFETY: as for `function`.
+        let result = unsafe {
+            cu!(cuModuleGetGlobal_v2(&mut ptr, &mut size, self.raw, c_name.as_ptr()); "`{}::{name}`", self.name)
+        };
+        result.map_err(|e| self.not_found(e, name, NotFoundKind::Symbol))?;
+        Ok((ptr, size))
+    }
+
+    fn c_name(&self, name: &str, kind: NotFoundKind) -> Result<CString> {
+        CString::new(name).map_err(|_| AtlasError::NotFound {
+            kind,
+            name: format!("{}::{}", self.name, name.escape_debug()),
+            detail: "the name contains a NUL byte".into(),
+        })
+    }
+
+    fn not_found(&self, e: AtlasError, name: &str, kind: NotFoundKind) -> AtlasError {
+        if e.cuda_code() == Some(NOT_FOUND) {
+            AtlasError::NotFound {
+                kind,
+                name: format!("{}::{name}", self.name),
+                detail: String::new(),
+            }
+        } else {
+            e
+        }
+    }
+
+    /// Unloads the module now and says whether the driver agreed; teardown no-ops are `Ok`.
+    pub(crate) fn unload(mut self) -> Result<()> {
+        self.unload_now()
+    }
+
+    fn unload_now(&mut self) -> Result<()> {
+        let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
+        if raw.is_null() {
+            return Ok(());
+        }
+        let name = &self.name;
+        // SAFETY: `raw` was loaded by this value and, replaced by null above, is unloaded only once.
+        let result = ensure_bound(self.context)
+            .and_then(|()| unsafe { cu!(cuModuleUnload(raw); "module `{name}`") });
+        match result {
+            Err(e) if e.cuda_code().is_some_and(crate::error::is_teardown_noop) => Ok(()),
+            other => other,
+        }
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        let result = self.unload_now();
+        report_cleanup("unloading a module", result);
+    }
+}

@@ -1,0 +1,401 @@
+//! [`AtlasRegistry`]: one model's loaded modules, its function handles and caches, and
+//! [`release`].
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use atlas_sys::{CUdeviceptr, CUstream};
+
+use crate::blob::BlobKind;
+use crate::cache::CallSiteTable;
+use crate::context::CudaContext;
+use crate::error::{AtlasError, NotFoundKind, Result};
+use crate::function::{CudaFunction, FunctionEntry, RawCudaFunc};
+use crate::host::{CudaHost, host};
+use crate::launch::{FunctionName, LaunchConfig, launch_kernel};
+use crate::memory::{DeviceBuffer, DeviceCopy, dtoh, htod};
+use crate::module::Module;
+use crate::stream::CudaStream;
+
+/// The shared state behind an [`AtlasRegistry`] and the [`CudaFunction`]s handed out from it.
+pub(crate) struct RegistryInner {
+    modules: Vec<Module>,
+    functions: Mutex<HashMap<(usize, String), Arc<FunctionEntry>>>,
+    pub(crate) call_sites: CallSiteTable,
+    pub(crate) host: Arc<CudaHost>,
+}
+
+/// One model's set of loaded modules on one device, with its function handles and caches.
+///
+/// Cloning is cheap (an `Arc`); the modules are unloaded when the last clone and the last
+/// [`CudaFunction`] taken from it are gone, or at once by [`release`]. There is no global
+/// registry: each model holds its own, and two registries never share functions.
+#[derive(Clone)]
+pub struct AtlasRegistry {
+    pub(crate) inner: Arc<RegistryInner>,
+}
+
+/// A `__device__` variable of a loaded module: its address and size.
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceSymbol<'r> {
+    registry: &'r AtlasRegistry,
+    ptr: CUdeviceptr,
+    size: usize,
+}
+
+impl AtlasRegistry {
+    /// Loads a model: each `(module name, blob)` once, on device `ordinal` (its process-wide
+    /// [`CudaHost`] is created if needed).
+    ///
+    /// PTX (UTF-8 text) is passed NUL-terminated and JIT-compiled by the driver; ELF cubins,
+    /// fatbins and clang offload bundles, and anything else that is not UTF-8, are passed as
+    /// binaries. An empty blob, PTX with a NUL inside, a malformed ELF or fatbin header, or a
+    /// duplicate module name is an [`AtlasError::InvalidModule`] naming the module; a JIT failure
+    /// is an [`AtlasError::ModuleLoad`] carrying the JIT log. Modules loaded before a failure are
+    /// unloaded again.
+    #[doc(alias = "cuModuleLoadDataEx")]
+    pub fn load(ordinal: usize, blobs: &[(&str, &[u8])]) -> Result<Self> {
+        for (i, (name, _)) in blobs.iter().enumerate() {
+            if blobs[..i].iter().any(|(earlier, _)| earlier == name) {
+                return Err(AtlasError::InvalidModule {
+                    module: name.escape_debug().to_string(),
+                    reason: "the model names this module twice".into(),
+                });
+            }
+        }
+        let host = host(ordinal)?;
+        let modules = blobs
+            .iter()
+            .map(|(name, blob)| Module::load(host.context(), name, blob))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            inner: Arc::new(RegistryInner {
+                modules,
+                functions: Mutex::new(HashMap::new()),
+                call_sites: CallSiteTable::default(),
+                host,
+            }),
+        })
+    }
+
+    /// The device's process-wide host.
+    pub fn host(&self) -> &Arc<CudaHost> {
+        &self.inner.host
+    }
+
+    /// The device's primary context.
+    pub fn ctx(&self) -> &CudaContext {
+        self.inner.host.context()
+    }
+
+    /// The device's process-wide stream.
+    pub fn stream(&self) -> &CudaStream {
+        self.inner.host.stream()
+    }
+
+    /// The raw handle of [`stream`](Self::stream).
+    pub fn raw_stream(&self) -> CUstream {
+        self.inner.host.stream().raw()
+    }
+
+    /// The names of the loaded modules, in load order.
+    pub fn module_names(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.inner.modules.iter().map(Module::name)
+    }
+
+    /// Whether a module of that name is loaded.
+    pub fn has_module(&self, name: &str) -> bool {
+        self.inner.modules.iter().any(|m| m.name() == name)
+    }
+
+    /// What module `name` was loaded from, or `None` when there is no such module.
+    pub fn module_kind(&self, name: &str) -> Option<BlobKind> {
+        self.inner
+            .modules
+            .iter()
+            .find(|m| m.name() == name)
+            .map(Module::kind)
+    }
+
+    /// The raw `CUmodule` of module `name`, for driver calls Atlas does not wrap; valid while the
+    /// registry lives. It is the module loaded by [`load`](Self::load), not a second load.
+    pub fn raw_module(&self, name: &str) -> Result<atlas_sys::CUmodule> {
+        Ok(self.module(name)?.1.raw())
+    }
+
+    fn module(&self, name: &str) -> Result<(usize, &Module)> {
+        self.inner
+            .modules
+            .iter()
+            .enumerate()
+            .find(|(_, m)| m.name() == name)
+            .ok_or_else(|| {
+                let loaded: Vec<_> = self.module_names().collect();
+                AtlasError::NotFound {
+                    kind: NotFoundKind::Module,
+                    name: name.escape_debug().to_string(),
+                    detail: format!("the registry has {loaded:?}"),
+                }
+            })
+    }
+
+    /// Looks `function` up in `module` with `cuModuleGetFunction`, every call.
+    /// The returned handle keeps the registry's modules loaded while it lives.
+    #[doc(alias = "cuModuleGetFunction")]
+    pub fn function(&self, module: &str, function: &str) -> Result<CudaFunction> {
+        let (index, m) = self.module(module)?;
+        let raw = m.function(function)?;
+        let entry = self.insert_entry(index, function, || {
+            FunctionEntry::new(raw, module, function)
+        });
+        Ok(CudaFunction {
+            registry: Arc::clone(&self.inner),
+            entry,
+        })
+    }
+
+    /// As [`function`](Self::function), looked up once per registry and then served from its cache
+    /// (a lock and a hash lookup). For the hot path, see [`FunctionCache`](crate::FunctionCache).
+    pub fn function_cached(&self, module: &str, function: &str) -> Result<CudaFunction> {
+        let entry = self.cached_entry(module, function)?;
+        Ok(CudaFunction {
+            registry: Arc::clone(&self.inner),
+            entry,
+        })
+    }
+
+    /// The plain handle of a cached function, for [`launch_on_stream`](Self::launch_on_stream).
+    /// Valid while this registry lives.
+    pub fn raw_function_cached(&self, module: &str, function: &str) -> Result<RawCudaFunc> {
+        self.cached_entry(module, function)
+            .map(|entry| RawCudaFunc::from_entry(&entry))
+    }
+
+    /// The registry's entry for `module::function`, looking it up in the module on first use.
+    pub(crate) fn cached_entry(&self, module: &str, function: &str) -> Result<Arc<FunctionEntry>> {
+        let (index, m) = self.module(module)?;
+        if let Some(entry) = self.lock_functions().get(&(index, function.to_string())) {
+            return Ok(Arc::clone(entry));
+        }
+        let raw = m.function(function)?;
+        Ok(self.insert_entry(index, function, || {
+            FunctionEntry::new(raw, module, function)
+        }))
+    }
+
+    fn insert_entry(
+        &self,
+        module: usize,
+        function: &str,
+        make: impl FnOnce() -> FunctionEntry,
+    ) -> Arc<FunctionEntry> {
+        let mut functions = self.lock_functions();
+        Arc::clone(
+            functions
+                .entry((module, function.to_string()))
+                .or_insert_with(|| Arc::new(make())),
+        )
+    }
+
+    fn lock_functions(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(usize, String), Arc<FunctionEntry>>> {
+        self.inner
+            .functions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The address and size of the `__device__` variable `symbol` of `module`
+    /// (`cuModuleGetGlobal`). Errors name `module::symbol`.
+    #[doc(alias = "cuModuleGetGlobal_v2")]
+    pub fn device_symbol(&self, module: &str, symbol: &str) -> Result<DeviceSymbol<'_>> {
+        let (ptr, size) = self.module(module)?.1.global(symbol)?;
+        Ok(DeviceSymbol {
+            registry: self,
+            ptr,
+            size,
+        })
+    }
+
+    /// Enqueues a copy of `src` into `dst` on the registry's stream.
+    ///
+    /// # Safety
+    ///
+    /// As [`DeviceBuffer::copy_from_async`]: `src` stays alive and unmodified until the copy is done.
+    pub unsafe fn copy_h2d_async<T: DeviceCopy>(
+        &self,
+        dst: &mut DeviceBuffer<T>,
+        src: &[T],
+    ) -> Result<()> {
+        // SAFETY: the caller's contract is copy_from_async's.
+        unsafe { dst.copy_from_async(self.stream(), src) }
+    }
+
+    /// Enqueues a copy of `src` into `dst` on the registry's stream.
+    ///
+    /// # Safety
+    ///
+    /// As [`DeviceBuffer::copy_to_async`]: `dst` stays alive and untouched until the copy is done.
+    pub unsafe fn copy_d2h_async<T: DeviceCopy>(
+        &self,
+        src: &DeviceBuffer<T>,
+        dst: &mut [T],
+    ) -> Result<()> {
+        // SAFETY: the caller's contract is copy_to_async's.
+        unsafe { src.copy_to_async(self.stream(), dst) }
+    }
+
+    /// Waits for all work on the registry's stream.
+    #[doc(alias = "cuStreamSynchronize")]
+    pub fn stream_synchronize(&self) -> Result<()> {
+        self.stream().synchronize()
+    }
+
+    /// Launches `func` on the caller's raw `stream` (null: the legacy default stream) with a raw
+    /// parameter array: the lowest-overhead path. `cfg` is checked against the device's limits,
+    /// the >48 KiB shared memory opt-in is made once per function and size, and then
+    /// `cuLaunchKernel` is called once; nothing is allocated.
+    ///
+    /// # Safety
+    ///
+    /// 1. `func` comes from this registry (or another live module of its context) and `stream` is
+    ///    a live stream of its context, or null.
+    /// 2. `params` holds one pointer per kernel parameter, in order, each to a value of exactly that
+    ///    parameter's type, valid until this call returns.
+    /// 3. What the kernel reads and writes through its arguments is valid device memory.
+    #[doc(alias = "cuLaunchKernel")]
+    #[inline]
+    pub unsafe fn launch_on_stream(
+        &self,
+        func: RawCudaFunc,
+        cfg: &LaunchConfig,
+        stream: CUstream,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        let host = &*self.inner.host;
+        let params = if params.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            params.as_mut_ptr()
+        };
+        if func.entry.is_null() {
+            let fresh = FunctionEntry::new(func.raw(), "?", &format!("{:p}", func.raw()));
+            // SAFETY: the caller's duties 1–3.
+            return unsafe {
+                launch_kernel(host, func.raw(), &fresh.opt_in, &fresh, cfg, stream, params)
+            };
+        }
+        // SAFETY: a non-null entry points into this registry's function table (duty 1), whose
+        // entries live as long as the registry, which `&self` keeps alive.
+        let entry = unsafe { &*func.entry };
+        // SAFETY: the caller's duties 1–3.
+        unsafe {
+            launch_kernel(
+                host,
+                func.raw(),
+                &entry.opt_in,
+                entry as &dyn FunctionName,
+                cfg,
+                stream,
+                params,
+            )
+        }
+    }
+}
+
+impl fmt::Debug for AtlasRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AtlasRegistry")
+            .field("device", &self.inner.host.ordinal())
+            .field("modules", &self.module_names().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl DeviceSymbol<'_> {
+    /// The variable's device address.
+    pub fn ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    /// The variable's size in bytes.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Writes `value` into the variable on the registry's stream and waits for the copy. The
+    /// bytes must fill the variable exactly.
+    pub fn write<T: DeviceCopy>(&self, value: &[T]) -> Result<()> {
+        self.check_size("writing a device symbol", size_of_val(value))?;
+        let stream = self.registry.stream();
+        // SAFETY: the sizes match; the stream is synchronized before `value` is released.
+        unsafe {
+            htod(
+                stream.context(),
+                self.ptr,
+                value.as_ptr().cast(),
+                self.size,
+                stream.raw(),
+            )
+        }?;
+        stream.synchronize()
+    }
+
+    /// Reads the variable into `out` after the registry's stream's earlier work.
+    pub fn read<T: DeviceCopy>(&self, out: &mut [T]) -> Result<()> {
+        self.check_size("reading a device symbol", size_of_val(out))?;
+        let stream = self.registry.stream();
+        // SAFETY: the sizes match; the stream is synchronized before `out` is released.
+        unsafe {
+            dtoh(
+                stream.context(),
+                out.as_mut_ptr().cast(),
+                self.ptr,
+                self.size,
+                stream.raw(),
+            )
+        }?;
+        stream.synchronize()
+    }
+
+    fn check_size(&self, what: &str, given: usize) -> Result<()> {
+        if given == self.size {
+            Ok(())
+        } else {
+            Err(AtlasError::SizeMismatch {
+                what: what.into(),
+                expected: self.size,
+                given,
+            })
+        }
+    }
+}
+
+/// Unloads the registry's modules now and returns what went wrong, as a value.
+///
+/// While other handles exist (clones of the registry, [`CudaFunction`]s taken from it), nothing is
+/// unloaded and the result is [`AtlasError::InUse`] with their count. Teardown no-ops are not
+/// errors; other unload failures come back together in [`AtlasError::Release`].
+#[doc(alias = "cuModuleUnload")]
+pub fn release(registry: AtlasRegistry) -> Result<()> {
+    let inner = Arc::try_unwrap(registry.inner).map_err(|shared| AtlasError::InUse {
+        what: format!(
+            "the registry of modules {:?}",
+            shared.modules.iter().map(Module::name).collect::<Vec<_>>()
+        ),
+        handles: Arc::strong_count(&shared) - 1,
+    })?;
+    let RegistryInner { modules, .. } = inner;
+    let failures: Vec<_> = modules
+        .into_iter()
+        .filter_map(|m| m.unload().err())
+        .collect();
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(AtlasError::Release(failures))
+    }
+}

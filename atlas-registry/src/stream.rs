@@ -1,0 +1,113 @@
+//! [`CudaStream`]: a stream Atlas created, or a caller's stream it only borrows.
+
+use std::fmt;
+
+use atlas_sys::{CUcontext, CUstream, CUstream_flags};
+
+use crate::context::{CudaContext, ensure_bound};
+use crate::driver::{check, cu, driver};
+use crate::error::{Result, report_cleanup};
+
+/// A CUDA stream in one context: owned (created by [`CudaStream::new`], destroyed on drop) or
+/// borrowed (a caller's raw stream, or the legacy default stream, never destroyed by Atlas).
+pub struct CudaStream {
+    raw: CUstream,
+    context: CUcontext,
+    owned: bool,
+}
+
+// SAFETY: a CUstream is a driver handle usable from any thread; the context it belongs to is a
+// primary context that stays retained for the process.
+unsafe impl Send for CudaStream {}
+// SAFETY: as for Send; enqueueing work on one stream from several threads is allowed by the driver.
+unsafe impl Sync for CudaStream {}
+
+impl CudaStream {
+    /// Creates a non-blocking stream (it does not synchronize with the legacy default stream).
+    #[doc(alias = "cuStreamCreate")]
+    pub fn new(context: &CudaContext) -> Result<Self> {
+        context.bind()?;
+        let mut raw: CUstream = std::ptr::null_mut();
+        let flags = CUstream_flags::CU_STREAM_NON_BLOCKING.0;
+        // SAFETY: `raw` is a live out-pointer; the context is current.
+        unsafe { cu!(cuStreamCreate(&mut raw, flags); "device {}", context.ordinal()) }?;
+        Ok(Self {
+            raw,
+            context: context.raw(),
+            owned: true,
+        })
+    }
+
+    /// Uses a stream the caller created, without taking ownership: Atlas never destroys it.
+    ///
+    /// # Safety
+    ///
+    /// 1. `raw` is a valid stream of `context`'s device, or null for the legacy default stream.
+    /// 2. It stays valid for as long as the returned value (and anything enqueued through it) is used.
+    pub unsafe fn wrap(context: &CudaContext, raw: CUstream) -> Self {
+        Self {
+            raw,
+            context: context.raw(),
+            owned: false,
+        }
+    }
+
+    /// The legacy default stream (stream 0) of `context`: ordered with all blocking streams.
+    pub fn legacy_default(context: &CudaContext) -> Self {
+        Self {
+            raw: std::ptr::null_mut(),
+            context: context.raw(),
+            owned: false,
+        }
+    }
+
+    /// The raw handle (null for the legacy default stream).
+    pub fn raw(&self) -> CUstream {
+        self.raw
+    }
+
+    /// The raw handle of the context the stream belongs to.
+    pub fn context(&self) -> CUcontext {
+        self.context
+    }
+
+    /// Whether Atlas created this stream and destroys it on drop.
+    pub fn is_owned(&self) -> bool {
+        self.owned
+    }
+
+    /// Blocks until all work enqueued on the stream has finished.
+    #[doc(alias = "cuStreamSynchronize")]
+    pub fn synchronize(&self) -> Result<()> {
+        let d = driver()?;
+        ensure_bound(self.context)?;
+        // SAFETY: the stream is valid (an invariant of this type) and its context is current.
+        check(
+            unsafe { (d.stream_synchronize)(self.raw) },
+            "cuStreamSynchronize",
+            String::new,
+        )
+    }
+}
+
+impl fmt::Debug for CudaStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaStream")
+            .field("raw", &self.raw)
+            .field("owned", &self.owned)
+            .finish()
+    }
+}
+
+impl Drop for CudaStream {
+    fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
+        let raw = self.raw;
+        // SAFETY: the stream was created by Atlas in this context and is destroyed only here.
+        let result =
+            ensure_bound(self.context).and_then(|()| unsafe { cu!(cuStreamDestroy_v2(raw)) });
+        report_cleanup("destroying a stream", result);
+    }
+}
