@@ -42,10 +42,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             )?;
         }
         // SAFETY: cuDeviceGetName wrote a NUL-terminated string into buf.
-        println!(
-            "  {ordinal}: {}",
-            unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy()
-        );
+        let device_name = unsafe { CStr::from_ptr(buf.as_ptr()) };
+        println!("  {ordinal}: {}", device_name.to_string_lossy());
     }
     Ok(())
 }
