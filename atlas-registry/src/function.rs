@@ -190,6 +190,16 @@ impl CudaFunction {
         RawCudaFunc::from_entry(&self.entry)
     }
 
+    /// A borrowed handle to the same function (for [`GraphExec::set_kernel_args`]).
+    ///
+    /// [`GraphExec::set_kernel_args`]: crate::GraphExec::set_kernel_args
+    pub fn as_function_ref(&self) -> FunctionRef<'_> {
+        FunctionRef {
+            host: &self.registry.host,
+            entry: &self.entry,
+        }
+    }
+
     /// The kernel's parameter sizes in bytes (`cuFuncGetParamInfo`, read once), or `None` when the
     /// driver is older than CUDA 12.4.
     #[doc(alias = "cuFuncGetParamInfo")]

@@ -127,7 +127,7 @@ impl SharedMemOptIn {
     /// Makes sure `func` may use `bytes` of dynamic shared memory: reads the function's limit once
     /// and raises it (monotonic maximum) only when a launch needs more than it allows.
     #[inline]
-    fn ensure(&self, func: CUfunction, bytes: u32) -> Result<()> {
+    pub(crate) fn ensure(&self, func: CUfunction, bytes: u32) -> Result<()> {
         if bytes == 0 || bytes <= self.allowed.load(Ordering::Acquire) {
             return Ok(());
         }

@@ -42,8 +42,10 @@ mod context;
 mod driver;
 mod error;
 mod function;
+mod graph;
 mod host;
 mod launch;
+mod library;
 mod memory;
 mod module;
 mod registry;
@@ -57,8 +59,10 @@ pub use error::{
     AtlasError, CUDA_ERROR_DEINITIALIZED, NotFoundKind, Result, cuda_error_text, is_teardown_noop,
 };
 pub use function::{CudaFunction, FunctionRef, RawCudaFunc};
+pub use graph::{CudaGraph, GraphExec};
 pub use host::{CudaHost, device_count, host};
 pub use launch::{DeviceLimits, LaunchConfig};
+pub use library::AtlasLibrary;
 pub use memory::{DeviceBuffer, DeviceCopy};
 pub use registry::{AtlasRegistry, DeviceSymbol, release};
 pub use stream::CudaStream;
@@ -82,5 +86,7 @@ mod send_sync {
         send_sync::<DeviceBuffer<f32>>();
         send_sync::<FunctionCache>();
         send_sync::<AtlasError>();
+        send_sync::<AtlasLibrary>();
+        send_sync::<GraphExec>();
     };
 }

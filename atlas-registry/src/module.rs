@@ -1,6 +1,7 @@
 //! A loaded module: one `cuModuleLoadDataEx` per blob, unloaded exactly once.
 
 use std::ffi::{CString, c_void};
+use std::sync::Arc;
 
 use atlas_sys::{CUdeviceptr, CUfunction, CUjit_option, CUmodule, CUresult};
 
@@ -8,6 +9,7 @@ use crate::blob::{self, BlobKind};
 use crate::context::{CudaContext, ensure_bound};
 use crate::driver::{cu, driver};
 use crate::error::{AtlasError, NotFoundKind, Result, cuda_error_text, report_cleanup};
+use crate::library::LibraryBlob;
 
 /// Size of the JIT error log buffer handed to the driver.
 const JIT_LOG_BYTES: usize = 16 * 1024;
@@ -21,6 +23,8 @@ pub(crate) struct Module {
     name: String,
     kind: BlobKind,
     context: atlas_sys::CUcontext,
+    /// The library this module is a view of, which owns it; `None` for a module loaded alone.
+    library: Option<Arc<LibraryBlob>>,
 }
 
 // SAFETY: a CUmodule is a driver handle usable from any thread; the module is unloaded only
@@ -32,43 +36,42 @@ unsafe impl Sync for Module {}
 impl Module {
     /// Loads `blob` as module `name` in `context`. PTX failures carry the JIT error log.
     pub(crate) fn load(context: &CudaContext, name: &str, blob: &[u8]) -> Result<Self> {
-        let (kind, image) = blob::prepare(name, blob)?;
-        let d = driver()?;
-        let load = atlas_sys::entry!(d.cuda, cuModuleLoadDataEx)?;
+        let load = atlas_sys::entry!(driver()?.cuda, cuModuleLoadDataEx)?;
         context.bind()?;
-        let mut log = vec![0u8; JIT_LOG_BYTES];
-        let mut options = [
-            CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
-            CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-        ];
-        let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), JIT_LOG_BYTES as *mut c_void];
         let mut raw: CUmodule = std::ptr::null_mut();
-        // SAFETY: `image` is a checked blob (PTX NUL-terminated); the options and their values are
-        // two matching arrays; the log buffer has the size passed; the context is current.
-        let status = unsafe {
-            load(
-                &mut raw,
-                image.as_ptr().cast(),
-                options.len() as u32,
-                options.as_mut_ptr(),
-                values.as_mut_ptr(),
-            )
-        };
-        if status != CUresult::CUDA_SUCCESS {
-            let written = (values[1] as usize).min(JIT_LOG_BYTES);
-            let text = String::from_utf8_lossy(&log[..written]);
-            return Err(AtlasError::ModuleLoad {
-                module: name.to_string(),
-                code: status.0,
-                text: cuda_error_text(status.0),
-                jit_log: text.trim_end_matches('\0').to_string(),
-            });
-        }
+        let kind = with_jit_log(name, blob, &mut |image, count, options, values| {
+            // SAFETY: `image` is a checked blob (PTX NUL-terminated); the options and their values
+            // are matching arrays of `count`; the context is current.
+            unsafe { load(&mut raw, image, count, options, values) }
+        })?;
         Ok(Self {
             raw,
             name: name.to_string(),
             kind,
             context: context.raw(),
+            library: None,
+        })
+    }
+
+    /// The module of `library` in `context` (`cuLibraryGetModule`): a view of the one library
+    /// load, never unloaded by itself; the library goes when its last view does.
+    pub(crate) fn from_library(
+        context: &CudaContext,
+        name: &str,
+        library: Arc<LibraryBlob>,
+    ) -> Result<Self> {
+        context.bind()?;
+        let mut raw: CUmodule = std::ptr::null_mut();
+        // SAFETY: the library is loaded (the Arc keeps it), `raw` a live out-pointer, context current.
+        unsafe {
+            cu!(cuLibraryGetModule(&mut raw, library.raw()); "module `{name}` on device {}", context.ordinal())
+        }?;
+        Ok(Self {
+            raw,
+            name: name.to_string(),
+            kind: library.kind(),
+            context: context.raw(),
+            library: Some(library),
         })
     }
 
@@ -140,7 +143,7 @@ impl Module {
 
     fn unload_now(&mut self) -> Result<()> {
         let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
-        if raw.is_null() {
+        if raw.is_null() || self.library.is_some() {
             return Ok(());
         }
         let name = &self.name;
@@ -152,6 +155,40 @@ impl Module {
             other => other,
         }
     }
+}
+
+/// A raw JIT loader call: image, option count, options, option values -> status.
+pub(crate) type JitLoad<'a> =
+    dyn FnMut(*const c_void, u32, *mut CUjit_option, *mut *mut c_void) -> CUresult + 'a;
+
+/// Checks `blob`, hands it to `load` with a JIT error log buffer, and turns a failure into an
+/// [`AtlasError::ModuleLoad`] carrying the log.
+pub(crate) fn with_jit_log(name: &str, blob: &[u8], load: &mut JitLoad<'_>) -> Result<BlobKind> {
+    let (kind, image) = blob::prepare(name, blob)?;
+    let mut log = vec![0u8; JIT_LOG_BYTES];
+    let mut options = [
+        CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+    ];
+    let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), JIT_LOG_BYTES as *mut c_void];
+    let status = load(
+        image.as_ptr().cast(),
+        options.len() as u32,
+        options.as_mut_ptr(),
+        values.as_mut_ptr(),
+    );
+    if status == CUresult::CUDA_SUCCESS {
+        return Ok(kind);
+    }
+    let written = (values[1] as usize).min(JIT_LOG_BYTES);
+    Err(AtlasError::ModuleLoad {
+        module: name.to_string(),
+        code: status.0,
+        text: cuda_error_text(status.0),
+        jit_log: String::from_utf8_lossy(&log[..written])
+            .trim_end_matches('\0')
+            .to_string(),
+    })
 }
 
 impl Drop for Module {

@@ -57,6 +57,17 @@ impl AtlasRegistry {
     /// unloaded again.
     #[doc(alias = "cuModuleLoadDataEx")]
     pub fn load(ordinal: usize, blobs: &[(&str, &[u8])]) -> Result<Self> {
+        Self::check_unique(blobs)?;
+        let host = host(ordinal)?;
+        let modules = blobs
+            .iter()
+            .map(|(name, blob)| Module::load(host.context(), name, blob))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self::from_modules(host, modules))
+    }
+
+    /// An error naming the first module name that appears twice.
+    pub(crate) fn check_unique(blobs: &[(&str, &[u8])]) -> Result<()> {
         for (i, (name, _)) in blobs.iter().enumerate() {
             if blobs[..i].iter().any(|(earlier, _)| earlier == name) {
                 return Err(AtlasError::InvalidModule {
@@ -65,19 +76,18 @@ impl AtlasRegistry {
                 });
             }
         }
-        let host = host(ordinal)?;
-        let modules = blobs
-            .iter()
-            .map(|(name, blob)| Module::load(host.context(), name, blob))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Self {
+        Ok(())
+    }
+
+    pub(crate) fn from_modules(host: Arc<CudaHost>, modules: Vec<Module>) -> Self {
+        Self {
             inner: Arc::new(RegistryInner {
                 modules,
                 functions: Mutex::new(HashMap::new()),
                 call_sites: CallSiteTable::default(),
                 host,
             }),
-        })
+        }
     }
 
     /// The device's process-wide host.

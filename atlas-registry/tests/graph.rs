@@ -1,0 +1,86 @@
+//! Graph capture and replay of Atlas launches, and argument updates of an instantiated graph.
+
+mod common;
+
+use atlas_kernels::ptx_for_model;
+use atlas_registry::{AtlasRegistry, CudaStream, DeviceBuffer, FunctionCache, LaunchConfig};
+use common::{Rng, assert_close};
+
+static SCALE: FunctionCache = FunctionCache::new("elementwise", "scale");
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn capture_replay_and_update_arguments() {
+    let registry = AtlasRegistry::load(0, ptx_for_model("demo").unwrap()).unwrap();
+    let stream = CudaStream::new(registry.ctx()).unwrap();
+    let mut rng = Rng::new();
+    let n = 50_000usize;
+    let input = rng.vec(n);
+    let factors: Vec<f32> = (0..3).map(|_| 0.5 + rng.f32().abs()).collect();
+    let mut x = DeviceBuffer::from_slice(registry.ctx(), &stream, &input).unwrap();
+    let cfg = LaunchConfig::for_elements(n as u32, 256);
+    // Resolve the function before capture begins.
+    let scale = SCALE.get(&registry).unwrap();
+    scale
+        .launch(&stream, &cfg, (&mut x, 1.0f32, n as u32))
+        .unwrap();
+    stream.synchronize().unwrap();
+
+    stream.begin_capture().unwrap();
+    for &f in &factors {
+        scale.launch(&stream, &cfg, (&mut x, f, n as u32)).unwrap();
+    }
+    let graph = stream.end_capture().unwrap();
+    // Captured, not run.
+    assert_close(&x.to_vec(&stream).unwrap(), &input, 0.0, "after capture");
+
+    let mut exec = graph.instantiate().unwrap();
+    assert_eq!(exec.kernel_count(), 3);
+    let product: f32 = factors.iter().product();
+    let mut want = input.clone();
+    for replay in 0..2 {
+        // SAFETY: `x`, the only memory the graph uses, is alive.
+        unsafe { exec.launch(&stream) }.unwrap();
+        want.iter_mut().for_each(|v| *v *= product);
+        assert_close(
+            &x.to_vec(&stream).unwrap(),
+            &want,
+            1e-5,
+            &format!("replay {replay}"),
+        );
+    }
+
+    // Change the second launch's factor without instantiating again.
+    let replacement = 0.5 + rng.f32().abs();
+    exec.set_kernel_args(1, scale, &cfg, (&mut x, replacement, n as u32))
+        .unwrap();
+    // SAFETY: as above.
+    unsafe { exec.launch(&stream) }.unwrap();
+    let updated = factors[0] * replacement * factors[2];
+    want.iter_mut().for_each(|v| *v *= updated);
+    assert_close(&x.to_vec(&stream).unwrap(), &want, 1e-5, "after update");
+
+    // Updates are checked like launches.
+    let err = exec
+        .set_kernel_args(1, scale, &cfg, (&mut x, 1.0f64, n as u32))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("elementwise::scale") && err.contains("[8, 8, 4]"),
+        "{err}"
+    );
+    let err = exec
+        .set_kernel_args(3, scale, &cfg, (&mut x, 1.0f32, n as u32))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("3 kernel node(s)"), "{err}");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_legacy_stream_is_not_captured() {
+    let registry = AtlasRegistry::load(0, ptx_for_model("demo").unwrap()).unwrap();
+    let legacy = CudaStream::legacy_default(registry.ctx());
+    let err = legacy.begin_capture().unwrap_err().to_string();
+    assert!(err.contains("legacy default stream"), "{err}");
+}

@@ -1,0 +1,58 @@
+//! One library load (`cuLibraryLoadData`) serving every device.
+
+mod common;
+
+use atlas_kernels::ptx_for_model;
+use atlas_registry::{AtlasLibrary, AtlasRegistry, DeviceBuffer, LaunchConfig, device_count};
+use common::{Rng, assert_close};
+
+fn check_scale(registry: &AtlasRegistry) {
+    let mut rng = Rng::new();
+    let n = 70_001usize;
+    let input = rng.vec(n);
+    let factor = rng.f32() * 3.0;
+    let stream = registry.stream();
+    let mut x = DeviceBuffer::from_slice(registry.ctx(), stream, &input).unwrap();
+    atlas_registry::cached_function!(registry, "elementwise", "scale")
+        .unwrap()
+        .launch(
+            stream,
+            &LaunchConfig::for_elements(n as u32, 256),
+            (&mut x, factor, n as u32),
+        )
+        .unwrap();
+    let want: Vec<f32> = input.iter().map(|v| v * factor).collect();
+    assert_close(
+        &x.to_vec(stream).unwrap(),
+        &want,
+        1e-6,
+        &format!("device {}", registry.host().ordinal()),
+    );
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn library_serves_device_zero_and_outlives_its_registries() {
+    let library = AtlasLibrary::load(ptx_for_model("demo").unwrap()).unwrap();
+    let registry = library.registry(0).unwrap();
+    check_scale(&registry);
+    drop(library);
+    // The registry keeps the library loaded.
+    check_scale(&registry);
+    let again = registry.clone();
+    drop(registry);
+    check_scale(&again);
+}
+
+#[test]
+#[ignore = "needs two NVIDIA GPUs"]
+fn two_gpus_one_library_load_serves_both() {
+    assert!(device_count().unwrap() >= 2, "this test needs two GPUs");
+    let library = AtlasLibrary::load(ptx_for_model("demo").unwrap()).unwrap();
+    let (r0, r1) = (library.registry(0).unwrap(), library.registry(1).unwrap());
+    assert_ne!(r0.ctx().raw(), r1.ctx().raw());
+    for _ in 0..3 {
+        check_scale(&r0);
+        check_scale(&r1);
+    }
+}
