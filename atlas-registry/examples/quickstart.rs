@@ -1,0 +1,53 @@
+//! Loads the demo model, scales a vector on the GPU and checks it on the CPU.
+//!
+//! `cargo run -p atlas-registry --example quickstart`. Without a GPU or driver it prints one line
+//! saying why and exits with status 1.
+
+use std::process::ExitCode;
+
+use atlas_registry::{AtlasRegistry, DeviceBuffer, FunctionCache, LaunchConfig};
+
+static SCALE: FunctionCache = FunctionCache::new("elementwise", "scale");
+
+fn run() -> atlas_registry::Result<()> {
+    let blobs = atlas_kernels::ptx_for_model("demo").expect("the demo model is built in");
+    let registry = AtlasRegistry::load(0, blobs)?;
+    println!(
+        "device 0: {}; modules {:?}",
+        registry.host().name(),
+        registry.module_names().collect::<Vec<_>>()
+    );
+
+    let input: Vec<f32> = (0..1_000_000).map(|i| (i % 1000) as f32 * 0.25).collect();
+    let stream = registry.stream();
+    let mut x = DeviceBuffer::from_slice(registry.ctx(), stream, &input)?;
+    let n = x.len() as u32;
+    SCALE.get(&registry)?.launch(
+        stream,
+        &LaunchConfig::for_elements(n, 256),
+        (&mut x, 3.0f32, n),
+    )?;
+    let out = x.to_vec(stream)?;
+
+    let wrong = out
+        .iter()
+        .zip(&input)
+        .filter(|(got, v)| **got != **v * 3.0)
+        .count();
+    println!("scaled {n} floats by 3 on the GPU: {wrong} differ from the CPU");
+    if wrong == 0 {
+        Ok(())
+    } else {
+        std::process::exit(2)
+    }
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
