@@ -2,47 +2,48 @@
 //!
 //! A cache is a `static` at the call site that holds only a slot number; the cached handles live in
 //! the registry, in that slot. So a cache asked with registry B can only answer with B's function,
-//! and the answer borrows B: it cannot outlive B's modules. The hit path is three atomic loads and
+//! and the answer borrows B: it cannot outlive B's modules. The hit path is two atomic loads and
 //! no lock.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::error::Result;
 use crate::function::{FunctionEntry, FunctionRef};
 use crate::registry::AtlasRegistry;
 
-const SLOTS_PER_CHUNK: usize = 64;
-const CHUNKS: usize = 64;
+/// Call sites with a slot in every registry; more are served from the registry's locked cache.
+const CALL_SITES: usize = 4096;
 
-/// A registry's cached functions, one slot per call site (up to 4096 call sites in a process; more
-/// are served from the registry's lock-protected cache instead).
+/// A registry's cached functions, one slot per call site: a pointer to the registry's own entry
+/// for that function (entries live as long as the registry), or null before first use.
+/// Allocated on first use, so that loading a model that no call site uses costs nothing here.
+#[derive(Default)]
 pub(crate) struct CallSiteTable {
-    chunks: [OnceLock<Box<Chunk>>; CHUNKS],
-}
-
-/// One chunk of call-site slots, allocated when a call site in it is first used.
-type Chunk = [OnceLock<Arc<FunctionEntry>>; SLOTS_PER_CHUNK];
-
-impl Default for CallSiteTable {
-    fn default() -> Self {
-        Self {
-            chunks: [const { OnceLock::new() }; CHUNKS],
-        }
-    }
+    slots: OnceLock<Box<[AtomicPtr<FunctionEntry>]>>,
 }
 
 impl CallSiteTable {
     #[inline]
     fn get(&self, slot: usize) -> Option<&FunctionEntry> {
-        let chunk = self.chunks.get(slot / SLOTS_PER_CHUNK)?.get()?;
-        chunk[slot % SLOTS_PER_CHUNK].get().map(|entry| &**entry)
+        let entry = self.slots.get()?.get(slot)?.load(Ordering::Acquire);
+        // SAFETY: a non-null slot points at an entry of this registry's function table (`set`'s
+        // contract), which lives as long as the registry and so as long as `&self`.
+        unsafe { entry.as_ref() }
     }
 
-    fn set(&self, slot: usize, entry: Arc<FunctionEntry>) -> Option<&FunctionEntry> {
-        let chunk = self.chunks.get(slot / SLOTS_PER_CHUNK)?;
-        let chunk = chunk.get_or_init(|| Box::new([const { OnceLock::new() }; SLOTS_PER_CHUNK]));
-        Some(&**chunk[slot % SLOTS_PER_CHUNK].get_or_init(|| entry))
+    /// Records `entry` for `slot`, unless the slot is past the table (that call site then keeps
+    /// taking the registry's locked path). `entry` must be held by the registry's function table,
+    /// so that it lives as long as the registry.
+    fn set(&self, slot: usize, entry: &Arc<FunctionEntry>) {
+        let slots = self.slots.get_or_init(|| {
+            (0..CALL_SITES)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect()
+        });
+        if let Some(cell) = slots.get(slot) {
+            cell.store(Arc::as_ptr(entry).cast_mut(), Ordering::Release);
+        }
     }
 }
 
@@ -96,19 +97,14 @@ impl FunctionCache {
     #[cold]
     fn fill<'r>(&self, registry: &'r AtlasRegistry) -> Result<FunctionRef<'r>> {
         let entry = registry.cached_entry(self.module, self.function)?;
-        let slot = self.slot();
-        let host = &registry.inner.host;
-        match registry.inner.call_sites.set(slot, Arc::clone(&entry)) {
-            Some(entry) => Ok(FunctionRef { host, entry }),
-            None => {
-                // Past the table's capacity: the entry stays in the registry's own cache, which keeps
-                // it alive as long as the registry, so the borrow is sound.
-                // SAFETY: `cached_entry` stored this Arc in the registry's function table, from which
-                // entries are never removed while the registry lives; `'r` borrows the registry.
-                let entry = unsafe { &*Arc::as_ptr(&entry) };
-                Ok(FunctionRef { host, entry })
-            }
-        }
+        registry.inner.call_sites.set(self.slot(), &entry);
+        // SAFETY: `cached_entry` keeps this Arc in the registry's function table, from which entries
+        // are never removed while the registry lives; `'r` borrows the registry.
+        let entry = unsafe { &*Arc::as_ptr(&entry) };
+        Ok(FunctionRef {
+            host: &registry.inner.host,
+            entry,
+        })
     }
 
     /// This call site's slot, assigned on first use from a process-wide counter.

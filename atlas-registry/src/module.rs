@@ -165,7 +165,8 @@ pub(crate) type JitLoad<'a> =
 /// [`AtlasError::ModuleLoad`] carrying the log.
 pub(crate) fn with_jit_log(name: &str, blob: &[u8], load: &mut JitLoad<'_>) -> Result<BlobKind> {
     let (kind, image) = blob::prepare(name, blob)?;
-    let mut log = vec![0u8; JIT_LOG_BYTES];
+    // Left uninitialised: the driver writes the log and says how many bytes it wrote.
+    let mut log: Vec<u8> = Vec::with_capacity(JIT_LOG_BYTES);
     let mut options = [
         CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
         CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
@@ -181,11 +182,13 @@ pub(crate) fn with_jit_log(name: &str, blob: &[u8], load: &mut JitLoad<'_>) -> R
         return Ok(kind);
     }
     let written = (values[1] as usize).min(JIT_LOG_BYTES);
+    // SAFETY: the driver wrote `written` bytes of log into the buffer (bounded by its capacity).
+    unsafe { log.set_len(written) };
     Err(AtlasError::ModuleLoad {
         module: name.to_string(),
         code: status.0,
         text: cuda_error_text(status.0),
-        jit_log: String::from_utf8_lossy(&log[..written])
+        jit_log: String::from_utf8_lossy(&log)
             .trim_end_matches('\0')
             .to_string(),
     })

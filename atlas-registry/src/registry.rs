@@ -22,10 +22,15 @@ use crate::stream::CudaStream;
 /// The shared state behind an [`AtlasRegistry`] and the [`CudaFunction`]s handed out from it.
 pub(crate) struct RegistryInner {
     modules: Vec<Module>,
-    functions: Mutex<HashMap<(usize, String), Arc<FunctionEntry>>>,
+    /// Per module (same index as `modules`): the functions looked up so far. Entries are never
+    /// removed while the registry lives, so pointers to them stay valid that long.
+    functions: Mutex<Vec<FunctionTable>>,
     pub(crate) call_sites: CallSiteTable,
     pub(crate) host: Arc<CudaHost>,
 }
+
+/// One module's looked-up functions, by name.
+type FunctionTable = HashMap<Box<str>, Arc<FunctionEntry>>;
 
 /// One model's set of loaded modules on one device, with its function handles and caches.
 ///
@@ -80,10 +85,11 @@ impl AtlasRegistry {
     }
 
     pub(crate) fn from_modules(host: Arc<CudaHost>, modules: Vec<Module>) -> Self {
+        let functions = Mutex::new(vec![FunctionTable::new(); modules.len()]);
         Self {
             inner: Arc::new(RegistryInner {
                 modules,
-                functions: Mutex::new(HashMap::new()),
+                functions,
                 call_sites: CallSiteTable::default(),
                 host,
             }),
@@ -186,7 +192,7 @@ impl AtlasRegistry {
     /// The registry's entry for `module::function`, looking it up in the module on first use.
     pub(crate) fn cached_entry(&self, module: &str, function: &str) -> Result<Arc<FunctionEntry>> {
         let (index, m) = self.module(module)?;
-        if let Some(entry) = self.lock_functions().get(&(index, function.to_string())) {
+        if let Some(entry) = self.lock_functions()[index].get(function) {
             return Ok(Arc::clone(entry));
         }
         let raw = m.function(function)?;
@@ -202,16 +208,16 @@ impl AtlasRegistry {
         make: impl FnOnce() -> FunctionEntry,
     ) -> Arc<FunctionEntry> {
         let mut functions = self.lock_functions();
-        Arc::clone(
-            functions
-                .entry((module, function.to_string()))
-                .or_insert_with(|| Arc::new(make())),
-        )
+        let table = &mut functions[module];
+        if let Some(existing) = table.get(function) {
+            return Arc::clone(existing);
+        }
+        let entry = Arc::new(make());
+        table.insert(function.into(), Arc::clone(&entry));
+        entry
     }
 
-    fn lock_functions(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<(usize, String), Arc<FunctionEntry>>> {
+    fn lock_functions(&self) -> std::sync::MutexGuard<'_, Vec<FunctionTable>> {
         self.inner
             .functions
             .lock()
