@@ -746,8 +746,8 @@ fn main() {
     }
     let env = Env::new();
     let mut c = Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_secs(2))
+        .measurement_time(Duration::from_secs(4))
         .configure_from_args();
 
     enqueue(&mut c, &env);

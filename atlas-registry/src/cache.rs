@@ -1,4 +1,4 @@
-//! Per-call-site function caches: [`FunctionCache`] and [`cached_function!`].
+//! Per-call-site function caches: [`FunctionCache`] and [`cached_function!`](crate::cached_function!).
 //!
 //! A cache is a `static` at the call site that holds only a slot number; the cached handles live in
 //! the registry, in that slot. So a cache asked with registry B can only answer with B's function,
@@ -47,7 +47,7 @@ impl CallSiteTable {
     }
 }
 
-/// A function cache for one call site: declare it `static` (or use [`cached_function!`]) and ask it
+/// A function cache for one call site: declare it `static` (or use [`cached_function!`](crate::cached_function!)) and ask it
 /// with whichever registry the call is for.
 ///
 /// ```no_run

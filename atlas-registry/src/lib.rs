@@ -29,6 +29,58 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Per-call-site caches
+//!
+//! A [`FunctionCache`] is declared once where the call is made and asked with whichever registry
+//! the call is for. It holds only a slot number; the cached handle lives in the registry, so a
+//! cache asked with registry B answers with B's function, and the [`FunctionRef`] it returns
+//! borrows B: it cannot outlive B's modules. A hit takes no lock and no driver call.
+//!
+//! ```no_run
+//! # fn f(a: &atlas_registry::AtlasRegistry, b: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
+//! use atlas_registry::{FunctionCache, LaunchConfig};
+//! static NOOP: FunctionCache = FunctionCache::new("noop", "noop");
+//! for registry in [a, b] {
+//!     NOOP.get(registry)?.launch(registry.stream(), &LaunchConfig::for_elements(1, 1), ())?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Checked, typed launches
+//!
+//! [`CudaFunction::launch`] and [`FunctionRef::launch`] take the arguments as a tuple of
+//! [`KernelParam`]s (scalars, `&DeviceBuffer`s). The kernel's parameter layout is read once with
+//! `cuFuncGetParamInfo` (CUDA 12.4+; on older drivers the check is skipped), and a wrong count or
+//! size is an [`AtlasError::InvalidLaunch`] naming the kernel and both layouts, before the driver is
+//! called. The configuration is checked against the device's [`DeviceLimits`]. The parameter array
+//! is built on the stack: no allocation, one `cuLaunchKernel`.
+//!
+//! # Graphs
+//!
+//! [`CudaStream::begin_capture`] and [`CudaStream::end_capture`] capture launches into a
+//! [`CudaGraph`]; [`CudaGraph::instantiate`] makes a [`GraphExec`] that replays them with one
+//! driver call and whose kernel arguments [`GraphExec::set_kernel_args`] changes in place.
+//!
+//! ```no_run
+//! # fn f(registry: &atlas_registry::AtlasRegistry, x: &mut atlas_registry::DeviceBuffer<f32>) -> atlas_registry::Result<()> {
+//! use atlas_registry::{CudaStream, LaunchConfig};
+//! let stream = CudaStream::new(registry.ctx())?;
+//! let scale = registry.function_cached("elementwise", "scale")?; // resolved before capture
+//! let (n, cfg) = (x.len() as u32, LaunchConfig::for_elements(x.len() as u32, 256));
+//! stream.begin_capture()?;
+//! scale.launch(&stream, &cfg, (&mut *x, 2.0f32, n))?;
+//! let mut exec = stream.end_capture()?.instantiate()?;
+//! // SAFETY: `x` outlives every replay.
+//! unsafe { exec.launch(&stream) }?;
+//! exec.set_kernel_args(0, scale.as_function_ref(), &cfg, (&mut *x, 0.5f32, n))?;
+//! # Ok(()) }
+//! ```
+//!
+//! # One load for every GPU
+//!
+//! [`AtlasLibrary::load`] loads a model once with `cuLibraryLoadData`, independent of any
+//! context; [`AtlasLibrary::registry`] gives each device a registry over that one load.
+//!
 //! # Threads and contexts
 //!
 //! Each device has one process-wide [`CudaHost`]: its primary context and one stream. Every call
