@@ -84,3 +84,43 @@ fn the_legacy_stream_is_not_captured() {
     let err = legacy.begin_capture().unwrap_err().to_string();
     assert!(err.contains("legacy default stream"), "{err}");
 }
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn first_launch_inside_a_capture_reads_parameters_and_opts_in() {
+    // A function resolved but never launched: its parameter layout and its 96 KiB shared memory
+    // opt-in are first needed while the stream is capturing.
+    let registry = AtlasRegistry::load(0, ptx_for_model("demo").unwrap()).unwrap();
+    let stream = CudaStream::new(registry.ctx()).unwrap();
+    let sum = registry
+        .function_cached("block_reduce", "block_sum")
+        .unwrap();
+    const CHUNK: u32 = 24_576;
+    let blocks = 3usize;
+    let n = CHUNK as usize * blocks;
+    let input = Rng::new().vec(n);
+    let x = DeviceBuffer::from_slice(registry.ctx(), &stream, &input).unwrap();
+    let mut out =
+        DeviceBuffer::from_slice(registry.ctx(), &stream, &vec![f32::NAN; blocks]).unwrap();
+    let cfg = LaunchConfig {
+        grid: (blocks as u32, 1, 1),
+        block: (1024, 1, 1),
+        shared_mem_bytes: CHUNK * 4,
+    };
+    stream.begin_capture().unwrap();
+    sum.launch(&stream, &cfg, (&x, &mut out, n as u32, CHUNK))
+        .unwrap();
+    let exec = stream.end_capture().unwrap().instantiate().unwrap();
+    // SAFETY: `x` and `out` outlive the replay.
+    unsafe { exec.launch(&stream) }.unwrap();
+    let want: Vec<f32> = input
+        .chunks(CHUNK as usize)
+        .map(|c| c.iter().map(|&v| f64::from(v)).sum::<f64>() as f32)
+        .collect();
+    assert_close(
+        &out.to_vec(&stream).unwrap(),
+        &want,
+        1e-4,
+        "block sums from the graph",
+    );
+}
