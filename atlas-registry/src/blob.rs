@@ -88,6 +88,10 @@ fn u16_at(b: &[u8], at: usize) -> u64 {
     u64::from(u16::from_le_bytes([b[at], b[at + 1]]))
 }
 
+fn u32_at(b: &[u8], at: usize) -> u64 {
+    u64::from(u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]))
+}
+
 fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut bytes = [0; 8];
     bytes.copy_from_slice(&b[at..at + 8]);
@@ -137,9 +141,13 @@ fn check_elf(b: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// A fatbin whose header-declared size lies inside the blob.
+/// A fatbin whose header-declared size lies inside the blob, and whose entries (each a header
+/// declaring its own size and its payload's) tile that size exactly.
 fn check_fatbin(b: &[u8]) -> Result<(), String> {
     const HEADER: usize = 16;
+    /// The fixed part of an entry header: kind, version, header size, payload size, and the
+    /// fields after them that the driver reads.
+    const ENTRY_HEADER: u64 = 64;
     if b.len() < HEADER {
         return Err(format!(
             "truncated fatbin: {} bytes, shorter than its 16-byte header",
@@ -149,11 +157,38 @@ fn check_fatbin(b: &[u8]) -> Result<(), String> {
     let header_size = u16_at(b, 6);
     let body = u64_at(b, 8);
     let end = header_size.checked_add(body);
-    if header_size < HEADER as u64 || end.is_none_or(|end| end > b.len() as u64) {
-        return Err(format!(
-            "truncated fatbin: its header declares {header_size} + {body} bytes, the blob has {}",
-            b.len()
-        ));
+    let end = match end {
+        Some(end) if header_size >= HEADER as u64 && end <= b.len() as u64 => end,
+        _ => {
+            return Err(format!(
+                "truncated fatbin: its header declares {header_size} + {body} bytes, the blob has {}",
+                b.len()
+            ));
+        }
+    };
+    if body == 0 {
+        return Err("the fatbin has no entries".into());
+    }
+    let mut at = header_size;
+    while at < end {
+        if end - at < ENTRY_HEADER {
+            return Err(format!(
+                "truncated fatbin: the entry at offset {at} has no room for its {ENTRY_HEADER}-byte header"
+            ));
+        }
+        let entry_header = u32_at(b, at as usize + 4);
+        let payload = u64_at(b, at as usize + 8);
+        let next = entry_header
+            .checked_add(payload)
+            .and_then(|n| n.checked_add(at));
+        match next {
+            Some(next) if entry_header >= ENTRY_HEADER && next <= end => at = next,
+            _ => {
+                return Err(format!(
+                    "malformed fatbin: the entry at offset {at} declares a {entry_header}-byte header and a {payload}-byte payload; the fatbin ends at {end}"
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -236,11 +271,25 @@ mod tests {
 
     #[test]
     fn fatbin_size_must_fit() {
+        // One entry: a 64-byte header declaring itself and an 8-byte payload.
         let mut b = vec![0x50, 0xED, 0x55, 0xBA, 1, 0, 16, 0];
-        b.extend_from_slice(&8u64.to_le_bytes());
+        b.extend_from_slice(&72u64.to_le_bytes());
+        let mut entry = vec![0u8; 64];
+        entry[0] = 2;
+        entry[4..8].copy_from_slice(&64u32.to_le_bytes());
+        entry[8..16].copy_from_slice(&8u64.to_le_bytes());
+        b.extend_from_slice(&entry);
         b.extend_from_slice(&[0; 8]);
         assert!(prepare("m", &b).is_ok());
-        b[8..16].copy_from_slice(&9u64.to_le_bytes());
+        b[24..32].copy_from_slice(&9u64.to_le_bytes()); // the payload runs past the end
+        assert!(
+            prepare("m", &b)
+                .unwrap_err()
+                .to_string()
+                .contains("malformed fatbin")
+        );
+        b[24..32].copy_from_slice(&8u64.to_le_bytes());
+        b[8..16].copy_from_slice(&73u64.to_le_bytes());
         assert!(
             prepare("m", &b)
                 .unwrap_err()

@@ -25,8 +25,9 @@ pub fn is_teardown_noop(code: u32) -> bool {
 pub(crate) fn is_sticky(code: u32) -> bool {
     // 700 illegal address, 702 launch timeout, 714 hardware stack error, 715 illegal instruction,
     // 716 misaligned address, 717 invalid address space, 718 invalid pc, 719 launch failed
-    // (traps included), 720 cooperative launch too large is not sticky; 999 unknown is.
-    matches!(code, 700 | 702 | 714..=719 | 999)
+    // (traps included). Not 999 (unknown): the driver also answers a malformed image with it and
+    // the context is fine afterwards.
+    matches!(code, 700 | 702 | 714..=719)
 }
 
 /// `"NAME (code): description"` for a CUDA status code, from `cuGetErrorName` and
@@ -131,7 +132,7 @@ pub enum AtlasError {
         call: &'static str,
         /// What the call was about, or empty.
         subject: String,
-        /// The CUDA status code (700, 702, 714–719 or 999).
+        /// The CUDA status code (700, 702 or 714–719).
         code: u32,
         /// `"NAME (code): description"`.
         text: String,
@@ -254,7 +255,7 @@ impl AtlasError {
 
     /// True when the device's context is lost and the process must restart to use it again.
     pub fn is_context_lost(&self) -> bool {
-        self.cuda_code().is_some_and(is_sticky)
+        matches!(self, Self::ContextLost { .. })
     }
 
     /// The error for a failed driver call: [`AtlasError::ContextLost`] for sticky codes, else
@@ -280,10 +281,12 @@ impl AtlasError {
 }
 
 /// Reports a failed cleanup from a `Drop`, where there is no caller to return it to: teardown
-/// no-ops (the driver or context is already gone) are silent, anything else goes to stderr once.
+/// no-ops (the driver or context is already gone) and cleanups in a lost context (already reported
+/// to the calls that found it) are silent; anything else goes to stderr once.
 pub(crate) fn report_cleanup(what: &str, result: Result<()>) {
     if let Err(e) = result
         && !e.cuda_code().is_some_and(is_teardown_noop)
+        && !e.is_context_lost()
     {
         eprintln!("atlas: {what}: {e}");
     }

@@ -73,22 +73,27 @@ impl AtlasLibrary {
         let mut loaded = Vec::with_capacity(blobs.len());
         for (name, blob) in blobs {
             let mut raw: CUlibrary = std::ptr::null_mut();
-            let kind = with_jit_log(name, blob, &mut |image, count, options, values| {
-                // SAFETY: `image` is a checked blob (PTX NUL-terminated); the JIT options and values
-                // are matching arrays of `count`; no library options.
-                unsafe {
-                    load(
-                        &mut raw,
-                        image,
-                        options,
-                        values,
-                        count,
-                        std::ptr::null_mut(),
-                        std::ptr::null_mut(),
-                        0,
-                    )
-                }
-            })?;
+            let kind = with_jit_log(
+                "cuLibraryLoadData",
+                name,
+                blob,
+                &mut |image, count, options, values| {
+                    // SAFETY: `image` is a checked blob (PTX NUL-terminated); the JIT options and values
+                    // are matching arrays of `count`; no library options.
+                    unsafe {
+                        load(
+                            &mut raw,
+                            image,
+                            options,
+                            values,
+                            count,
+                            std::ptr::null_mut(),
+                            std::ptr::null_mut(),
+                            0,
+                        )
+                    }
+                },
+            )?;
             loaded.push((name.to_string(), Arc::new(LibraryBlob { raw, kind })));
         }
         Ok(Self {

@@ -8,7 +8,7 @@ use atlas_sys::{CUdeviceptr, CUfunction, CUjit_option, CUmodule, CUresult};
 use crate::blob::{self, BlobKind};
 use crate::context::{CudaContext, ensure_bound};
 use crate::driver::{cu, driver};
-use crate::error::{AtlasError, NotFoundKind, Result, cuda_error_text, report_cleanup};
+use crate::error::{AtlasError, NotFoundKind, Result, cuda_error_text, is_sticky, report_cleanup};
 use crate::library::LibraryBlob;
 
 /// Size of the JIT error log buffer handed to the driver.
@@ -39,11 +39,16 @@ impl Module {
         let load = atlas_sys::entry!(driver()?.cuda, cuModuleLoadDataEx)?;
         context.bind()?;
         let mut raw: CUmodule = std::ptr::null_mut();
-        let kind = with_jit_log(name, blob, &mut |image, count, options, values| {
-            // SAFETY: `image` is a checked blob (PTX NUL-terminated); the options and their values
-            // are matching arrays of `count`; the context is current.
-            unsafe { load(&mut raw, image, count, options, values) }
-        })?;
+        let kind = with_jit_log(
+            "cuModuleLoadDataEx",
+            name,
+            blob,
+            &mut |image, count, options, values| {
+                // SAFETY: `image` is a checked blob (PTX NUL-terminated); the options and their values
+                // are matching arrays of `count`; the context is current.
+                unsafe { load(&mut raw, image, count, options, values) }
+            },
+        )?;
         Ok(Self {
             raw,
             name: name.to_string(),
@@ -163,7 +168,12 @@ pub(crate) type JitLoad<'a> =
 
 /// Checks `blob`, hands it to `load` with a JIT error log buffer, and turns a failure into an
 /// [`AtlasError::ModuleLoad`] carrying the log.
-pub(crate) fn with_jit_log(name: &str, blob: &[u8], load: &mut JitLoad<'_>) -> Result<BlobKind> {
+pub(crate) fn with_jit_log(
+    call: &'static str,
+    name: &str,
+    blob: &[u8],
+    load: &mut JitLoad<'_>,
+) -> Result<BlobKind> {
     let (kind, image) = blob::prepare(name, blob)?;
     // Left uninitialised: the driver writes the log and says how many bytes it wrote.
     let mut log: Vec<u8> = Vec::with_capacity(JIT_LOG_BYTES);
@@ -180,6 +190,14 @@ pub(crate) fn with_jit_log(name: &str, blob: &[u8], load: &mut JitLoad<'_>) -> R
     );
     if status == CUresult::CUDA_SUCCESS {
         return Ok(kind);
+    }
+    if is_sticky(status.0) {
+        // Not the blob's fault: the context was lost earlier, and every call fails the same way.
+        return Err(AtlasError::from_call(
+            call,
+            format!("loading module `{name}`"),
+            status.0,
+        ));
     }
     let written = (values[1] as usize).min(JIT_LOG_BYTES);
     // SAFETY: the driver wrote `written` bytes of log into the buffer (bounded by its capacity).
