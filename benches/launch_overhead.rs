@@ -7,14 +7,17 @@
 //!
 //! | group             | benchmark IDs                                                          |
 //! |-------------------|------------------------------------------------------------------------|
-//! | 1 enqueue         | `enqueue/{noop,scale}/{raw,atlas_raw,atlas_typed}`                     |
+//! | 1 enqueue         | `enqueue/{noop,scale}/{raw,atlas_raw,atlas_typed,raw_again}`           |
 //! | 2 round trip      | `roundtrip/noop/{raw,atlas_raw,atlas_typed}`                           |
 //! | 3 function lookup | `lookup/scale/{raw,function_cached,raw_function_cached,function_cache_get}` |
-//! | 4 96 KiB smem     | `shared_mem_96k/block_sum/{raw,atlas_raw,atlas_typed}`                 |
+//! | 4 96 KiB smem     | `shared_mem_96k/block_sum/{raw,atlas_raw,atlas_typed,raw_again}`       |
 //! | 5 replaced path   | `replaced/noop/{raw_load_per_call,atlas_cached,raw_fresh_context}`     |
 //! | 6 model load      | `model_load/{demo_ptx,demo_cubin}/{raw,atlas}`                         |
 //! | 7 graph replay    | `graph_replay/noop256/{eager,replay}` (per kernel, synchronize included) |
 //! | 8 load everywhere | `load_all_devices/{N}_gpus/{registry_per_device,one_library}`          |
+//!
+//! `raw_again` repeats `raw` after the Atlas variants: the spread between the two is the drift of
+//! the machine over the group, against which the Atlas ratios are read.
 //!
 //! `raw` launches use the registry's stream and a `CUfunction` from `cuModuleGetFunction` on the
 //! registry's own module; `atlas_raw` is [`AtlasRegistry::launch_on_stream`] with a
@@ -34,7 +37,9 @@ use atlas_registry::{
     AtlasError, AtlasLibrary, AtlasRegistry, CudaStream, DeviceBuffer, FunctionCache, LaunchConfig,
     cuda_error_text, device_count, release,
 };
-use atlas_sys::{CUcontext, CUfunction, CUfunction_attribute, CUmodule, CUresult, CudaDriver};
+use atlas_sys::{
+    CUcontext, CUfunction, CUfunction_attribute, CUmodule, CUresult, CUstream, CudaDriver,
+};
 use criterion::{BenchmarkId, Criterion, SamplingMode};
 
 /// Enqueue benches time launches in batches of this many, synchronizing between batches.
@@ -119,6 +124,56 @@ fn time_enqueues(iters: u64, sync: &impl Fn(), mut launch: impl FnMut()) -> Dura
     total
 }
 
+/// `cuLaunchKernel`'s signature.
+type LaunchFn = unsafe extern "C" fn(
+    CUfunction,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    CUstream,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> CUresult;
+
+/// The raw baseline's launch: one checked `cuLaunchKernel` of `func` with `cfg` and `params`.
+///
+/// # Safety
+///
+/// `func` is a live function of the current context, `stream` a live stream of it, and `params`
+/// matches the kernel's parameters, its targets outliving the returned closure.
+unsafe fn raw_launcher(
+    launch: LaunchFn,
+    func: CUfunction,
+    cfg: LaunchConfig,
+    stream: CUstream,
+    params: *mut *mut c_void,
+) -> impl Fn() {
+    move || {
+        let (g, b) = (cfg.grid, cfg.block);
+        // SAFETY: raw_launcher's caller vouched for func, stream and params.
+        let status = unsafe {
+            launch(
+                func,
+                g.0,
+                g.1,
+                g.2,
+                b.0,
+                b.1,
+                b.2,
+                cfg.shared_mem_bytes,
+                stream,
+                params,
+                null_mut(),
+            )
+        };
+        check(status, "cuLaunchKernel");
+    }
+}
+
 /// What every group shares: the demo model loaded once from PTX, and the driver table.
 struct Env {
     registry: AtlasRegistry,
@@ -176,29 +231,11 @@ fn enqueue(c: &mut Criterion, env: &Env) {
     let noop_raw = env.raw_function("noop", c"noop");
     let noop_atlas = ok(registry.raw_function_cached("noop", "noop"), "noop handle");
     let one = LaunchConfig::for_elements(1, 1);
+    // SAFETY: a live function of the current context taking no parameters, on the registry's
+    // live stream.
+    let noop_raw_launch = unsafe { raw_launcher(launch, noop_raw, one, stream, null_mut()) };
     group.bench_function(BenchmarkId::new("noop", "raw"), |b| {
-        b.iter_custom(|iters| {
-            time_enqueues(iters, &sync, || {
-                // SAFETY: a live function of the current context taking no parameters, on the
-                // registry's live stream.
-                let status = unsafe {
-                    launch(
-                        noop_raw,
-                        1,
-                        1,
-                        1,
-                        1,
-                        1,
-                        1,
-                        0,
-                        stream,
-                        null_mut(),
-                        null_mut(),
-                    )
-                };
-                check(status, "cuLaunchKernel");
-            })
-        })
+        b.iter_custom(|iters| time_enqueues(iters, &sync, &noop_raw_launch))
     });
     group.bench_function(BenchmarkId::new("noop", "atlas_raw"), |b| {
         b.iter_custom(|iters| {
@@ -218,6 +255,9 @@ fn enqueue(c: &mut Criterion, env: &Env) {
                 ok(noop.launch(registry.stream(), &one, ()), "launch noop");
             })
         })
+    });
+    group.bench_function(BenchmarkId::new("noop", "raw_again"), |b| {
+        b.iter_custom(|iters| time_enqueues(iters, &sync, &noop_raw_launch))
     });
 
     // scale(float* x, float factor, unsigned n): three parameters, 4 blocks of 256 threads.
@@ -241,31 +281,13 @@ fn enqueue(c: &mut Criterion, env: &Env) {
         (&raw mut factor).cast(),
         (&raw mut n).cast(),
     ];
+    // SAFETY: a live function of the current context; `params` points at a CUdeviceptr of a live
+    // buffer of SCALE_N floats, an f32 and a u32, matching scale's parameters, all outliving the
+    // group; the stream is the registry's.
+    let scale_raw_launch =
+        unsafe { raw_launcher(launch, scale_raw, cfg, stream, params.as_mut_ptr()) };
     group.bench_function(BenchmarkId::new("scale", "raw"), |b| {
-        b.iter_custom(|iters| {
-            time_enqueues(iters, &sync, || {
-                let (g, bl) = (cfg.grid, cfg.block);
-                // SAFETY: a live function of the current context; `params` points at a
-                // CUdeviceptr of a live buffer of SCALE_N floats, an f32 and a u32, matching
-                // scale's parameters; the stream is the registry's.
-                let status = unsafe {
-                    launch(
-                        scale_raw,
-                        g.0,
-                        g.1,
-                        g.2,
-                        bl.0,
-                        bl.1,
-                        bl.2,
-                        0,
-                        stream,
-                        params.as_mut_ptr(),
-                        null_mut(),
-                    )
-                };
-                check(status, "cuLaunchKernel");
-            })
-        })
+        b.iter_custom(|iters| time_enqueues(iters, &sync, &scale_raw_launch))
     });
     group.bench_function(BenchmarkId::new("scale", "atlas_raw"), |b| {
         b.iter_custom(|iters| {
@@ -288,6 +310,9 @@ fn enqueue(c: &mut Criterion, env: &Env) {
                 );
             })
         })
+    });
+    group.bench_function(BenchmarkId::new("scale", "raw_again"), |b| {
+        b.iter_custom(|iters| time_enqueues(iters, &sync, &scale_raw_launch))
     });
     group.finish();
     sync();
@@ -437,30 +462,12 @@ fn shared_mem(c: &mut Criterion, env: &Env) {
         (&raw mut chunk).cast(),
     ];
     let mut group = c.benchmark_group("shared_mem_96k");
+    // SAFETY: a live function of the current context, opted in to SUM_SHARED bytes; `params`
+    // points at two CUdeviceptrs of live buffers (SUM_BLOCKS × SUM_CHUNK floats in, SUM_BLOCKS out)
+    // and two u32s, matching block_sum's parameters and outliving the group.
+    let sum_raw_launch = unsafe { raw_launcher(launch, sum_raw, cfg, stream, params.as_mut_ptr()) };
     group.bench_function(BenchmarkId::new("block_sum", "raw"), |b| {
-        b.iter_custom(|iters| {
-            time_enqueues(iters, &sync, || {
-                // SAFETY: a live function of the current context, opted in to SUM_SHARED bytes;
-                // `params` points at two CUdeviceptrs of live buffers (SUM_BLOCKS × SUM_CHUNK
-                // floats in, SUM_BLOCKS out) and two u32s, matching block_sum's parameters.
-                let status = unsafe {
-                    launch(
-                        sum_raw,
-                        SUM_BLOCKS,
-                        1,
-                        1,
-                        SUM_BLOCK,
-                        1,
-                        1,
-                        SUM_SHARED,
-                        stream,
-                        params.as_mut_ptr(),
-                        null_mut(),
-                    )
-                };
-                check(status, "cuLaunchKernel");
-            })
-        })
+        b.iter_custom(|iters| time_enqueues(iters, &sync, &sum_raw_launch))
     });
     group.bench_function(BenchmarkId::new("block_sum", "atlas_raw"), |b| {
         b.iter_custom(|iters| {
@@ -483,6 +490,9 @@ fn shared_mem(c: &mut Criterion, env: &Env) {
                 );
             })
         })
+    });
+    group.bench_function(BenchmarkId::new("block_sum", "raw_again"), |b| {
+        b.iter_custom(|iters| time_enqueues(iters, &sync, &sum_raw_launch))
     });
     group.finish();
     sync();
@@ -736,6 +746,21 @@ fn library_load(c: &mut Criterion) {
     group.finish();
 }
 
+/// Keeps the GPU busy with launches for two seconds, so that its clocks have ramped up before the
+/// first measurement (raw baselines run first in each group, and would otherwise pay for it).
+fn warm_up_device(env: &Env) {
+    let registry = &env.registry;
+    let noop = ok(NOOP.get(registry), "FunctionCache::get noop");
+    let one = LaunchConfig::for_elements(1, 1);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(2) {
+        for _ in 0..BATCH {
+            ok(noop.launch(registry.stream(), &one, ()), "warm-up launch");
+        }
+        ok(registry.stream_synchronize(), "warm-up synchronize");
+    }
+}
+
 fn main() {
     // Creating the host loads the driver, runs cuInit and retains device 0's primary context:
     // without a driver or a device, say so in one line and stop, successfully.
@@ -745,6 +770,7 @@ fn main() {
         return;
     }
     let env = Env::new();
+    warm_up_device(&env);
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_secs(2))
         .measurement_time(Duration::from_secs(4))

@@ -166,8 +166,9 @@ impl Module {
 pub(crate) type JitLoad<'a> =
     dyn FnMut(*const c_void, u32, *mut CUjit_option, *mut *mut c_void) -> CUresult + 'a;
 
-/// Checks `blob`, hands it to `load` with a JIT error log buffer, and turns a failure into an
-/// [`AtlasError::ModuleLoad`] carrying the log.
+/// Checks `blob` and hands it to `load`, with no options: the load is exactly what a raw call
+/// costs. Only when it fails (and the context is not lost) is the blob handed over once more, with
+/// a JIT error log buffer, so that the error carries the log as an [`AtlasError::ModuleLoad`].
 pub(crate) fn with_jit_log(
     call: &'static str,
     name: &str,
@@ -175,19 +176,8 @@ pub(crate) fn with_jit_log(
     load: &mut JitLoad<'_>,
 ) -> Result<BlobKind> {
     let (kind, image) = blob::prepare(name, blob)?;
-    // Left uninitialised: the driver writes the log and says how many bytes it wrote.
-    let mut log: Vec<u8> = Vec::with_capacity(JIT_LOG_BYTES);
-    let mut options = [
-        CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
-        CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-    ];
-    let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), JIT_LOG_BYTES as *mut c_void];
-    let status = load(
-        image.as_ptr().cast(),
-        options.len() as u32,
-        options.as_mut_ptr(),
-        values.as_mut_ptr(),
-    );
+    let ptr = image.as_ptr().cast();
+    let status = load(ptr, 0, std::ptr::null_mut(), std::ptr::null_mut());
     if status == CUresult::CUDA_SUCCESS {
         return Ok(kind);
     }
@@ -198,6 +188,22 @@ pub(crate) fn with_jit_log(
             format!("loading module `{name}`"),
             status.0,
         ));
+    }
+    // Left uninitialised: the driver writes the log and says how many bytes it wrote.
+    let mut log: Vec<u8> = Vec::with_capacity(JIT_LOG_BYTES);
+    let mut options = [
+        CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+    ];
+    let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), JIT_LOG_BYTES as *mut c_void];
+    let retry = load(
+        ptr,
+        options.len() as u32,
+        options.as_mut_ptr(),
+        values.as_mut_ptr(),
+    );
+    if retry == CUresult::CUDA_SUCCESS {
+        return Ok(kind);
     }
     let written = (values[1] as usize).min(JIT_LOG_BYTES);
     // SAFETY: the driver wrote `written` bytes of log into the buffer (bounded by its capacity).

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use atlas_sys::{CUdeviceptr, CUstream};
@@ -30,7 +31,28 @@ pub(crate) struct RegistryInner {
 }
 
 /// One module's looked-up functions, by name.
-type FunctionTable = HashMap<Box<str>, Arc<FunctionEntry>>;
+type FunctionTable = HashMap<Box<str>, Arc<FunctionEntry>, BuildHasherDefault<NameHasher>>;
+
+/// FNV-1a: kernel names are short and not attacker-chosen, so a simple hash beats SipHash here.
+struct NameHasher(u64);
+
+impl Default for NameHasher {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for NameHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
 
 /// One model's set of loaded modules on one device, with its function handles and caches.
 ///
@@ -85,7 +107,7 @@ impl AtlasRegistry {
     }
 
     pub(crate) fn from_modules(host: Arc<CudaHost>, modules: Vec<Module>) -> Self {
-        let functions = Mutex::new(vec![FunctionTable::new(); modules.len()]);
+        let functions = Mutex::new(vec![FunctionTable::default(); modules.len()]);
         Self {
             inner: Arc::new(RegistryInner {
                 modules,
