@@ -761,6 +761,183 @@ fn warm_up_device(env: &Env) {
     }
 }
 
+/// One case of the paired check: its name, the raw launch and the Atlas launch.
+type PairedCase<'a> = (&'static str, &'a dyn Fn(), Box<dyn Fn() + 'a>);
+
+/// Pairs of batches for the paired check.
+const PAIRS: usize = 400;
+
+/// The paired check: raw and Atlas batches of [`BATCH`] launches alternate (in alternating
+/// order), so both sides of each pair see the same machine state; prints, per kernel and Atlas
+/// path, the median over pairs of Atlas time / raw time. Drift of the machine over seconds, which
+/// moves whole criterion benches by more than the Atlas layer costs, cancels out within a pair.
+fn paired_check(env: &Env) {
+    let launch = sym!(env.cuda, cuLaunchKernel);
+    let set_attribute = sym!(env.cuda, cuFuncSetAttribute);
+    let registry = &env.registry;
+    let stream = registry.raw_stream();
+    let sync = env.syncer();
+    let host_ones = vec![1.0f32; (SUM_CHUNK * SUM_BLOCKS) as usize];
+    let x = ok(
+        DeviceBuffer::from_slice(
+            registry.ctx(),
+            registry.stream(),
+            &host_ones[..SCALE_N as usize],
+        ),
+        "allocating scale's buffer",
+    );
+    let input = ok(
+        DeviceBuffer::from_slice(registry.ctx(), registry.stream(), &host_ones),
+        "allocating block_sum's input",
+    );
+    let output = ok(
+        DeviceBuffer::<f32>::alloc(registry.ctx(), SUM_BLOCKS as usize),
+        "allocating block_sum's output",
+    );
+    let one = LaunchConfig::for_elements(1, 1);
+    let scale_cfg = LaunchConfig::for_elements(SCALE_N, SCALE_BLOCK);
+    let sum_cfg = LaunchConfig {
+        grid: (SUM_BLOCKS, 1, 1),
+        block: (SUM_BLOCK, 1, 1),
+        shared_mem_bytes: SUM_SHARED,
+    };
+    let (noop_raw, scale_raw, sum_raw) = (
+        env.raw_function("noop", c"noop"),
+        env.raw_function("elementwise", c"scale"),
+        env.raw_function("block_reduce", c"block_sum"),
+    );
+    let attribute = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+    // SAFETY: a live function of the current context; 96 KiB is within the H100/H200 opt-in limit.
+    let status = unsafe { set_attribute(sum_raw, attribute, SUM_SHARED as i32) };
+    check(status, "cuFuncSetAttribute");
+    let handle = |module, name| {
+        ok(
+            registry.raw_function_cached(module, name),
+            "raw_function_cached",
+        )
+    };
+    let (noop_h, scale_h, sum_h) = (
+        handle("noop", "noop"),
+        handle("elementwise", "scale"),
+        handle("block_reduce", "block_sum"),
+    );
+    let (mut ptr, mut factor, mut n) = (x.device_ptr(), 1.0f32, SCALE_N);
+    let mut scale_params: [*mut c_void; 3] = [
+        (&raw mut ptr).cast(),
+        (&raw mut factor).cast(),
+        (&raw mut n).cast(),
+    ];
+    let (mut in_ptr, mut out_ptr, mut len, mut chunk) = (
+        input.device_ptr(),
+        output.device_ptr(),
+        SUM_CHUNK * SUM_BLOCKS,
+        SUM_CHUNK,
+    );
+    let mut sum_params: [*mut c_void; 4] = [
+        (&raw mut in_ptr).cast(),
+        (&raw mut out_ptr).cast(),
+        (&raw mut len).cast(),
+        (&raw mut chunk).cast(),
+    ];
+    let (scale_p, sum_p) = (scale_params.as_mut_ptr(), sum_params.as_mut_ptr());
+    // SAFETY: live functions of the current context on the registry's stream, with parameter
+    // arrays matching each kernel whose targets outlive the launchers (also for the two below).
+    let raw_noop = unsafe { raw_launcher(launch, noop_raw, one, stream, null_mut()) };
+    // SAFETY: as above.
+    let raw_scale = unsafe { raw_launcher(launch, scale_raw, scale_cfg, stream, scale_p) };
+    // SAFETY: as above; block_sum was opted in to SUM_SHARED bytes above.
+    let raw_sum = unsafe { raw_launcher(launch, sum_raw, sum_cfg, stream, sum_p) };
+    let atlas_raw = |func, cfg: LaunchConfig, params: *mut *mut c_void, count: usize| {
+        move || {
+            // SAFETY: `params` is null (count 0) or one of the arrays above, which match the kernel
+            // and outlive this closure; the handle and stream are the registry's.
+            let result = unsafe {
+                let params = if count == 0 {
+                    &mut [][..]
+                } else {
+                    std::slice::from_raw_parts_mut(params, count)
+                };
+                registry.launch_on_stream(func, &cfg, stream, params)
+            };
+            ok(result, "launch_on_stream");
+        }
+    };
+    let typed_noop = || {
+        ok(
+            ok(NOOP.get(registry), "get").launch(registry.stream(), &one, ()),
+            "launch",
+        )
+    };
+    let typed_scale = || {
+        let f = ok(SCALE.get(registry), "get");
+        ok(
+            f.launch(registry.stream(), &scale_cfg, (&x, 1.0f32, SCALE_N)),
+            "launch",
+        );
+    };
+    let typed_sum = || {
+        let f = ok(BLOCK_SUM.get(registry), "get");
+        let n = SUM_CHUNK * SUM_BLOCKS;
+        ok(
+            f.launch(registry.stream(), &sum_cfg, (&input, &output, n, SUM_CHUNK)),
+            "launch",
+        );
+    };
+    let cases: [PairedCase<'_>; 6] = [
+        (
+            "noop/atlas_raw",
+            &raw_noop,
+            Box::new(atlas_raw(noop_h, one, null_mut(), 0)),
+        ),
+        ("noop/atlas_typed", &raw_noop, Box::new(typed_noop)),
+        (
+            "scale/atlas_raw",
+            &raw_scale,
+            Box::new(atlas_raw(scale_h, scale_cfg, scale_p, 3)),
+        ),
+        ("scale/atlas_typed", &raw_scale, Box::new(typed_scale)),
+        (
+            "block_sum_96k/atlas_raw",
+            &raw_sum,
+            Box::new(atlas_raw(sum_h, sum_cfg, sum_p, 4)),
+        ),
+        ("block_sum_96k/atlas_typed", &raw_sum, Box::new(typed_sum)),
+    ];
+    let batch = |launch: &dyn Fn()| {
+        sync();
+        let start = Instant::now();
+        for _ in 0..BATCH {
+            launch();
+        }
+        start.elapsed()
+    };
+    for (name, raw, atlas) in &cases {
+        let mut ratios = Vec::with_capacity(PAIRS);
+        let mut raw_times = Vec::with_capacity(PAIRS);
+        for i in 0..PAIRS {
+            let (r, a) = if i % 2 == 0 {
+                let r = batch(*raw);
+                (r, batch(atlas.as_ref()))
+            } else {
+                let a = batch(atlas.as_ref());
+                (batch(*raw), a)
+            };
+            ratios.push(a.as_secs_f64() / r.as_secs_f64());
+            raw_times.push(r.as_secs_f64() / BATCH as f64);
+        }
+        sync();
+        ratios.sort_by(f64::total_cmp);
+        raw_times.sort_by(f64::total_cmp);
+        println!(
+            "paired/{name}: median Atlas/raw {:.4} over {PAIRS} pairs of {BATCH}-launch batches (raw median {:.3} µs per launch; ratio quartiles {:.4}..{:.4})",
+            ratios[PAIRS / 2],
+            raw_times[PAIRS / 2] * 1e6,
+            ratios[PAIRS / 4],
+            ratios[3 * PAIRS / 4],
+        );
+    }
+}
+
 fn main() {
     // Creating the host loads the driver, runs cuInit and retains device 0's primary context:
     // without a driver or a device, say so in one line and stop, successfully.
@@ -786,4 +963,7 @@ fn main() {
     library_load(&mut c);
 
     c.final_summary();
+    if std::env::args().any(|a| a == "--bench") {
+        paired_check(&env);
+    }
 }
