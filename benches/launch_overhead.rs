@@ -281,11 +281,11 @@ fn enqueue(c: &mut Criterion, env: &Env) {
         (&raw mut factor).cast(),
         (&raw mut n).cast(),
     ];
-    // SAFETY: a live function of the current context; `params` points at a CUdeviceptr of a live
-    // buffer of SCALE_N floats, an f32 and a u32, matching scale's parameters, all outliving the
-    // group; the stream is the registry's.
-    let scale_raw_launch =
-        unsafe { raw_launcher(launch, scale_raw, cfg, stream, params.as_mut_ptr()) };
+    let params_ptr = params.as_mut_ptr();
+    // SAFETY: a live function of the current context and the registry's stream; `params` holds a
+    // CUdeviceptr of a live buffer of SCALE_N floats, an f32 and a u32 (scale's parameters), all
+    // outliving the group.
+    let scale_raw_launch = unsafe { raw_launcher(launch, scale_raw, cfg, stream, params_ptr) };
     group.bench_function(BenchmarkId::new("scale", "raw"), |b| {
         b.iter_custom(|iters| time_enqueues(iters, &sync, &scale_raw_launch))
     });

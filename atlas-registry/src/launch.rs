@@ -160,6 +160,15 @@ pub(crate) trait FunctionName {
     fn function_name(&self) -> String;
 }
 
+/// A function Atlas has no entry for (a `RawCudaFunc::from_raw` handle): named by its handle.
+pub(crate) struct UnknownFunction(pub(crate) CUfunction);
+
+impl FunctionName for UnknownFunction {
+    fn function_name(&self) -> String {
+        format!("function {:p}", self.0)
+    }
+}
+
 /// The launch: checks `cfg` against the device, binds the context, makes the shared memory opt-in
 /// when needed, and calls `cuLaunchKernel` once. No allocation unless it fails.
 ///

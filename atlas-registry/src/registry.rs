@@ -15,7 +15,7 @@ use crate::context::CudaContext;
 use crate::error::{AtlasError, NotFoundKind, Result};
 use crate::function::{CudaFunction, FunctionEntry, RawCudaFunc};
 use crate::host::{CudaHost, host};
-use crate::launch::{FunctionName, LaunchConfig, launch_kernel};
+use crate::launch::{FunctionName, LaunchConfig, SharedMemOptIn, UnknownFunction, launch_kernel};
 use crate::memory::{DeviceBuffer, DeviceCopy, dtoh, htod};
 use crate::module::Module;
 use crate::stream::CudaStream;
@@ -320,11 +320,11 @@ impl AtlasRegistry {
             params.as_mut_ptr()
         };
         if func.entry.is_null() {
-            let fresh = FunctionEntry::new(func.raw(), "?", &format!("{:p}", func.raw()));
+            // No entry to remember the opt-in in: a fresh one on the stack, nothing allocated.
+            let opt_in = SharedMemOptIn::default();
+            let name = UnknownFunction(func.raw());
             // SAFETY: the caller's duties 1–3.
-            return unsafe {
-                launch_kernel(host, func.raw(), &fresh.opt_in, &fresh, cfg, stream, params)
-            };
+            return unsafe { launch_kernel(host, func.raw(), &opt_in, &name, cfg, stream, params) };
         }
         // SAFETY: a non-null entry points into this registry's function table (duty 1), whose
         // entries live as long as the registry, which `&self` keeps alive.
