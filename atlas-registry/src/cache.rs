@@ -2,8 +2,8 @@
 //!
 //! A cache is a `static` at the call site that holds only a slot number; the cached handles live in
 //! the registry, in that slot. So a cache asked with registry B can only answer with B's function,
-//! and the answer borrows B: it cannot outlive B's modules. The hit path is two atomic loads and
-//! no lock.
+//! and the answer borrows B: it cannot outlive B's modules. The hit path is three atomic loads (the
+//! slot number, the registry's table, the slot), no lock and no driver call.
 
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
