@@ -633,6 +633,30 @@ proptest! {
         prop_assert_ne!(kind, BlobKind::Fatbin);
     }
 
+    /// Any module name, NULs and control characters included, given twice: refused before the
+    /// driver is involved, naming the module escaped; never a panic.
+    #[test]
+    fn duplicate_names_of_any_shape_are_refused_naming_them(
+        name in any::<String>(),
+        other in any::<String>(),
+    ) {
+        let blob: &[u8] = b".version 9.0\n";
+        for err in [
+            AtlasRegistry::load(0, &[(name.as_str(), blob), (other.as_str(), blob), (name.as_str(), blob)])
+                .unwrap_err(),
+            atlas_registry::AtlasLibrary::load(&[(name.as_str(), blob), (name.as_str(), blob)]).unwrap_err(),
+        ] {
+            let first_duplicate = if other == name { &other } else { &name };
+            match &err {
+                AtlasError::InvalidModule { module, reason } => {
+                    prop_assert_eq!(module, &first_duplicate.escape_debug().to_string());
+                    prop_assert!(reason.contains("twice"), "{}", reason);
+                }
+                _ => prop_assert!(false, "expected InvalidModule, got {}", err),
+            }
+        }
+    }
+
     /// Any launch configuration: the check never panics, and refuses exactly the ones that break
     /// a limit, naming it.
     #[test]
