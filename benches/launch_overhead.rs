@@ -124,21 +124,6 @@ fn time_enqueues(iters: u64, sync: &impl Fn(), mut launch: impl FnMut()) -> Dura
     total
 }
 
-/// `cuLaunchKernel`'s signature.
-type LaunchFn = unsafe extern "C" fn(
-    CUfunction,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    CUstream,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> CUresult;
-
 /// The raw baseline's launch: one checked `cuLaunchKernel` of `func` with `cfg` and `params`.
 ///
 /// # Safety
@@ -146,12 +131,13 @@ type LaunchFn = unsafe extern "C" fn(
 /// `func` is a live function of the current context, `stream` a live stream of it, and `params`
 /// matches the kernel's parameters, its targets outliving the returned closure.
 unsafe fn raw_launcher(
-    launch: LaunchFn,
+    cuda: &'static CudaDriver,
     func: CUfunction,
     cfg: LaunchConfig,
     stream: CUstream,
     params: *mut *mut c_void,
 ) -> impl Fn() {
+    let launch = sym!(cuda, cuLaunchKernel);
     move || {
         let (g, b) = (cfg.grid, cfg.block);
         // SAFETY: raw_launcher's caller vouched for func, stream and params.
@@ -221,7 +207,6 @@ impl Env {
 
 /// Group 1: the host cost of enqueueing one launch (see [`time_enqueues`]).
 fn enqueue(c: &mut Criterion, env: &Env) {
-    let launch = sym!(env.cuda, cuLaunchKernel);
     let registry = &env.registry;
     let stream = registry.raw_stream();
     let sync = env.syncer();
@@ -233,7 +218,7 @@ fn enqueue(c: &mut Criterion, env: &Env) {
     let one = LaunchConfig::for_elements(1, 1);
     // SAFETY: a live function of the current context taking no parameters, on the registry's
     // live stream.
-    let noop_raw_launch = unsafe { raw_launcher(launch, noop_raw, one, stream, null_mut()) };
+    let noop_raw_launch = unsafe { raw_launcher(env.cuda, noop_raw, one, stream, null_mut()) };
     group.bench_function(BenchmarkId::new("noop", "raw"), |b| {
         b.iter_custom(|iters| time_enqueues(iters, &sync, &noop_raw_launch))
     });
@@ -285,7 +270,7 @@ fn enqueue(c: &mut Criterion, env: &Env) {
     // SAFETY: a live function of the current context and the registry's stream; `params` holds a
     // CUdeviceptr of a live buffer of SCALE_N floats, an f32 and a u32 (scale's parameters), all
     // outliving the group.
-    let scale_raw_launch = unsafe { raw_launcher(launch, scale_raw, cfg, stream, params_ptr) };
+    let scale_raw_launch = unsafe { raw_launcher(env.cuda, scale_raw, cfg, stream, params_ptr) };
     group.bench_function(BenchmarkId::new("scale", "raw"), |b| {
         b.iter_custom(|iters| time_enqueues(iters, &sync, &scale_raw_launch))
     });
@@ -421,7 +406,6 @@ fn shared_mem(c: &mut Criterion, env: &Env) {
         );
         return;
     }
-    let launch = sym!(env.cuda, cuLaunchKernel);
     let set_attribute = sym!(env.cuda, cuFuncSetAttribute);
     let stream = registry.raw_stream();
     let sync = env.syncer();
@@ -462,10 +446,10 @@ fn shared_mem(c: &mut Criterion, env: &Env) {
         (&raw mut chunk).cast(),
     ];
     let mut group = c.benchmark_group("shared_mem_96k");
-    // SAFETY: a live function of the current context, opted in to SUM_SHARED bytes; `params`
-    // points at two CUdeviceptrs of live buffers (SUM_BLOCKS × SUM_CHUNK floats in, SUM_BLOCKS out)
-    // and two u32s, matching block_sum's parameters and outliving the group.
-    let sum_raw_launch = unsafe { raw_launcher(launch, sum_raw, cfg, stream, params.as_mut_ptr()) };
+    let params_ptr = params.as_mut_ptr();
+    // SAFETY: a live function of the current context, opted in to SUM_SHARED bytes; `params` holds
+    // two CUdeviceptrs of live buffers and two u32s (block_sum's parameters), outliving the group.
+    let sum_raw_launch = unsafe { raw_launcher(env.cuda, sum_raw, cfg, stream, params_ptr) };
     group.bench_function(BenchmarkId::new("block_sum", "raw"), |b| {
         b.iter_custom(|iters| time_enqueues(iters, &sync, &sum_raw_launch))
     });
@@ -772,7 +756,6 @@ const PAIRS: usize = 400;
 /// path, the median over pairs of Atlas time / raw time. Drift of the machine over seconds, which
 /// moves whole criterion benches by more than the Atlas layer costs, cancels out within a pair.
 fn paired_check(env: &Env) {
-    let launch = sym!(env.cuda, cuLaunchKernel);
     let set_attribute = sym!(env.cuda, cuFuncSetAttribute);
     let registry = &env.registry;
     let stream = registry.raw_stream();
@@ -842,11 +825,11 @@ fn paired_check(env: &Env) {
     let (scale_p, sum_p) = (scale_params.as_mut_ptr(), sum_params.as_mut_ptr());
     // SAFETY: live functions of the current context on the registry's stream, with parameter
     // arrays matching each kernel whose targets outlive the launchers (also for the two below).
-    let raw_noop = unsafe { raw_launcher(launch, noop_raw, one, stream, null_mut()) };
+    let raw_noop = unsafe { raw_launcher(env.cuda, noop_raw, one, stream, null_mut()) };
     // SAFETY: as above.
-    let raw_scale = unsafe { raw_launcher(launch, scale_raw, scale_cfg, stream, scale_p) };
+    let raw_scale = unsafe { raw_launcher(env.cuda, scale_raw, scale_cfg, stream, scale_p) };
     // SAFETY: as above; block_sum was opted in to SUM_SHARED bytes above.
-    let raw_sum = unsafe { raw_launcher(launch, sum_raw, sum_cfg, stream, sum_p) };
+    let raw_sum = unsafe { raw_launcher(env.cuda, sum_raw, sum_cfg, stream, sum_p) };
     let atlas_raw = |func, cfg: LaunchConfig, params: *mut *mut c_void, count: usize| {
         move || {
             // SAFETY: `params` is null (count 0) or one of the arrays above, which match the kernel
