@@ -1,0 +1,223 @@
+//! Groups 5, 6 and 8: loading modules, per call, per model and per device.
+
+use std::hint::black_box;
+use std::ptr::null_mut;
+use std::time::{Duration, Instant};
+
+use atlas_registry::{AtlasLibrary, AtlasRegistry, LaunchConfig, device_count, release};
+use atlas_sys::{CUcontext, CUfunction, CUmodule};
+use criterion::{BenchmarkId, Criterion, SamplingMode};
+
+use crate::{Env, NOOP, PairedCriterion, check, ok, paired, sym};
+
+/// `blob` as the driver takes PTX: NUL-terminated.
+fn nul_terminated(blob: &[u8]) -> Vec<u8> {
+    let mut text = blob.to_vec();
+    if text.last() != Some(&0) {
+        text.push(0);
+    }
+    text
+}
+
+/// Group 5: what the registry replaces. Per call: load the noop PTX, look the kernel up, launch,
+/// wait, unload (`raw_load_per_call`), against Atlas's cached path (`atlas_cached`); and the
+/// worst case, a fresh context per call (`raw_fresh_context`, ~100 ms each: 10 samples).
+pub(crate) fn replaced(c: &mut Criterion, env: &Env) {
+    let cuda = env.cuda;
+    let load = sym!(cuda, cuModuleLoadData);
+    let get_function = sym!(cuda, cuModuleGetFunction);
+    let launch = sym!(cuda, cuLaunchKernel);
+    let sync = sym!(cuda, cuStreamSynchronize);
+    let unload = sym!(cuda, cuModuleUnload);
+    let registry = &env.registry;
+    let stream = registry.raw_stream();
+    let blobs = atlas_kernels::ptx_for_model("demo").expect("the demo model has PTX blobs");
+    let (_, noop_blob) = blobs
+        .iter()
+        .find(|(name, _)| *name == "noop")
+        .expect("the demo model has a noop module");
+    let noop_ptx = nul_terminated(noop_blob);
+    let one = LaunchConfig::for_elements(1, 1);
+
+    // Load, look up, launch and wait in the current context on `stream`, then unload.
+    let load_launch_unload = |stream| {
+        let mut module: CUmodule = null_mut();
+        let mut func: CUfunction = null_mut();
+        // SAFETY: the image is NUL-terminated PTX and outlives the call; every out-pointer is a
+        // live local; the function launched takes no parameters and comes from the module loaded
+        // here, unloaded only after the stream has finished with it; a context is current.
+        unsafe {
+            check(
+                load(&mut module, noop_ptx.as_ptr().cast()),
+                "cuModuleLoadData",
+            );
+            check(
+                get_function(&mut func, module, c"noop".as_ptr()),
+                "cuModuleGetFunction",
+            );
+            check(
+                launch(func, 1, 1, 1, 1, 1, 1, 0, stream, null_mut(), null_mut()),
+                "cuLaunchKernel",
+            );
+            check(sync(stream), "cuStreamSynchronize");
+            check(unload(module), "cuModuleUnload");
+        }
+    };
+
+    let mut group = c.benchmark_group("replaced");
+    group.bench_function(BenchmarkId::new("noop", "raw_load_per_call"), |b| {
+        b.iter(|| load_launch_unload(stream))
+    });
+    group.bench_function(BenchmarkId::new("noop", "atlas_cached"), |b| {
+        b.iter(|| {
+            let noop = ok(NOOP.get(registry), "FunctionCache::get noop");
+            ok(noop.launch(registry.stream(), &one, ()), "launch noop");
+            ok(registry.stream_synchronize(), "stream_synchronize");
+        })
+    });
+
+    match (
+        atlas_sys::entry!(cuda, cuCtxCreate_v2),
+        atlas_sys::entry!(cuda, cuCtxDestroy_v2),
+    ) {
+        (Ok(create), Ok(destroy)) => {
+            let device = registry.ctx().device();
+            group
+                .sample_size(10)
+                .sampling_mode(SamplingMode::Flat)
+                .measurement_time(Duration::from_secs(3));
+            group.bench_function(BenchmarkId::new("noop", "raw_fresh_context"), |b| {
+                b.iter(|| {
+                    let mut ctx: CUcontext = null_mut();
+                    // SAFETY: `ctx` is a live out-pointer and `device` a device of this driver;
+                    // the new context is pushed, current to this thread.
+                    check(unsafe { create(&mut ctx, 0, device) }, "cuCtxCreate_v2");
+                    // The new context's legacy default stream (null).
+                    load_launch_unload(null_mut());
+                    // SAFETY: `ctx` was created above and is destroyed once; being current, it is
+                    // popped, which makes the primary context current again.
+                    check(unsafe { destroy(ctx) }, "cuCtxDestroy_v2");
+                })
+            });
+            // Atlas's thread-local binding cannot see the pushes and pops above: make the primary
+            // context current again, explicitly, and check that it is.
+            ok(registry.ctx().rebind(), "rebinding the primary context");
+            let get_current = sym!(cuda, cuCtxGetCurrent);
+            let mut current: CUcontext = null_mut();
+            // SAFETY: `current` is a live out-pointer.
+            check(unsafe { get_current(&mut current) }, "cuCtxGetCurrent");
+            assert_eq!(
+                current,
+                registry.ctx().raw(),
+                "launch_overhead: the primary context is not current after raw_fresh_context"
+            );
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("launch_overhead: skipping replaced/noop/raw_fresh_context: {e}");
+        }
+    }
+    group.finish();
+}
+
+/// Group 6: loading (and unloading) the whole demo model, PTX and cubin, raw (`cuModuleLoadData`
+/// of each blob) and through Atlas (`AtlasRegistry::load` + `release`): each timed on its own
+/// (`model_load`), and as ratios pair by pair (`model_load_paired`, see [`paired`]).
+pub(crate) fn model_load(c: &mut Criterion, pc: &mut PairedCriterion, env: &Env) {
+    let load = sym!(env.cuda, cuModuleLoadData);
+    let unload = sym!(env.cuda, cuModuleUnload);
+    let ptx = atlas_kernels::ptx_for_model("demo").expect("the demo model has PTX blobs");
+    let cubin = atlas_kernels::cubin_for_model("demo").expect("the demo model has cubins");
+    // The sm_90 cubins load only on sm_90 devices: try once, skip them elsewhere.
+    let cubin_loads = match AtlasRegistry::load(0, cubin) {
+        Ok(probe) => {
+            ok(release(probe), "releasing the demo cubins");
+            true
+        }
+        Err(e) => {
+            eprintln!("launch_overhead: skipping model_load/demo_cubin: {e}");
+            false
+        }
+    };
+    let ptx_images: Vec<Vec<u8>> = ptx.iter().map(|(_, blob)| nul_terminated(blob)).collect();
+    let cubin_images: Vec<Vec<u8>> = cubin.iter().map(|(_, blob)| blob.to_vec()).collect();
+    let mut cases = vec![("demo_ptx", ptx, &ptx_images)];
+    if cubin_loads {
+        cases.push(("demo_cubin", cubin, &cubin_images));
+    }
+
+    let mut group = c.benchmark_group("model_load");
+    for &(name, blobs, images) in &cases {
+        let mut modules: Vec<CUmodule> = Vec::with_capacity(images.len());
+        let mut raw = || {
+            for image in images {
+                let mut module: CUmodule = null_mut();
+                // SAFETY: a NUL-terminated PTX text or a whole cubin, alive during the call;
+                // `module` is a live out-pointer; the primary context is current.
+                check(
+                    unsafe { load(&mut module, image.as_ptr().cast()) },
+                    "cuModuleLoadData",
+                );
+                modules.push(module);
+            }
+            for module in modules.drain(..) {
+                // SAFETY: loaded above, unloaded once.
+                check(unsafe { unload(module) }, "cuModuleUnload");
+            }
+        };
+        let atlas = || {
+            let registry = ok(AtlasRegistry::load(0, blobs), "AtlasRegistry::load");
+            ok(release(registry), "release");
+        };
+        group.bench_function(BenchmarkId::new(name, "raw"), |b| b.iter(&mut raw));
+        group.bench_function(BenchmarkId::new(name, "atlas"), |b| b.iter(atlas));
+        let mut atlas_first = false;
+        let mut paired_group = pc.benchmark_group("model_load_paired");
+        paired_group.sampling_mode(paired::SAMPLING);
+        paired_group.bench_function(BenchmarkId::new(name, "atlas"), |b| {
+            b.iter_custom(|iters| {
+                paired::pairs(iters, &mut atlas_first, || timed(&mut raw), || timed(atlas))
+            })
+        });
+        paired_group.finish();
+    }
+    group.finish();
+}
+
+/// How long one call of `run` takes.
+fn timed(mut run: impl FnMut()) -> Duration {
+    let start = Instant::now();
+    run();
+    start.elapsed()
+}
+
+/// Group 8: loading the demo model for every device: one `AtlasLibrary` load plus a registry per
+/// device, against one `AtlasRegistry::load` per device.
+pub(crate) fn library_load(c: &mut Criterion) {
+    let devices = ok(device_count(), "device_count");
+    let blobs = atlas_kernels::ptx_for_model("demo").expect("the demo model has PTX blobs");
+    let ordinals: Vec<usize> = (0..devices).collect();
+    for &ordinal in &ordinals {
+        ok(atlas_registry::host(ordinal), "creating the device's host");
+    }
+    let mut group = c.benchmark_group(format!("load_all_devices/{devices}_gpus"));
+    group.bench_function("registry_per_device", |b| {
+        b.iter(|| {
+            let registries: Vec<_> = ordinals
+                .iter()
+                .map(|&o| ok(AtlasRegistry::load(o, blobs), "AtlasRegistry::load"))
+                .collect();
+            black_box(&registries);
+        })
+    });
+    group.bench_function("one_library", |b| {
+        b.iter(|| {
+            let library = ok(AtlasLibrary::load(blobs), "AtlasLibrary::load");
+            let registries: Vec<_> = ordinals
+                .iter()
+                .map(|&o| ok(library.registry(o), "AtlasLibrary::registry"))
+                .collect();
+            black_box(&registries);
+        })
+    });
+    group.finish();
+}

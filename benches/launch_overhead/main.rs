@@ -1,0 +1,191 @@
+//! Launch-overhead benches: what the Atlas layer adds to the raw CUDA driver calls it wraps.
+//!
+//! Every group measures a raw-driver baseline (`…/raw`: entry points from `atlas_sys::entry!`,
+//! called directly) next to the Atlas paths, in the same binary and the same run, on the same
+//! primary context and the same stream (the registry's), so that the only difference is the Atlas
+//! layer.
+//!
+//! | group              | benchmark IDs                                                                   |
+//! |--------------------|---------------------------------------------------------------------------------|
+//! | 1, 4 enqueue       | `enqueue/{noop,scale,block_sum_96k}/{raw,atlas_raw,atlas_typed}` (time per launch) |
+//! | 1, 4 paired        | `enqueue_paired/{noop,scale,block_sum_96k}/{atlas_raw,atlas_typed}` (× raw)   |
+//! | 2 round trip       | `roundtrip/noop/{raw,atlas_raw,atlas_typed}`                                    |
+//! | 3 function lookup  | `lookup/scale/{raw,function_cached,raw_function_cached,function_cache_get}`    |
+//! | 5 replaced path    | `replaced/noop/{raw_load_per_call,atlas_cached,raw_fresh_context}`              |
+//! | 6 model load       | `model_load/{demo_ptx,demo_cubin}/{raw,atlas}` (time per load)                  |
+//! | 6 paired           | `model_load_paired/{demo_ptx,demo_cubin}/atlas` (× raw)                         |
+//! | 7 graph replay     | `graph_replay/noop256/{eager,replay}` (per kernel, synchronize included)        |
+//! | 8 load everywhere  | `load_all_devices/{N}_gpus/{registry_per_device,one_library}`                   |
+//!
+//! The `*_paired` groups carry the ratios: each of their iterations runs the raw baseline and the
+//! Atlas path back to back, in alternating order, and criterion reports Atlas time / raw time
+//! (see [`paired`]). Separate benches tens of seconds apart drift by more than the Atlas layer
+//! costs; inside a pair the drift cancels.
+//!
+//! `raw` launches use the registry's stream and a `CUfunction` from `cuModuleGetFunction` on the
+//! registry's own module; `atlas_raw` is [`AtlasRegistry::launch_on_stream`] with a
+//! `raw_function_cached` handle; `atlas_typed` is `FunctionCache::get` + `FunctionRef::launch`, as
+//! a call site in user code writes it.
+//!
+//! Run on a GPU machine with `taskset -c 2 cargo bench --bench launch_overhead` (about three
+//! minutes; pinning keeps the scheduler from moving the bench between cores). Without `--bench`
+//! (as `cargo test --benches` runs it) criterion runs each bench once, as a smoke test. Without a
+//! driver or a device the binary prints one line saying so and exits 0.
+
+mod graph;
+mod launches;
+mod loads;
+mod lookup;
+mod paired;
+
+use std::ffi::CStr;
+use std::ptr::null_mut;
+use std::time::{Duration, Instant};
+
+use atlas_registry::{AtlasError, AtlasRegistry, FunctionCache, LaunchConfig, cuda_error_text};
+use atlas_sys::{CUfunction, CUresult, CudaDriver};
+use criterion::Criterion;
+
+use crate::paired::PairedRatio;
+
+/// The typed path's call sites: one static cache each, as user code declares them.
+static NOOP: FunctionCache = FunctionCache::new("noop", "noop");
+
+/// `sym!(cuda, cuName)`: the entry point as a plain function pointer, or a panic naming it (setup
+/// only, never in a timed loop).
+macro_rules! sym {
+    ($cuda:expr, $name:ident) => {
+        atlas_sys::entry!($cuda, $name).unwrap_or_else(|e| panic!("launch_overhead setup: {e}"))
+    };
+}
+pub(crate) use sym;
+
+/// Panics naming `call` unless `status` is success. Inlined into the timed loops: the raw
+/// baseline checks every status, as the Atlas paths do.
+#[inline(always)]
+fn check(status: CUresult, call: &str) {
+    if status != CUresult::CUDA_SUCCESS {
+        driver_failed(status, call);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn driver_failed(status: CUresult, call: &str) -> ! {
+    panic!(
+        "launch_overhead: {call} failed: {}",
+        cuda_error_text(status.0)
+    )
+}
+
+/// The value of an Atlas call, or a panic naming what was being done.
+#[inline(always)]
+fn ok<T>(result: Result<T, AtlasError>, what: &str) -> T {
+    match result {
+        Ok(value) => value,
+        Err(e) => atlas_failed(what, &e),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn atlas_failed(what: &str, e: &AtlasError) -> ! {
+    panic!("launch_overhead: {what}: {e}")
+}
+
+/// What every group shares: the demo model loaded once from PTX, and the driver table.
+struct Env {
+    registry: AtlasRegistry,
+    cuda: &'static CudaDriver,
+}
+
+impl Env {
+    fn new() -> Self {
+        let ptx = atlas_kernels::ptx_for_model("demo").expect("the demo model has PTX blobs");
+        let registry = ok(
+            AtlasRegistry::load(0, ptx),
+            "loading the demo PTX on device 0",
+        );
+        let cuda = atlas_sys::driver().unwrap_or_else(|e| panic!("launch_overhead setup: {e}"));
+        // The raw calls below use the primary context that Atlas holds: make it current here.
+        ok(registry.ctx().bind(), "binding the primary context");
+        Self { registry, cuda }
+    }
+
+    /// `cuModuleGetFunction(module, name)`, checked: the raw baseline's own lookup, in the
+    /// registry's module (the same module, not a second load).
+    fn raw_function(&self, module: &str, name: &CStr) -> CUfunction {
+        let get_function = sym!(self.cuda, cuModuleGetFunction);
+        let module = ok(self.registry.raw_module(module), "raw_module");
+        let mut func: CUfunction = null_mut();
+        // SAFETY: `module` is loaded while the registry lives, `name` is NUL-terminated, `func` is a
+        // live out-pointer, and the module's context is current (Env::new bound it).
+        check(
+            unsafe { get_function(&mut func, module, name.as_ptr()) },
+            "cuModuleGetFunction",
+        );
+        func
+    }
+
+    /// Synchronizes the registry's stream with the raw entry point (used outside timed regions).
+    fn syncer(&self) -> impl Fn() + use<> {
+        let sync = sym!(self.cuda, cuStreamSynchronize);
+        let stream = self.registry.raw_stream();
+        move || {
+            // SAFETY: the registry's stream lives for the process (its host is process-wide).
+            check(unsafe { sync(stream) }, "cuStreamSynchronize");
+        }
+    }
+}
+
+/// Launches per batch in the enqueue benches and the warm-up.
+const BATCH: u64 = 256;
+
+/// Keeps the GPU busy with launches for two seconds, so that its clocks have ramped up before the
+/// first measurement (raw baselines run first in each group, and would otherwise pay for it).
+fn warm_up_device(env: &Env) {
+    let registry = &env.registry;
+    let noop = ok(NOOP.get(registry), "FunctionCache::get noop");
+    let one = LaunchConfig::for_elements(1, 1);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(2) {
+        for _ in 0..BATCH {
+            ok(noop.launch(registry.stream(), &one, ()), "warm-up launch");
+        }
+        ok(registry.stream_synchronize(), "warm-up synchronize");
+    }
+}
+
+fn main() {
+    // Creating the host loads the driver, runs cuInit and retains device 0's primary context:
+    // without a driver or a device, say so in one line and stop, successfully.
+    if let Err(e) = atlas_registry::host(0) {
+        let reason = e.to_string().replace('\n', " ");
+        println!("launch_overhead: no CUDA device: {reason}");
+        return;
+    }
+    let env = Env::new();
+    warm_up_device(&env);
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(2))
+        .measurement_time(Duration::from_secs(4))
+        .configure_from_args();
+    let mut paired = paired::criterion().configure_from_args();
+
+    let inputs = launches::Inputs::new(&env);
+    let mut cases = launches::cases(&env, &inputs);
+    launches::enqueue(&mut c, &env, &mut cases);
+    launches::enqueue_paired(&mut paired, &env, &mut cases);
+    launches::roundtrip(&mut c, &env, &mut cases);
+    lookup::lookup(&mut c, &env);
+    loads::replaced(&mut c, &env);
+    loads::model_load(&mut c, &mut paired, &env);
+    graph::graph_replay(&mut c, &env);
+    loads::library_load(&mut c);
+
+    c.final_summary();
+    paired.final_summary();
+}
+
+/// A [`Criterion`] whose benches report ratios (see [`paired`]).
+type PairedCriterion = Criterion<PairedRatio>;

@@ -1,0 +1,107 @@
+//! Paired benches: criterion measuring Atlas time / raw time, pair by pair.
+//!
+//! One iteration of a paired bench runs the raw baseline once and the Atlas path once, back to
+//! back, and its value is the ratio of the two times; the order alternates from one iteration to
+//! the next, so neither side always runs first. Criterion then reports, as for any bench, the
+//! mean and median over its samples of the per-iteration value: here the mean ratio of the
+//! sample's pairs. Both sides of a pair see the same machine state, so drift over seconds (clocks,
+//! other tenants, the scheduler), which moves whole benches by more than the Atlas layer costs,
+//! cancels out.
+
+use std::time::Duration;
+
+use criterion::measurement::{Measurement, ValueFormatter};
+use criterion::{Criterion, SamplingMode, Throughput};
+
+use crate::PairedCriterion;
+
+/// The measurement of a paired bench: a ratio, produced only by `iter_custom` through [`pairs`].
+pub(crate) struct PairedRatio;
+
+impl Measurement for PairedRatio {
+    type Intermediate = ();
+    type Value = f64;
+
+    fn start(&self) {
+        unreachable!("a paired bench is measured with iter_custom and paired::pairs")
+    }
+
+    fn end(&self, _: ()) -> f64 {
+        unreachable!("a paired bench is measured with iter_custom and paired::pairs")
+    }
+
+    fn add(&self, a: &f64, b: &f64) -> f64 {
+        a + b
+    }
+
+    fn zero(&self) -> f64 {
+        0.0
+    }
+
+    fn to_f64(&self, value: &f64) -> f64 {
+        *value
+    }
+
+    fn formatter(&self) -> &dyn ValueFormatter {
+        &RatioFormatter
+    }
+}
+
+/// Shows a ratio as it is, with the unit `× raw`.
+struct RatioFormatter;
+
+impl ValueFormatter for RatioFormatter {
+    fn scale_values(&self, _typical: f64, _values: &mut [f64]) -> &'static str {
+        "× raw"
+    }
+
+    fn scale_throughputs(
+        &self,
+        _typical: f64,
+        _: &Throughput,
+        _values: &mut [f64],
+    ) -> &'static str {
+        "× raw"
+    }
+
+    fn scale_for_machines(&self, _values: &mut [f64]) -> &'static str {
+        "ratio"
+    }
+}
+
+/// The criterion of the paired groups: 30 samples of equal size (an iteration is two whole runs,
+/// milliseconds for a batch of launches), a second of warm-up, five of measurement.
+pub(crate) fn criterion() -> PairedCriterion {
+    Criterion::default()
+        .with_measurement(PairedRatio)
+        .sample_size(30)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(5))
+}
+
+/// The sampling mode the paired groups use: every sample the same number of pairs.
+pub(crate) const SAMPLING: SamplingMode = SamplingMode::Flat;
+
+/// Runs `iters` pairs of `raw` and `atlas`, each returning the time it measured, alternating which
+/// goes first (`atlas_first` carries the order over from one call to the next); returns the sum of
+/// the ratios Atlas / raw.
+pub(crate) fn pairs(
+    iters: u64,
+    atlas_first: &mut bool,
+    mut raw: impl FnMut() -> Duration,
+    mut atlas: impl FnMut() -> Duration,
+) -> f64 {
+    let mut sum = 0.0;
+    for _ in 0..iters {
+        let (r, a) = if *atlas_first {
+            let a = atlas();
+            (raw(), a)
+        } else {
+            let r = raw();
+            (r, atlas())
+        };
+        *atlas_first = !*atlas_first;
+        sum += a.as_secs_f64() / r.as_secs_f64();
+    }
+    sum
+}
