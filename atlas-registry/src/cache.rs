@@ -5,14 +5,14 @@
 //! and the answer borrows B: it cannot outlive B's modules. The hit path is three atomic loads (the
 //! slot number, the registry's table, the slot), no lock and no driver call.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
 
 use crate::error::Result;
 use crate::function::{FunctionEntry, FunctionRef};
 use crate::registry::AtlasRegistry;
 
-/// Call sites with a slot in every registry; more are served from the registry's locked cache.
+/// Call sites with a slot in every registry; more are served from the registry's function table.
 const CALL_SITES: usize = 4096;
 
 /// A registry's cached functions, one slot per call site: a pointer to the registry's own entry
@@ -33,16 +33,16 @@ impl CallSiteTable {
     }
 
     /// Records `entry` for `slot`, unless the slot is past the table (that call site then keeps
-    /// taking the registry's locked path). `entry` must be held by the registry's function table,
+    /// taking the registry's function table). `entry` must be held by the registry's function table,
     /// so that it lives as long as the registry.
-    fn set(&self, slot: usize, entry: &Arc<FunctionEntry>) {
+    fn set(&self, slot: usize, entry: &FunctionEntry) {
         let slots = self.slots.get_or_init(|| {
             (0..CALL_SITES)
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect()
         });
         if let Some(cell) = slots.get(slot) {
-            cell.store(Arc::as_ptr(entry).cast_mut(), Ordering::Release);
+            cell.store(std::ptr::from_ref(entry).cast_mut(), Ordering::Release);
         }
     }
 }
@@ -97,10 +97,7 @@ impl FunctionCache {
     #[cold]
     fn fill<'r>(&self, registry: &'r AtlasRegistry) -> Result<FunctionRef<'r>> {
         let entry = registry.cached_entry(self.module, self.function)?;
-        registry.inner.call_sites.set(self.slot(), &entry);
-        // SAFETY: `cached_entry` keeps this Arc in the registry's function table, from which entries
-        // are never removed while the registry lives; `'r` borrows the registry.
-        let entry = unsafe { &*Arc::as_ptr(&entry) };
+        registry.inner.call_sites.set(self.slot(), entry);
         Ok(FunctionRef {
             host: &registry.inner.host,
             entry,

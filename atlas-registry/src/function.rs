@@ -24,6 +24,8 @@ pub(crate) struct FunctionEntry {
     pub(crate) raw: CUfunction,
     /// `module::function`.
     pub(crate) name: String,
+    /// Where `name`'s module part ends (module names may contain `::` themselves).
+    module_len: usize,
     pub(crate) opt_in: SharedMemOptIn,
     /// The parameter sizes from `cuFuncGetParamInfo`, or `None` when the driver lacks it.
     params: OnceLock<Option<Box<[usize]>>>,
@@ -45,9 +47,25 @@ impl FunctionEntry {
         Self {
             raw,
             name: format!("{module}::{function}"),
+            module_len: module.len(),
             opt_in: SharedMemOptIn::default(),
             params: OnceLock::new(),
         }
+    }
+
+    /// The module and function names.
+    pub(crate) fn parts(&self) -> (&str, &str) {
+        let (module, rest) = self.name.split_at(self.module_len);
+        (module, &rest[2..])
+    }
+
+    /// Whether this is `module::function`.
+    #[inline]
+    pub(crate) fn is(&self, module: &str, function: &str) -> bool {
+        self.module_len == module.len()
+            && self.name.len() == module.len() + 2 + function.len()
+            && self.name.as_bytes().starts_with(module.as_bytes())
+            && self.name.as_bytes().ends_with(function.as_bytes())
     }
 
     /// The kernel's parameter sizes in bytes, read once with `cuFuncGetParamInfo` (CUDA 12.4+);

@@ -94,6 +94,7 @@ mod context;
 mod driver;
 mod error;
 mod function;
+mod function_table;
 mod graph;
 mod host;
 mod launch;

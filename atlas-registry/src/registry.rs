@@ -1,11 +1,9 @@
 //! [`AtlasRegistry`]: one model's loaded modules, its function handles and caches, and
 //! [`release`].
 
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use atlas_sys::{CUdeviceptr, CUstream};
 
@@ -14,6 +12,7 @@ use crate::cache::CallSiteTable;
 use crate::context::CudaContext;
 use crate::error::{AtlasError, NotFoundKind, Result};
 use crate::function::{CudaFunction, FunctionEntry, RawCudaFunc};
+use crate::function_table::FunctionTable;
 use crate::host::{CudaHost, host};
 use crate::launch::{FunctionName, LaunchConfig, SharedMemOptIn, UnknownFunction, launch_kernel};
 use crate::memory::{DeviceBuffer, DeviceCopy, dtoh, htod};
@@ -23,35 +22,11 @@ use crate::stream::CudaStream;
 /// The shared state behind an [`AtlasRegistry`] and the [`CudaFunction`]s handed out from it.
 pub(crate) struct RegistryInner {
     modules: Vec<Module>,
-    /// Per module (same index as `modules`): the functions looked up so far. Entries are never
-    /// removed while the registry lives, so pointers to them stay valid that long.
-    functions: Mutex<Vec<FunctionTable>>,
+    /// The functions looked up so far. Entries are never removed while the registry lives, so
+    /// pointers to them stay valid that long.
+    functions: FunctionTable,
     pub(crate) call_sites: CallSiteTable,
     pub(crate) host: Arc<CudaHost>,
-}
-
-/// One module's looked-up functions, by name.
-type FunctionTable = HashMap<Box<str>, Arc<FunctionEntry>, BuildHasherDefault<NameHasher>>;
-
-/// FNV-1a: kernel names are short and not attacker-chosen, so a simple hash beats SipHash here.
-struct NameHasher(u64);
-
-impl Default for NameHasher {
-    fn default() -> Self {
-        Self(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Hasher for NameHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
 }
 
 /// One model's set of loaded modules on one device, with its function handles and caches.
@@ -107,11 +82,10 @@ impl AtlasRegistry {
     }
 
     pub(crate) fn from_modules(host: Arc<CudaHost>, modules: Vec<Module>) -> Self {
-        let functions = Mutex::new(vec![FunctionTable::default(); modules.len()]);
         Self {
             inner: Arc::new(RegistryInner {
                 modules,
-                functions,
+                functions: FunctionTable::default(),
                 call_sites: CallSiteTable::default(),
                 host,
             }),
@@ -183,11 +157,11 @@ impl AtlasRegistry {
     /// The returned handle keeps the registry's modules loaded while it lives.
     #[doc(alias = "cuModuleGetFunction")]
     pub fn function(&self, module: &str, function: &str) -> Result<CudaFunction> {
-        let (index, m) = self.module(module)?;
-        let raw = m.function(function)?;
-        let entry = self.insert_entry(index, function, || {
-            FunctionEntry::new(raw, module, function)
-        });
+        let raw = self.module(module)?.1.function(function)?;
+        let entry =
+            FunctionTable::arc_of(self.inner.functions.get_or_insert(module, function, || {
+                FunctionEntry::new(raw, module, function)
+            }));
         Ok(CudaFunction {
             registry: Arc::clone(&self.inner),
             entry,
@@ -195,9 +169,9 @@ impl AtlasRegistry {
     }
 
     /// As [`function`](Self::function), looked up once per registry and then served from its cache
-    /// (a lock and a hash lookup). For the hot path, see [`FunctionCache`](crate::FunctionCache).
+    /// (a hash lookup, no lock). For the hot path, see [`FunctionCache`](crate::FunctionCache).
     pub fn function_cached(&self, module: &str, function: &str) -> Result<CudaFunction> {
-        let entry = self.cached_entry(module, function)?;
+        let entry = FunctionTable::arc_of(self.cached_entry(module, function)?);
         Ok(CudaFunction {
             registry: Arc::clone(&self.inner),
             entry,
@@ -208,42 +182,24 @@ impl AtlasRegistry {
     /// Valid while this registry lives.
     pub fn raw_function_cached(&self, module: &str, function: &str) -> Result<RawCudaFunc> {
         self.cached_entry(module, function)
-            .map(|entry| RawCudaFunc::from_entry(&entry))
+            .map(RawCudaFunc::from_entry)
     }
 
     /// The registry's entry for `module::function`, looking it up in the module on first use.
-    pub(crate) fn cached_entry(&self, module: &str, function: &str) -> Result<Arc<FunctionEntry>> {
-        let (index, m) = self.module(module)?;
-        if let Some(entry) = self.lock_functions()[index].get(function) {
-            return Ok(Arc::clone(entry));
+    #[inline]
+    pub(crate) fn cached_entry(&self, module: &str, function: &str) -> Result<&FunctionEntry> {
+        match self.inner.functions.get(module, function) {
+            Some(entry) => Ok(entry),
+            None => self.look_up_entry(module, function),
         }
-        let raw = m.function(function)?;
-        Ok(self.insert_entry(index, function, || {
+    }
+
+    #[cold]
+    fn look_up_entry(&self, module: &str, function: &str) -> Result<&FunctionEntry> {
+        let raw = self.module(module)?.1.function(function)?;
+        Ok(self.inner.functions.get_or_insert(module, function, || {
             FunctionEntry::new(raw, module, function)
         }))
-    }
-
-    fn insert_entry(
-        &self,
-        module: usize,
-        function: &str,
-        make: impl FnOnce() -> FunctionEntry,
-    ) -> Arc<FunctionEntry> {
-        let mut functions = self.lock_functions();
-        let table = &mut functions[module];
-        if let Some(existing) = table.get(function) {
-            return Arc::clone(existing);
-        }
-        let entry = Arc::new(make());
-        table.insert(function.into(), Arc::clone(&entry));
-        entry
-    }
-
-    fn lock_functions(&self) -> std::sync::MutexGuard<'_, Vec<FunctionTable>> {
-        self.inner
-            .functions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The address and size of the `__device__` variable `symbol` of `module`

@@ -1,0 +1,246 @@
+//! [`FunctionTable`]: a registry's looked-up functions by `module::function`, read without a lock.
+//!
+//! Entries are added under a mutex and never removed while the table lives. Readers find them
+//! through an open-addressing index of atomic pointers, at most half full: a hash, a few atomic
+//! loads and one name comparison. When the index would pass half full, a twice larger one replaces
+//! it; the old one is kept until the table goes, since a reader may still be probing it.
+
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::function::FunctionEntry;
+
+/// Slots of the first index.
+const FIRST_CAPACITY: usize = 64;
+
+/// Hash slots; a slot is null until it holds an entry, and then holds it for the index's life.
+struct Index {
+    slots: Box<[AtomicPtr<FunctionEntry>]>,
+}
+
+impl Index {
+    /// An index of `capacity` (a power of two) slots holding `entries`.
+    fn with(capacity: usize, entries: &[Arc<FunctionEntry>]) -> Box<Self> {
+        let index = Box::new(Self {
+            slots: (0..capacity)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
+        });
+        for entry in entries {
+            index.insert(entry);
+        }
+        index
+    }
+
+    fn mask(&self) -> usize {
+        self.slots.len() - 1
+    }
+
+    fn find(&self, module: &str, function: &str) -> Option<&FunctionEntry> {
+        let mask = self.mask();
+        let mut i = hash(module, function) & mask;
+        loop {
+            let entry = self.slots[i].load(Ordering::Acquire);
+            // SAFETY: a non-null slot points at an entry that the table owns (`insert`'s contract)
+            // and never drops before itself; the index is borrowed from the table.
+            let entry = unsafe { entry.as_ref() }?;
+            if entry.is(module, function) {
+                return Some(entry);
+            }
+            // At most half the slots are taken, so the probe meets a null slot.
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Puts `entry` in the first free slot of its probe sequence. Only under the table's lock, with
+    /// `entry` owned by the table; the index must have a free slot.
+    fn insert(&self, entry: &Arc<FunctionEntry>) {
+        let mask = self.mask();
+        let (module, function) = entry.parts();
+        let mut i = hash(module, function) & mask;
+        while !self.slots[i].load(Ordering::Relaxed).is_null() {
+            i = (i + 1) & mask;
+        }
+        self.slots[i].store(Arc::as_ptr(entry).cast_mut(), Ordering::Release);
+    }
+}
+
+/// What the table's lock guards: the entries, and every index made (the last is the current one).
+#[derive(Default)]
+struct Owned {
+    entries: Vec<Arc<FunctionEntry>>,
+    #[allow(
+        clippy::vec_box,
+        reason = "`current` points at an index: each must keep its address as the Vec grows"
+    )]
+    indexes: Vec<Box<Index>>,
+}
+
+/// A registry's functions, looked up once each (see the module docs).
+#[derive(Default)]
+pub(crate) struct FunctionTable {
+    /// The current index, or null before the first entry. Points into `owned.indexes`.
+    current: AtomicPtr<Index>,
+    owned: Mutex<Owned>,
+}
+
+impl FunctionTable {
+    /// The entry for `module::function`, if there is one; no lock.
+    #[inline]
+    pub(crate) fn get(&self, module: &str, function: &str) -> Option<&FunctionEntry> {
+        let index = self.current.load(Ordering::Acquire);
+        // SAFETY: a non-null `current` points at an index in `owned.indexes`, which keeps every
+        // index until the table is dropped, and `&self` borrows the table.
+        unsafe { index.as_ref() }?.find(module, function)
+    }
+
+    /// The entry for `module::function`: the one already there, or the one `make` builds, added.
+    pub(crate) fn get_or_insert(
+        &self,
+        module: &str,
+        function: &str,
+        make: impl FnOnce() -> FunctionEntry,
+    ) -> &FunctionEntry {
+        let mut owned = self.owned.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(existing) = self.get(module, function) {
+            return existing;
+        }
+        let entry = Arc::new(make());
+        owned.entries.push(Arc::clone(&entry));
+        let capacity = owned.indexes.last().map_or(0, |index| index.slots.len());
+        if owned.entries.len() * 2 > capacity {
+            let grown = Index::with((capacity * 2).max(FIRST_CAPACITY), &owned.entries);
+            self.current
+                .store(std::ptr::from_ref(&*grown).cast_mut(), Ordering::Release);
+            owned.indexes.push(grown);
+        } else if let Some(index) = owned.indexes.last() {
+            index.insert(&entry);
+        }
+        // SAFETY: the entry is owned by `owned.entries`, from which nothing is removed while the
+        // table lives; `&self` borrows the table.
+        unsafe { &*Arc::as_ptr(&entry) }
+    }
+
+    /// The table's own `Arc` of an entry it returned, for handles that keep it alive themselves.
+    pub(crate) fn arc_of(entry: &FunctionEntry) -> Arc<FunctionEntry> {
+        let ptr = std::ptr::from_ref(entry);
+        // SAFETY: every entry the table hands out was allocated by `Arc::new` and is held by
+        // `owned.entries`, so the count is at least one; adding one for the new `Arc` keeps it
+        // balanced when that `Arc` drops.
+        unsafe {
+            Arc::increment_strong_count(ptr);
+            Arc::from_raw(ptr)
+        }
+    }
+}
+
+/// A fast hash of `module` and `function`, eight bytes at a time. Kernel names are short and not
+/// chosen by an adversary, so flooding resistance buys nothing here.
+#[inline]
+fn hash(module: &str, function: &str) -> usize {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = (module.len() as u64) << 32 | function.len() as u64;
+    for part in [module.as_bytes(), function.as_bytes()] {
+        let mut chunks = part.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            h = (h.rotate_left(23) ^ u64::from_le_bytes(word)).wrapping_mul(K);
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            h = (h.rotate_left(23) ^ u64::from_le_bytes(word)).wrapping_mul(K);
+        }
+    }
+    (h ^ (h >> 29)) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(module: &str, function: &str) -> FunctionEntry {
+        FunctionEntry::new(std::ptr::null_mut(), module, function)
+    }
+
+    #[test]
+    fn finds_every_entry_through_growth() {
+        let table = FunctionTable::default();
+        assert!(table.get("m", "f0").is_none());
+        let names: Vec<String> = (0..500).map(|i| format!("kernel_{i}")).collect();
+        for (i, name) in names.iter().enumerate() {
+            let module = if i % 2 == 0 { "even" } else { "odd" };
+            let added = table.get_or_insert(module, name, || entry(module, name));
+            assert_eq!(added.name, format!("{module}::{name}"));
+            let again = table.get_or_insert(module, name, || unreachable!("already there"));
+            assert!(std::ptr::eq(added, again));
+        }
+        for (i, name) in names.iter().enumerate() {
+            let (module, other) = if i % 2 == 0 {
+                ("even", "odd")
+            } else {
+                ("odd", "even")
+            };
+            let found = table.get(module, name).expect("inserted above");
+            assert_eq!(found.name, format!("{module}::{name}"));
+            assert!(table.get(other, name).is_none());
+        }
+    }
+
+    #[test]
+    fn threads_adding_the_same_names_share_one_entry_each() {
+        let table = FunctionTable::default();
+        let names: Vec<String> = (0..300).map(|i| format!("k{i}")).collect();
+        let seen: Vec<Vec<usize>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..8)
+                .map(|t| {
+                    let (table, names) = (&table, &names);
+                    scope.spawn(move || {
+                        // Each thread walks the names from a different start, reading as it adds.
+                        (0..names.len())
+                            .map(|i| {
+                                let name = &names[(i + t * 37) % names.len()];
+                                let entry = table.get_or_insert("m", name, || entry("m", name));
+                                assert!(table.get("m", name).is_some());
+                                std::ptr::from_ref(entry) as usize
+                            })
+                            .collect()
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        for (t, addresses) in seen.iter().enumerate() {
+            for (i, &address) in addresses.iter().enumerate() {
+                let name = &names[(i + t * 37) % names.len()];
+                let entry = table.get("m", name).expect("added");
+                assert_eq!(std::ptr::from_ref(entry) as usize, address, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn module_and_function_do_not_run_together() {
+        let table = FunctionTable::default();
+        table.get_or_insert("a::b", "c", || entry("a::b", "c"));
+        assert!(table.get("a", "b::c").is_none());
+        assert!(table.get("a::b", "c").is_some());
+        table.get_or_insert("a", "b::c", || entry("a", "b::c"));
+        assert!(!std::ptr::eq(
+            table.get("a", "b::c").unwrap(),
+            table.get("a::b", "c").unwrap()
+        ));
+    }
+
+    #[test]
+    fn arc_of_keeps_the_entry_alive_with_the_table() {
+        let table = FunctionTable::default();
+        let entry = FunctionTable::arc_of(table.get_or_insert("m", "f", || entry("m", "f")));
+        assert_eq!(Arc::strong_count(&entry), 2);
+        drop(table);
+        assert_eq!(Arc::strong_count(&entry), 1);
+        assert_eq!(entry.name, "m::f");
+    }
+}
