@@ -23,6 +23,17 @@ macro_rules! blob {
     };
 }
 
+/// PTX text, embedded with a NUL at the end, as the driver takes it (so loading copies nothing).
+macro_rules! ptx {
+    ($file:literal) => {
+        concat!(
+            include_str!(concat!(env!("ATLAS_KERNEL_DIR"), "/", $file)),
+            "\0"
+        )
+        .as_bytes()
+    };
+}
+
 /// The elementwise module (`scale`, `axpy`) as a fatbin: sm_90 SASS and compute_90 PTX.
 pub const ELEMENTWISE_FATBIN: &[u8] = blob!("elementwise.fatbin");
 
@@ -34,10 +45,10 @@ const TABLE: &[(&str, Blobs, Blobs)] = &[
     (
         "demo",
         &[
-            ("noop", blob!("noop.ptx")),
-            ("elementwise", blob!("elementwise.ptx")),
-            ("block_reduce", blob!("block_reduce.ptx")),
-            ("device_global", blob!("device_global.ptx")),
+            ("noop", ptx!("noop.ptx")),
+            ("elementwise", ptx!("elementwise.ptx")),
+            ("block_reduce", ptx!("block_reduce.ptx")),
+            ("device_global", ptx!("device_global.ptx")),
         ],
         &[
             ("noop", blob!("noop.sm_90.cubin")),
@@ -48,22 +59,23 @@ const TABLE: &[(&str, Blobs, Blobs)] = &[
     ),
     (
         "model_a",
-        &[("model", blob!("model_a.ptx"))],
+        &[("model", ptx!("model_a.ptx"))],
         &[("model", blob!("model_a.sm_90.cubin"))],
     ),
     (
         "model_b",
-        &[("model", blob!("model_b.ptx"))],
+        &[("model", ptx!("model_b.ptx"))],
         &[("model", blob!("model_b.sm_90.cubin"))],
     ),
     (
         "faults",
-        &[("faults", blob!("faults.ptx"))],
+        &[("faults", ptx!("faults.ptx"))],
         &[("faults", blob!("faults.sm_90.cubin"))],
     ),
 ];
 
-/// The PTX modules of `model`, as `(module name, PTX text)` pairs; `None` for an unknown model.
+/// The PTX modules of `model`, as `(module name, PTX text)` pairs, each text ending in a NUL;
+/// `None` for an unknown model.
 pub fn ptx_for_model(model: &str) -> Option<Blobs> {
     TABLE
         .iter()

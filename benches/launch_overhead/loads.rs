@@ -10,13 +10,18 @@ use criterion::{BenchmarkId, Criterion, SamplingMode};
 
 use crate::{Env, NOOP, PairedCriterion, check, ok, paired, sym};
 
-/// `blob` as the driver takes PTX: NUL-terminated.
-fn nul_terminated(blob: &[u8]) -> Vec<u8> {
-    let mut text = blob.to_vec();
-    if text.last() != Some(&0) {
-        text.push(0);
+/// The demo model's PTX, checked to end in a NUL as the driver takes it (`atlas-kernels` embeds
+/// it so), so that the raw loads can hand it over as it is.
+fn demo_ptx() -> atlas_kernels::Blobs {
+    let blobs = atlas_kernels::ptx_for_model("demo").expect("the demo model has PTX blobs");
+    for (name, blob) in blobs {
+        assert_eq!(
+            blob.last(),
+            Some(&0),
+            "launch_overhead: {name}'s PTX is not NUL-terminated"
+        );
     }
-    text
+    blobs
 }
 
 /// Group 5: what the registry replaces. Per call: load the noop PTX, look the kernel up, launch,
@@ -31,12 +36,10 @@ pub(crate) fn replaced(c: &mut Criterion, env: &Env) {
     let unload = sym!(cuda, cuModuleUnload);
     let registry = &env.registry;
     let stream = registry.raw_stream();
-    let blobs = atlas_kernels::ptx_for_model("demo").expect("the demo model has PTX blobs");
-    let (_, noop_blob) = blobs
+    let (_, noop_ptx) = demo_ptx()
         .iter()
         .find(|(name, _)| *name == "noop")
         .expect("the demo model has a noop module");
-    let noop_ptx = nul_terminated(noop_blob);
     let one = LaunchConfig::for_elements(1, 1);
 
     // Load, look up, launch and wait in the current context on `stream`, then unload.
@@ -125,7 +128,7 @@ pub(crate) fn replaced(c: &mut Criterion, env: &Env) {
 pub(crate) fn model_load(c: &mut Criterion, pc: &mut PairedCriterion, env: &Env) {
     let load = sym!(env.cuda, cuModuleLoadData);
     let unload = sym!(env.cuda, cuModuleUnload);
-    let ptx = atlas_kernels::ptx_for_model("demo").expect("the demo model has PTX blobs");
+    let ptx = demo_ptx();
     let cubin = atlas_kernels::cubin_for_model("demo").expect("the demo model has cubins");
     // The sm_90 cubins load only on sm_90 devices: try once, skip them elsewhere.
     let cubin_loads = match AtlasRegistry::load(0, cubin) {
@@ -138,18 +141,16 @@ pub(crate) fn model_load(c: &mut Criterion, pc: &mut PairedCriterion, env: &Env)
             false
         }
     };
-    let ptx_images: Vec<Vec<u8>> = ptx.iter().map(|(_, blob)| nul_terminated(blob)).collect();
-    let cubin_images: Vec<Vec<u8>> = cubin.iter().map(|(_, blob)| blob.to_vec()).collect();
-    let mut cases = vec![("demo_ptx", ptx, &ptx_images)];
+    let mut cases = vec![("demo_ptx", ptx)];
     if cubin_loads {
-        cases.push(("demo_cubin", cubin, &cubin_images));
+        cases.push(("demo_cubin", cubin));
     }
 
     let mut group = c.benchmark_group("model_load");
-    for &(name, blobs, images) in &cases {
-        let mut modules: Vec<CUmodule> = Vec::with_capacity(images.len());
+    for &(name, blobs) in &cases {
+        let mut modules: Vec<CUmodule> = Vec::with_capacity(blobs.len());
         let mut raw = || {
-            for image in images {
+            for (_, image) in blobs {
                 let mut module: CUmodule = null_mut();
                 // SAFETY: a NUL-terminated PTX text or a whole cubin, alive during the call;
                 // `module` is a live out-pointer; the primary context is current.
@@ -175,7 +176,13 @@ pub(crate) fn model_load(c: &mut Criterion, pc: &mut PairedCriterion, env: &Env)
         paired_group.sampling_mode(paired::SAMPLING);
         paired_group.bench_function(BenchmarkId::new(name, "atlas"), |b| {
             b.iter_custom(|iters| {
-                paired::pairs(iters, &mut atlas_first, || timed(&mut raw), || timed(atlas))
+                paired::pairs(iters, &mut atlas_first, |atlas_side| {
+                    if atlas_side {
+                        timed(atlas)
+                    } else {
+                        timed(&mut raw)
+                    }
+                })
             })
         });
         paired_group.finish();

@@ -82,26 +82,25 @@ pub(crate) fn criterion() -> PairedCriterion {
 /// The sampling mode the paired groups use: every sample the same number of pairs.
 pub(crate) const SAMPLING: SamplingMode = SamplingMode::Flat;
 
-/// Runs `iters` pairs of `raw` and `atlas`, each returning the time it measured, alternating which
-/// goes first (`atlas_first` carries the order over from one call to the next); returns the sum of
-/// the ratios Atlas / raw.
+/// Runs `iters` pairs: `time(false)` runs and times the raw side, `time(true)` the Atlas side;
+/// which goes first alternates (`atlas_first` carries the order over from one call to the next).
+/// Returns the sum of the ratios Atlas / raw.
 pub(crate) fn pairs(
     iters: u64,
     atlas_first: &mut bool,
-    mut raw: impl FnMut() -> Duration,
-    mut atlas: impl FnMut() -> Duration,
+    mut time: impl FnMut(bool) -> Duration,
 ) -> f64 {
     let mut sum = 0.0;
     for _ in 0..iters {
-        let (r, a) = if *atlas_first {
-            let a = atlas();
-            (raw(), a)
+        let first = time(*atlas_first);
+        let second = time(!*atlas_first);
+        let (raw, atlas) = if *atlas_first {
+            (second, first)
         } else {
-            let r = raw();
-            (r, atlas())
+            (first, second)
         };
         *atlas_first = !*atlas_first;
-        sum += a.as_secs_f64() / r.as_secs_f64();
+        sum += atlas.as_secs_f64() / raw.as_secs_f64();
     }
     sum
 }
