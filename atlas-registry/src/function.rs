@@ -70,10 +70,16 @@ impl FunctionEntry {
 
     /// The kernel's parameter sizes in bytes, read once with `cuFuncGetParamInfo` (CUDA 12.4+);
     /// `None` when the driver does not have it.
+    #[inline]
     pub(crate) fn param_sizes(&self, host: &CudaHost) -> Result<Option<&[usize]>> {
-        if let Some(sizes) = self.params.get() {
-            return Ok(sizes.as_deref());
+        match self.params.get() {
+            Some(sizes) => Ok(sizes.as_deref()),
+            None => self.read_param_sizes(host),
         }
+    }
+
+    #[cold]
+    fn read_param_sizes(&self, host: &CudaHost) -> Result<Option<&[usize]>> {
         let d = driver()?;
         let Ok(info) = atlas_sys::entry!(d.cuda, cuFuncGetParamInfo) else {
             return Ok(self.params.get_or_init(|| None).as_deref());
@@ -103,15 +109,20 @@ impl FunctionEntry {
     #[inline]
     pub(crate) fn check_args(&self, host: &CudaHost, given: &[usize]) -> Result<()> {
         match self.param_sizes(host)? {
-            Some(expected) if expected != given => Err(AtlasError::InvalidLaunch {
-                function: self.name.clone(),
-                reason: format!(
-                    "the kernel takes {} parameter(s) of sizes {expected:?} bytes; the launch gives {} of sizes {given:?}",
-                    expected.len(),
-                    given.len()
-                ),
-            }),
+            Some(expected) if expected != given => Err(self.args_mismatch(expected, given)),
             _ => Ok(()),
+        }
+    }
+
+    #[cold]
+    fn args_mismatch(&self, expected: &[usize], given: &[usize]) -> AtlasError {
+        AtlasError::InvalidLaunch {
+            function: self.name.clone(),
+            reason: format!(
+                "the kernel takes {} parameter(s) of sizes {expected:?} bytes; the launch gives {} of sizes {given:?}",
+                expected.len(),
+                given.len()
+            ),
         }
     }
 

@@ -1,4 +1,5 @@
-//! A loaded module: one `cuModuleLoadDataEx` per blob, unloaded exactly once.
+//! A loaded module: one `cuModuleLoadData` per blob (a failed load is retried once with
+//! `cuModuleLoadDataEx` and a JIT log buffer), unloaded exactly once.
 
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
@@ -36,17 +37,27 @@ unsafe impl Sync for Module {}
 impl Module {
     /// Loads `blob` as module `name` in `context`. PTX failures carry the JIT error log.
     pub(crate) fn load(context: &CudaContext, name: &str, blob: &[u8]) -> Result<Self> {
-        let load = atlas_sys::entry!(driver()?.cuda, cuModuleLoadDataEx)?;
+        let cuda = driver()?.cuda;
+        let (load, load_ex) = (
+            atlas_sys::entry!(cuda, cuModuleLoadData)?,
+            atlas_sys::entry!(cuda, cuModuleLoadDataEx)?,
+        );
         context.bind()?;
         let mut raw: CUmodule = std::ptr::null_mut();
         let kind = with_jit_log(
-            "cuModuleLoadDataEx",
+            "cuModuleLoadData",
             name,
             blob,
             &mut |image, count, options, values| {
                 // SAFETY: `image` is a checked blob (PTX NUL-terminated); the options and their values
                 // are matching arrays of `count`; the context is current.
-                unsafe { load(&mut raw, image, count, options, values) }
+                unsafe {
+                    if count == 0 {
+                        load(&mut raw, image)
+                    } else {
+                        load_ex(&mut raw, image, count, options, values)
+                    }
+                }
             },
         )?;
         Ok(Self {

@@ -57,6 +57,7 @@ impl AtlasRegistry {
     /// duplicate module name is an [`AtlasError::InvalidModule`] naming the module; a JIT failure
     /// is an [`AtlasError::ModuleLoad`] carrying the JIT log. Modules loaded before a failure are
     /// unloaded again.
+    #[doc(alias = "cuModuleLoadData")]
     #[doc(alias = "cuModuleLoadDataEx")]
     pub fn load(ordinal: usize, blobs: &[(&str, &[u8])]) -> Result<Self> {
         Self::check_unique(blobs)?;
