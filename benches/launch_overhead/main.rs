@@ -16,6 +16,7 @@
 //! | 6 paired           | `model_load_paired/{demo_ptx,demo_cubin}/atlas` (× raw)                         |
 //! | 7 graph replay     | `graph_replay/noop256/{eager,replay}` (per kernel, synchronize included)        |
 //! | 8 load everywhere  | `load_all_devices/{N}_gpus/{registry_per_device,one_library}`                   |
+//! | 8 paired           | `load_all_devices_paired/{N}_gpus/one_library` (× `registry_per_device`)        |
 //!
 //! The `*_paired` groups carry the ratios: each of their iterations runs the raw baseline and the
 //! Atlas path back to back, in alternating order, and criterion reports Atlas time / raw time
@@ -181,7 +182,7 @@ fn main() {
     loads::replaced(&mut c, &env);
     loads::model_load(&mut c, &mut paired, &env);
     graph::graph_replay(&mut c, &env);
-    loads::library_load(&mut c);
+    loads::library_load(&mut c, &mut paired);
 
     c.final_summary();
     paired.final_summary();
