@@ -33,7 +33,7 @@ impl CallSiteTable {
     }
 
     /// Records `entry` for `slot`, unless the slot is past the table (that call site then keeps
-    /// taking the registry's function table). `entry` must be held by the registry's function table,
+    /// looking in the registry's function table). `entry` must be held by the registry's function table,
     /// so that it lives as long as the registry.
     fn set(&self, slot: usize, entry: &FunctionEntry) {
         let slots = self.slots.get_or_init(|| {

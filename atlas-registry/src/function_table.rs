@@ -121,12 +121,17 @@ impl FunctionTable {
         unsafe { &*Arc::as_ptr(&entry) }
     }
 
-    /// The table's own `Arc` of an entry it returned, for handles that keep it alive themselves.
-    pub(crate) fn arc_of(entry: &FunctionEntry) -> Arc<FunctionEntry> {
+    /// A new `Arc` of an entry the table returned, for handles that keep it alive themselves.
+    ///
+    /// # Safety
+    ///
+    /// `entry` was returned by [`get`](Self::get) or [`get_or_insert`](Self::get_or_insert) of a
+    /// table that is still alive.
+    pub(crate) unsafe fn arc_of(entry: &FunctionEntry) -> Arc<FunctionEntry> {
         let ptr = std::ptr::from_ref(entry);
-        // SAFETY: every entry the table hands out was allocated by `Arc::new` and is held by
-        // `owned.entries`, so the count is at least one; adding one for the new `Arc` keeps it
-        // balanced when that `Arc` drops.
+        // SAFETY: such an entry was allocated by `Arc::new` and is held by the table's
+        // `owned.entries` (the caller's contract), so its count is at least one; the count added
+        // here is the new `Arc`'s, given back when it drops.
         unsafe {
             Arc::increment_strong_count(ptr);
             Arc::from_raw(ptr)
@@ -247,7 +252,9 @@ mod tests {
     #[test]
     fn arc_of_keeps_the_entry_alive_with_the_table() {
         let table = FunctionTable::default();
-        let entry = FunctionTable::arc_of(table.get_or_insert("m", "f", || entry("m", "f")));
+        // SAFETY: the entry comes from this table, alive here.
+        let entry =
+            unsafe { FunctionTable::arc_of(table.get_or_insert("m", "f", || entry("m", "f"))) };
         assert_eq!(Arc::strong_count(&entry), 2);
         drop(table);
         assert_eq!(Arc::strong_count(&entry), 1);

@@ -159,10 +159,11 @@ impl AtlasRegistry {
     #[doc(alias = "cuModuleGetFunction")]
     pub fn function(&self, module: &str, function: &str) -> Result<CudaFunction> {
         let raw = self.module(module)?.1.function(function)?;
-        let entry =
-            FunctionTable::arc_of(self.inner.functions.get_or_insert(module, function, || {
-                FunctionEntry::new(raw, module, function)
-            }));
+        let entry = self.inner.functions.get_or_insert(module, function, || {
+            FunctionEntry::new(raw, module, function)
+        });
+        // SAFETY: the entry comes from this registry's table, which `self` keeps alive.
+        let entry = unsafe { FunctionTable::arc_of(entry) };
         Ok(CudaFunction {
             registry: Arc::clone(&self.inner),
             entry,
@@ -172,7 +173,9 @@ impl AtlasRegistry {
     /// As [`function`](Self::function), looked up once per registry and then served from its cache
     /// (a hash lookup, no lock). For the hot path, see [`FunctionCache`](crate::FunctionCache).
     pub fn function_cached(&self, module: &str, function: &str) -> Result<CudaFunction> {
-        let entry = FunctionTable::arc_of(self.cached_entry(module, function)?);
+        let entry = self.cached_entry(module, function)?;
+        // SAFETY: the entry comes from this registry's table, which `self` keeps alive.
+        let entry = unsafe { FunctionTable::arc_of(entry) };
         Ok(CudaFunction {
             registry: Arc::clone(&self.inner),
             entry,
