@@ -28,7 +28,7 @@
 //! `raw_function_cached` handle; `atlas_typed` is `FunctionCache::get` + `FunctionRef::launch`, as
 //! a call site in user code writes it.
 //!
-//! Run on a GPU machine with `taskset -c 2 cargo bench --bench launch_overhead` (about three
+//! Run on a GPU machine with `taskset -c 2 cargo bench --bench launch_overhead` (about 4½
 //! minutes; pinning keeps the scheduler from moving the bench between cores). Without `--bench`
 //! (as `cargo test --benches` runs it) criterion runs each bench once, as a smoke test. Without a
 //! driver or a device the binary prints one line saying so and exits 0.
