@@ -281,12 +281,12 @@ pub(crate) fn cases<'a>(env: &'a Env, inputs: &'a Inputs) -> Vec<Launches<'a>> {
     cases
 }
 
-/// Times one batch of [`BATCH`] launches, after waiting for the stream to drain (not timed), so
+/// Times one batch of `launches` launches, after waiting for the stream to drain (not timed), so
 /// the launch queue never fills and never stalls the host.
-fn time_batch(sync: &impl Fn(), launch: &mut dyn FnMut()) -> Duration {
+fn time_batch(sync: &impl Fn(), launch: &mut dyn FnMut(), launches: u64) -> Duration {
     sync();
     let start = Instant::now();
-    for _ in 0..BATCH {
+    for _ in 0..launches {
         launch();
     }
     start.elapsed()
@@ -294,18 +294,13 @@ fn time_batch(sync: &impl Fn(), launch: &mut dyn FnMut()) -> Duration {
 
 /// Enqueue timing convention: one criterion iteration is ONE launch, so criterion reports the host
 /// time of enqueueing one launch directly. The `iters` launches go out in batches of [`BATCH`]
-/// (the last one may be shorter), each timed by [`time_batch`]'s rule.
+/// (the last one may be shorter), each timed by [`time_batch`].
 fn time_enqueues(iters: u64, sync: &impl Fn(), launch: &mut dyn FnMut()) -> Duration {
     let mut total = Duration::ZERO;
     let mut left = iters;
     while left > 0 {
         let batch = left.min(BATCH);
-        sync();
-        let start = Instant::now();
-        for _ in 0..batch {
-            launch();
-        }
-        total += start.elapsed();
+        total += time_batch(sync, launch, batch);
         left -= batch;
     }
     sync();
@@ -343,8 +338,8 @@ pub(crate) fn enqueue_paired(c: &mut PairedCriterion, env: &Env, cases: &mut [La
                 b.iter_custom(|iters| {
                     paired::pairs(iters, &mut atlas_first, |atlas_side| {
                         match atlas.as_deref_mut() {
-                            Some(atlas) if atlas_side => time_batch(&sync, atlas),
-                            _ => time_batch(&sync, &mut *raw),
+                            Some(atlas) if atlas_side => time_batch(&sync, atlas, BATCH),
+                            _ => time_batch(&sync, &mut *raw, BATCH),
                         }
                     })
                 })

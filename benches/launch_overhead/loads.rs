@@ -147,6 +147,8 @@ pub(crate) fn model_load(c: &mut Criterion, pc: &mut PairedCriterion, env: &Env)
     }
 
     let mut group = c.benchmark_group("model_load");
+    let mut paired_group = pc.benchmark_group("model_load_paired");
+    paired_group.sampling_mode(paired::SAMPLING);
     for &(name, blobs) in &cases {
         let mut modules: Vec<CUmodule> = Vec::with_capacity(blobs.len());
         let mut raw = || {
@@ -172,8 +174,6 @@ pub(crate) fn model_load(c: &mut Criterion, pc: &mut PairedCriterion, env: &Env)
         group.bench_function(BenchmarkId::new(name, "raw"), |b| b.iter(&mut raw));
         group.bench_function(BenchmarkId::new(name, "atlas"), |b| b.iter(atlas));
         let mut atlas_first = false;
-        let mut paired_group = pc.benchmark_group("model_load_paired");
-        paired_group.sampling_mode(paired::SAMPLING);
         paired_group.bench_function(BenchmarkId::new(name, "atlas"), |b| {
             b.iter_custom(|iters| {
                 paired::pairs(iters, &mut atlas_first, |atlas_side| {
@@ -185,9 +185,9 @@ pub(crate) fn model_load(c: &mut Criterion, pc: &mut PairedCriterion, env: &Env)
                 })
             })
         });
-        paired_group.finish();
     }
     group.finish();
+    paired_group.finish();
 }
 
 /// How long one call of `run` takes.
