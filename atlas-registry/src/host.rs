@@ -16,6 +16,7 @@ use crate::stream::CudaStream;
 pub struct CudaHost {
     ordinal: usize,
     name: String,
+    compute_capability: (u32, u32),
     limits: DeviceLimits,
     // Field order is drop order: the stream before the context it belongs to.
     stream: CudaStream,
@@ -43,6 +44,11 @@ impl CudaHost {
         &self.stream
     }
 
+    /// The device's compute capability as `(major, minor)`: `(9, 0)` for an H100 or H200.
+    pub fn compute_capability(&self) -> (u32, u32) {
+        self.compute_capability
+    }
+
     /// The launch limits of the device, read once when the host was created.
     pub fn limits(&self) -> &DeviceLimits {
         &self.limits
@@ -68,11 +74,18 @@ impl CudaHost {
             .to_string_lossy()
             .into_owned();
         let limits = DeviceLimits::read(device, ordinal)?;
+        let capability =
+            |a| device_attribute(device, a, ordinal).map(|v| u32::try_from(v).unwrap_or(0));
+        let compute_capability = (
+            capability(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            capability(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        );
         let context = CudaContext::retain_primary(device, ordinal)?;
         let stream = CudaStream::new(&context)?;
         Ok(Self {
             ordinal,
             name,
+            compute_capability,
             limits,
             stream,
             context,
