@@ -1,0 +1,1279 @@
+/*
+ * A stand-in for libcuda, built by the tests (tests/standin/mod.rs) so that machines without a GPU
+ * run Atlas's real code paths and error paths against something that behaves like the driver.
+ *
+ * "Device" memory is host memory: a CUdeviceptr is the address of a calloc'd block. Kernels are a
+ * fixed set known by name, run on the host when launched, reading their arguments through
+ * kernelParams[i] with the kernel's real parameter layout. Handles point into one static arena
+ * whose slots are never reused, so a handle used after its destroy/unload is recognised (answered
+ * with CUDA_ERROR_INVALID_HANDLE and counted as "stale_handle") instead of reading freed memory.
+ *
+ * Switches (-D):
+ *   STANDIN_DEVICES=N        how many devices (default 1).
+ *   STANDIN_NO_PARAM_INFO    no cuFuncGetParamInfo export (a driver older than CUDA 12.4).
+ *   STANDIN_NO_LIBRARY       no cuLibrary* exports (a driver older than CUDA 12.0).
+ *
+ * Blob markers: a blob containing STANDIN_JIT_ERROR fails to JIT (CUDA_ERROR_INVALID_PTX) with a
+ * log; one containing STANDIN_EARLY_FAIL fails the same way before touching any JIT option. Through
+ * cuLibraryLoadData both fail later, at cuLibraryGetModule, as the real driver's deferred JIT does.
+ *
+ * Inspection for tests: the standin_* functions at the end of this file.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef STANDIN_DEVICES
+#define STANDIN_DEVICES 1
+#endif
+
+typedef unsigned int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+
+enum {
+    SUCCESS = 0,
+    INVALID_VALUE = 1,
+    OUT_OF_MEMORY = 2,
+    NOT_INITIALIZED = 3,
+    INVALID_DEVICE = 101,
+    INVALID_CONTEXT = 201,
+    INVALID_PTX = 218,
+    INVALID_HANDLE = 400,
+    NOT_FOUND = 500,
+    ILLEGAL_ADDRESS = 700,
+    CONTEXT_IS_DESTROYED = 709,
+    LAUNCH_FAILED = 719,
+    NOT_SUPPORTED = 801,
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Status names and descriptions                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
+static const struct {
+    CUresult code;
+    const char *name;
+    const char *text;
+} statuses[] = {
+    {SUCCESS, "CUDA_SUCCESS", "no error"},
+    {INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "an argument is out of range"},
+    {OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "the allocation does not fit"},
+    {NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "cuInit has not been called"},
+    {4, "CUDA_ERROR_DEINITIALIZED", "the driver is shutting down"},
+    {INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "no device has this ordinal"},
+    {200, "CUDA_ERROR_INVALID_IMAGE", "the module image is not valid"},
+    {INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "no usable context is current"},
+    {INVALID_PTX, "CUDA_ERROR_INVALID_PTX", "the PTX failed to JIT-compile"},
+    {INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "the handle is not valid"},
+    {NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "no such name"},
+    {ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "a kernel accessed memory it may not"},
+    {CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "the context was destroyed"},
+    {LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "a kernel failed (trap or fault)"},
+    {NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "the stand-in does not model this"},
+    {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+static CUresult status_string(CUresult error, const char **out, int want_name) {
+    for (size_t i = 0; i < sizeof statuses / sizeof statuses[0]; i++) {
+        if (statuses[i].code == error) {
+            *out = want_name ? statuses[i].name : statuses[i].text;
+            return SUCCESS;
+        }
+    }
+    *out = NULL;
+    return INVALID_VALUE;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Call counters, events and injected failures                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+#define ENTRY_POINTS(X)                                                                         \
+    X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)      \
+    X(cuDeviceGetAttribute) X(cuGetErrorName) X(cuGetErrorString) X(cuMemGetInfo_v2)            \
+    X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxPushCurrent_v2)    \
+    X(cuCtxPopCurrent_v2) X(cuCtxCreate_v2) X(cuCtxDestroy_v2) X(cuStreamCreate)                \
+    X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuMemAlloc_v2) X(cuMemFree_v2)               \
+    X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoHAsync_v2) X(cuModuleLoadData) X(cuModuleLoadDataEx)   \
+    X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal_v2) X(cuLaunchKernel)          \
+    X(cuFuncGetParamInfo) X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLibraryLoadData)      \
+    X(cuLibraryGetModule) X(cuLibraryUnload)
+
+/* Things that happen inside calls, counted for tests. */
+#define EVENTS(X) X(stale_handle) X(context_mismatch) X(fault)
+
+#define AS_ENUM(n) E_##n,
+enum entry { ENTRY_POINTS(AS_ENUM) ENTRY_COUNT };
+enum event { EVENTS(AS_ENUM) EVENT_COUNT };
+#undef AS_ENUM
+#define AS_NAME(n) #n,
+static const char *const entry_names[ENTRY_COUNT] = {ENTRY_POINTS(AS_NAME)};
+static const char *const event_names[EVENT_COUNT] = {EVENTS(AS_NAME)};
+#undef AS_NAME
+
+static unsigned long long entry_calls[ENTRY_COUNT];
+static unsigned long long event_counts[EVENT_COUNT];
+static struct {
+    CUresult code;
+    unsigned times;
+} injected[ENTRY_COUNT];
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int initialized;
+
+static void note(enum event e) { __atomic_fetch_add(&event_counts[e], 1, __ATOMIC_RELAXED); }
+
+/* Counts the call; returns the status to fail it with (an injected failure, or not initialised),
+ * or SUCCESS to go on. */
+static CUresult enter(enum entry e, int needs_init) {
+    __atomic_fetch_add(&entry_calls[e], 1, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&injected[e].times, __ATOMIC_ACQUIRE) != 0) {
+        CUresult code = SUCCESS;
+        pthread_mutex_lock(&lock);
+        if (injected[e].times != 0) {
+            injected[e].times--;
+            code = injected[e].code;
+        }
+        pthread_mutex_unlock(&lock);
+        if (code != SUCCESS) {
+            return code;
+        }
+    }
+    if (needs_init && !__atomic_load_n(&initialized, __ATOMIC_ACQUIRE)) {
+        return NOT_INITIALIZED;
+    }
+    return SUCCESS;
+}
+
+#define ENTER(name)                                                                             \
+    do {                                                                                        \
+        CUresult entered_ = enter(E_##name, 1);                                                 \
+        if (entered_ != SUCCESS) return entered_;                                               \
+    } while (0)
+#define ENTER_ANY_TIME(name)                                                                    \
+    do {                                                                                        \
+        CUresult entered_ = enter(E_##name, 0);                                                 \
+        if (entered_ != SUCCESS) return entered_;                                               \
+    } while (0)
+
+/* ------------------------------------------------------------------------------------------ */
+/* Kernels                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+struct object;
+
+/* What a kernel body sees of its launch. */
+struct launch {
+    void **params;
+    unsigned grid_x;
+    unsigned shared_bytes;
+    struct object *ctx;
+    struct object *module;
+};
+
+/* A kernel body returns SUCCESS, or the fault that loses the context (700, 719). */
+typedef CUresult (*kernel_body)(const struct launch *);
+
+struct kernel {
+    const char *name;
+    unsigned param_count;
+    size_t offsets[4];
+    size_t sizes[4];
+    int static_shared; /* bytes of static shared memory */
+    kernel_body run;
+};
+
+/* `__device__` variables: every module has them, created on first cuModuleGetGlobal. */
+enum { GLOBAL_BIAS, GLOBAL_SCALE_OFFSET, GLOBAL_COUNT };
+static const struct {
+    const char *name;
+    size_t size;
+} globals[GLOBAL_COUNT] = {{"bias", 4}, {"scale_offset", 8}};
+
+static int device_range_ok(struct object *ctx, const void *p, size_t bytes);
+static void read_global(struct object *module, int which, void *out);
+
+static void param(const struct launch *l, int i, void *out, size_t size) {
+    /* As the driver does: trust that the array has this entry. */
+    memcpy(out, l->params[i], size);
+}
+
+static CUresult run_noop(const struct launch *l) {
+    (void)l;
+    return SUCCESS;
+}
+
+static CUresult run_scale(const struct launch *l) {
+    float *x;
+    float factor;
+    unsigned n;
+    param(l, 0, &x, 8);
+    param(l, 1, &factor, 4);
+    param(l, 2, &n, 4);
+    if (n != 0 && !device_range_ok(l->ctx, x, (size_t)n * 4)) return ILLEGAL_ADDRESS;
+    for (unsigned i = 0; i < n; i++) x[i] = x[i] * factor;
+    return SUCCESS;
+}
+
+static CUresult run_axpy(const struct launch *l) {
+    const float *x;
+    float *y;
+    float a;
+    unsigned n;
+    param(l, 0, &x, 8);
+    param(l, 1, &y, 8);
+    param(l, 2, &a, 4);
+    param(l, 3, &n, 4);
+    if (n != 0 && (!device_range_ok(l->ctx, x, (size_t)n * 4) ||
+                   !device_range_ok(l->ctx, y, (size_t)n * 4)))
+        return ILLEGAL_ADDRESS;
+    for (unsigned i = 0; i < n; i++) y[i] = a * x[i] + y[i];
+    return SUCCESS;
+}
+
+/* out = in * scale_offset[0] + scale_offset[1]: the module's constants, as in model_tagged.cu. */
+static CUresult run_transform(const struct launch *l) {
+    const float *in;
+    float *out;
+    unsigned n;
+    float so[2];
+    param(l, 0, &in, 8);
+    param(l, 1, &out, 8);
+    param(l, 2, &n, 4);
+    if (n != 0 && (!device_range_ok(l->ctx, in, (size_t)n * 4) ||
+                   !device_range_ok(l->ctx, out, (size_t)n * 4)))
+        return ILLEGAL_ADDRESS;
+    read_global(l->module, GLOBAL_SCALE_OFFSET, so);
+    for (unsigned i = 0; i < n; i++) out[i] = in[i] * so[0] + so[1];
+    return SUCCESS;
+}
+
+static CUresult run_add_bias(const struct launch *l) {
+    float *x;
+    unsigned n;
+    float bias;
+    param(l, 0, &x, 8);
+    param(l, 1, &n, 4);
+    if (n != 0 && !device_range_ok(l->ctx, x, (size_t)n * 4)) return ILLEGAL_ADDRESS;
+    read_global(l->module, GLOBAL_BIAS, &bias);
+    for (unsigned i = 0; i < n; i++) x[i] = x[i] + bias;
+    return SUCCESS;
+}
+
+/* out[b] = sum of in[b*chunk .. b*chunk+chunk) (zero past n), one block per b; the chunk is
+ * staged in dynamic shared memory, so a launch with less than chunk*4 bytes of it faults. */
+static CUresult run_block_sum(const struct launch *l) {
+    const float *in;
+    float *out;
+    unsigned n, chunk;
+    param(l, 0, &in, 8);
+    param(l, 1, &out, 8);
+    param(l, 2, &n, 4);
+    param(l, 3, &chunk, 4);
+    if ((size_t)chunk * 4 > l->shared_bytes) return ILLEGAL_ADDRESS;
+    if ((n != 0 && !device_range_ok(l->ctx, in, (size_t)n * 4)) ||
+        !device_range_ok(l->ctx, out, (size_t)l->grid_x * 4))
+        return ILLEGAL_ADDRESS;
+    for (unsigned b = 0; b < l->grid_x; b++) {
+        float sum = 0.0f;
+        for (unsigned j = 0; j < chunk; j++) {
+            size_t i = (size_t)b * chunk + j;
+            if (i < n) sum += in[i];
+        }
+        out[b] = sum;
+    }
+    return SUCCESS;
+}
+
+static CUresult run_trap(const struct launch *l) {
+    (void)l;
+    return LAUNCH_FAILED;
+}
+
+static CUresult run_write_far(const struct launch *l) {
+    (void)l;
+    return ILLEGAL_ADDRESS;
+}
+
+static const struct kernel kernels[] = {
+    {"noop", 0, {0}, {0}, 0, run_noop},
+    {"scale", 3, {0, 8, 12}, {8, 4, 4}, 0, run_scale},
+    {"axpy", 4, {0, 8, 16, 20}, {8, 8, 4, 4}, 0, run_axpy},
+    {"transform", 3, {0, 8, 16}, {8, 8, 4}, 0, run_transform},
+    {"add_bias", 2, {0, 8}, {8, 4}, 0, run_add_bias},
+    {"block_sum", 4, {0, 8, 16, 20}, {8, 8, 4, 4}, 4096, run_block_sum},
+    {"trap", 0, {0}, {0}, 0, run_trap},
+    {"write_far", 1, {0}, {8}, 0, run_write_far},
+};
+#define KERNEL_COUNT (sizeof kernels / sizeof kernels[0])
+
+/* ------------------------------------------------------------------------------------------ */
+/* Handles                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+enum kind { K_NONE, K_CONTEXT, K_STREAM, K_MODULE, K_FUNCTION, K_LIBRARY };
+
+#define LIBRARY_CONTEXTS 8
+#define DEFAULT_DYNAMIC_SHARED 49152
+#define SHARED_OPTIN 232448
+
+struct object {
+    enum kind kind;
+    int dead; /* destroyed or unloaded; the slot is never reused */
+    union {
+        struct {
+            int device;
+            int primary;
+            CUresult lost; /* the sticky fault, once a kernel faulted */
+        } ctx;
+        struct {
+            struct object *ctx;
+        } stream;
+        struct {
+            struct object *ctx;
+            struct object *library; /* set for a module of a library */
+            struct object *functions[KERNEL_COUNT];
+            CUdeviceptr globals[GLOBAL_COUNT];
+            float scale_offset[2]; /* initial value of the scale_offset global */
+        } module;
+        struct {
+            struct object *module;
+            const struct kernel *kernel;
+            int max_dynamic_shared;
+        } function;
+        struct {
+            CUresult deferred; /* what cuLibraryGetModule answers, for a broken blob */
+            float scale_offset[2];
+            struct object *modules[LIBRARY_CONTEXTS];
+        } library;
+    } u;
+};
+
+#define ARENA_SLOTS (1 << 18)
+static struct object arena[ARENA_SLOTS];
+static size_t arena_used;
+
+/* A fresh handle of `kind`, or NULL when the arena is full. Call with the lock held. */
+static struct object *new_object(enum kind kind) {
+    if (arena_used == ARENA_SLOTS) {
+        fprintf(stderr, "standin: all %d handles are used\n", ARENA_SLOTS);
+        return NULL;
+    }
+    struct object *o = &arena[arena_used++];
+    o->kind = kind;
+    return o;
+}
+
+/* The object `handle` names if it is a handle of `kind` ever created, else NULL. Never reads
+ * memory outside the arena. Call with the lock held. */
+static struct object *as(const void *handle, enum kind kind) {
+    uintptr_t p = (uintptr_t)handle, base = (uintptr_t)arena;
+    if (p < base || p >= base + arena_used * sizeof(struct object) ||
+        (p - base) % sizeof(struct object) != 0)
+        return NULL;
+    struct object *o = (struct object *)handle;
+    return o->kind == kind ? o : NULL;
+}
+
+/* INVALID_HANDLE for a handle that is not one, or is used after its destroy/unload. */
+static CUresult live(struct object *o, const char *call) {
+    if (o == NULL) return INVALID_HANDLE;
+    int dead = o->dead || (o->kind == K_FUNCTION && o->u.function.module->dead);
+    if (dead) {
+        note(E_stale_handle);
+        fprintf(stderr, "standin: %s was given a handle that was destroyed or unloaded\n", call);
+        return INVALID_HANDLE;
+    }
+    return SUCCESS;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Contexts: a per-thread stack whose top is the current context                              */
+/* ------------------------------------------------------------------------------------------ */
+
+#define STACK_DEPTH 32
+static __thread struct object *stack[STACK_DEPTH];
+static __thread int depth;
+static struct object *primary[STANDIN_DEVICES];
+
+static struct object *current(void) { return depth ? stack[depth - 1] : NULL; }
+
+/* Whether work can run in `ctx`: a context, not destroyed, not lost to a fault. */
+static CUresult usable(struct object *ctx) {
+    if (ctx == NULL) return INVALID_CONTEXT;
+    if (ctx->dead) return CONTEXT_IS_DESTROYED;
+    return ctx->u.ctx.lost;
+}
+
+/* The context a stream argument names: the stream's own, or the current one for the legacy
+ * (0 or CU_STREAM_LEGACY) and per-thread (CU_STREAM_PER_THREAD) default streams. */
+static CUresult stream_context(void *stream, const char *call, struct object **ctx) {
+    if ((uintptr_t)stream <= 2) {
+        *ctx = current();
+        return SUCCESS;
+    }
+    struct object *s = as(stream, K_STREAM);
+    CUresult status = live(s, call);
+    if (status != SUCCESS) return status;
+    *ctx = s->u.stream.ctx;
+    return SUCCESS;
+}
+
+static struct object *last_alloc_ctx, *last_module_ctx, *last_copy_ctx, *last_launch_ctx;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Allocations                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+struct allocation {
+    char *base;
+    size_t size;
+    struct object *ctx;
+    int user; /* cuMemAlloc'd, as opposed to a module's __device__ variable */
+};
+static struct allocation *allocations;
+static size_t allocation_count, allocation_capacity;
+
+/* The live allocation that holds all of [p, p + bytes), or NULL. */
+static struct allocation *find_allocation(const void *p, size_t bytes) {
+    uintptr_t at = (uintptr_t)p;
+    for (size_t i = 0; i < allocation_count; i++) {
+        struct allocation *a = &allocations[i];
+        uintptr_t base = (uintptr_t)a->base;
+        if (at >= base && bytes <= a->size && at - base <= a->size - bytes) return a;
+    }
+    return NULL;
+}
+
+static int device_range_ok(struct object *ctx, const void *p, size_t bytes) {
+    struct allocation *a = find_allocation(p, bytes);
+    return a != NULL && a->ctx == ctx;
+}
+
+static CUresult add_allocation(size_t size, struct object *ctx, int user, char **out) {
+    if (allocation_count == allocation_capacity) {
+        size_t capacity = allocation_capacity ? allocation_capacity * 2 : 64;
+        struct allocation *grown = realloc(allocations, capacity * sizeof *grown);
+        if (grown == NULL) return OUT_OF_MEMORY;
+        allocations = grown;
+        allocation_capacity = capacity;
+    }
+    char *base = calloc(1, size);
+    if (base == NULL) return OUT_OF_MEMORY;
+    allocations[allocation_count++] = (struct allocation){base, size, ctx, user};
+    *out = base;
+    return SUCCESS;
+}
+
+static void remove_allocation(struct allocation *a) {
+    free(a->base);
+    *a = allocations[--allocation_count];
+}
+
+static void free_context_allocations(struct object *ctx) {
+    for (size_t i = allocation_count; i-- > 0;) {
+        if (allocations[i].ctx == ctx) remove_allocation(&allocations[i]);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Blobs                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+static uint64_t read_le(const unsigned char *p, int bytes) {
+    uint64_t v = 0;
+    for (int i = bytes - 1; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+/* How many bytes of `image` belong to it: the extent its ELF or fatbin header declares, else the
+ * text up to its NUL. */
+static size_t blob_extent(const unsigned char *image) {
+    if (memcmp(image, "\x7f" "ELF", 4) == 0) {
+        int wide = image[4] == 2;
+        uint64_t phoff = wide ? read_le(image + 0x20, 8) : read_le(image + 0x1C, 4);
+        uint64_t shoff = wide ? read_le(image + 0x28, 8) : read_le(image + 0x20, 4);
+        const unsigned char *sizes = image + (wide ? 0x36 : 0x2A);
+        uint64_t ph_end = phoff + read_le(sizes, 2) * read_le(sizes + 2, 2);
+        uint64_t sh_end = shoff + read_le(sizes + 4, 2) * read_le(sizes + 6, 2);
+        uint64_t end = ph_end > sh_end ? ph_end : sh_end;
+        return end > 64 ? (size_t)end : 64;
+    }
+    if (read_le(image, 4) == 0xBA55ED50u) return (size_t)(read_le(image + 6, 2) + read_le(image + 8, 8));
+    return strlen((const char *)image);
+}
+
+static int blob_has(const void *image, size_t extent, const char *marker) {
+    return memmem(image, extent, marker, strlen(marker)) != NULL;
+}
+
+/* The initial scale_offset of a model_tagged.cu build, from its PTX (`.b8 scale_offset[8] = {...}`);
+ * model_a's (2, 1) when the blob does not say. */
+static void blob_scale_offset(const void *image, size_t extent, float out[2]) {
+    out[0] = 2.0f;
+    out[1] = 1.0f;
+    const char *key = "scale_offset[8] = {";
+    const char *at = memmem(image, extent, key, strlen(key));
+    if (at == NULL) return;
+    const char *p = at + strlen(key), *end = (const char *)image + extent;
+    unsigned char bytes[8];
+    for (int i = 0; i < 8; i++) {
+        char *next;
+        unsigned long v = strtoul(p, &next, 10);
+        if (next == p || next >= end || v > 255) return;
+        bytes[i] = (unsigned char)v;
+        p = next;
+        while (p < end && (*p == ',' || *p == ' ')) p++;
+    }
+    memcpy(out, bytes, 8);
+}
+
+static const char jit_log[] = "line 3; error: standin syntax error";
+
+/* Writes the JIT error log into the options that ask for it; the size value becomes the bytes
+ * written, terminating NUL included. */
+static void write_jit_log(unsigned count, const int *options, void **values, const char *log) {
+    int buffer = -1, size = -1;
+    for (unsigned i = 0; i < count; i++) {
+        if (options[i] == 5) buffer = (int)i; /* CU_JIT_ERROR_LOG_BUFFER */
+        if (options[i] == 6) size = (int)i;   /* CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES */
+    }
+    if (buffer < 0 || size < 0 || values[buffer] == NULL) return;
+    size_t room = (size_t)(uintptr_t)values[size], n = strlen(log) + 1;
+    if (n > room) n = room;
+    if (n > 0) {
+        memcpy(values[buffer], log, n);
+        ((char *)values[buffer])[n - 1] = '\0';
+    }
+    values[size] = (void *)(uintptr_t)n;
+}
+
+/* JIT-checks a blob: SUCCESS, or INVALID_PTX for the two markers. */
+static CUresult jit(const void *image, size_t extent, unsigned count, const int *options,
+                    void **values) {
+    if (blob_has(image, extent, "STANDIN_EARLY_FAIL")) return INVALID_PTX;
+    if (blob_has(image, extent, "STANDIN_JIT_ERROR")) {
+        if (options != NULL && values != NULL) write_jit_log(count, options, values, jit_log);
+        return INVALID_PTX;
+    }
+    if (options != NULL && values != NULL) write_jit_log(count, options, values, "");
+    return SUCCESS;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Initialisation and devices                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+CUresult cuInit(unsigned int flags) {
+    ENTER_ANY_TIME(cuInit);
+    if (flags != 0) return INVALID_VALUE;
+    __atomic_store_n(&initialized, 1, __ATOMIC_RELEASE);
+    return SUCCESS;
+}
+
+CUresult cuDriverGetVersion(int *version) {
+    ENTER_ANY_TIME(cuDriverGetVersion);
+    if (version == NULL) return INVALID_VALUE;
+    *version = 12090;
+    return SUCCESS;
+}
+
+CUresult cuGetErrorName(CUresult error, const char **name) {
+    ENTER_ANY_TIME(cuGetErrorName);
+    if (name == NULL) return INVALID_VALUE;
+    return status_string(error, name, 1);
+}
+
+CUresult cuGetErrorString(CUresult error, const char **text) {
+    ENTER_ANY_TIME(cuGetErrorString);
+    if (text == NULL) return INVALID_VALUE;
+    return status_string(error, text, 0);
+}
+
+CUresult cuDeviceGetCount(int *count) {
+    ENTER(cuDeviceGetCount);
+    if (count == NULL) return INVALID_VALUE;
+    *count = STANDIN_DEVICES;
+    return SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+    ENTER(cuDeviceGet);
+    if (device == NULL) return INVALID_VALUE;
+    if (ordinal < 0 || ordinal >= STANDIN_DEVICES) return INVALID_DEVICE;
+    *device = ordinal;
+    return SUCCESS;
+}
+
+CUresult cuDeviceGetName(char *name, int len, CUdevice device) {
+    ENTER(cuDeviceGetName);
+    if (device < 0 || device >= STANDIN_DEVICES) return INVALID_DEVICE;
+    if (name == NULL || len <= 0) return INVALID_VALUE;
+    snprintf(name, (size_t)len, "Atlas stand-in");
+    return SUCCESS;
+}
+
+CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device) {
+    ENTER(cuDeviceGetAttribute);
+    if (device < 0 || device >= STANDIN_DEVICES) return INVALID_DEVICE;
+    if (value == NULL) return INVALID_VALUE;
+    switch (attribute) {
+    case 1: *value = 1024; break;           /* MAX_THREADS_PER_BLOCK */
+    case 2: *value = 1024; break;           /* MAX_BLOCK_DIM_X */
+    case 3: *value = 1024; break;           /* MAX_BLOCK_DIM_Y */
+    case 4: *value = 64; break;             /* MAX_BLOCK_DIM_Z */
+    case 5: *value = 2147483647; break;     /* MAX_GRID_DIM_X */
+    case 6: *value = 65535; break;          /* MAX_GRID_DIM_Y */
+    case 7: *value = 65535; break;          /* MAX_GRID_DIM_Z */
+    case 8: *value = DEFAULT_DYNAMIC_SHARED; break; /* MAX_SHARED_MEMORY_PER_BLOCK */
+    case 10: *value = 32; break;            /* WARP_SIZE */
+    case 16: *value = 132; break;           /* MULTIPROCESSOR_COUNT */
+    case 41: *value = 1; break;             /* UNIFIED_ADDRESSING */
+    case 75: *value = 9; break;             /* COMPUTE_CAPABILITY_MAJOR */
+    case 76: *value = 0; break;             /* COMPUTE_CAPABILITY_MINOR */
+    case 97: *value = SHARED_OPTIN; break;  /* MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
+    default:
+        if (attribute <= 0 || attribute > 200) return INVALID_VALUE;
+        *value = 0;
+    }
+    return SUCCESS;
+}
+
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
+    ENTER(cuMemGetInfo_v2);
+    const size_t total = 150000000000ull;
+    pthread_mutex_lock(&lock);
+    struct object *ctx = current();
+    CUresult status = usable(ctx);
+    size_t used = 0;
+    for (size_t i = 0; status == SUCCESS && i < allocation_count; i++) {
+        if (allocations[i].ctx->u.ctx.device == ctx->u.ctx.device) used += allocations[i].size;
+    }
+    pthread_mutex_unlock(&lock);
+    if (status != SUCCESS) return status;
+    if (free_bytes) *free_bytes = used < total ? total - used : 0;
+    if (total_bytes) *total_bytes = total;
+    return SUCCESS;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Contexts                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+CUresult cuDevicePrimaryCtxRetain(void **ctx, CUdevice device) {
+    ENTER(cuDevicePrimaryCtxRetain);
+    if (ctx == NULL) return INVALID_VALUE;
+    if (device < 0 || device >= STANDIN_DEVICES) return INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    if (primary[device] == NULL) {
+        primary[device] = new_object(K_CONTEXT);
+        if (primary[device] != NULL) {
+            primary[device]->u.ctx.device = device;
+            primary[device]->u.ctx.primary = 1;
+        }
+    }
+    struct object *p = primary[device];
+    pthread_mutex_unlock(&lock);
+    if (p == NULL) return OUT_OF_MEMORY;
+    *ctx = p;
+    return SUCCESS;
+}
+
+/* Replaces the top of this thread's stack (pushes onto an empty one); NULL pops. */
+CUresult cuCtxSetCurrent(void *ctx) {
+    ENTER(cuCtxSetCurrent);
+    if (ctx == NULL) {
+        if (depth > 0) depth--;
+        return SUCCESS;
+    }
+    pthread_mutex_lock(&lock);
+    struct object *c = as(ctx, K_CONTEXT);
+    CUresult status = c == NULL || c->dead ? INVALID_CONTEXT : SUCCESS;
+    pthread_mutex_unlock(&lock);
+    if (status != SUCCESS) return status;
+    if (depth == 0) depth = 1;
+    stack[depth - 1] = c;
+    return SUCCESS;
+}
+
+CUresult cuCtxGetCurrent(void **ctx) {
+    ENTER(cuCtxGetCurrent);
+    if (ctx == NULL) return INVALID_VALUE;
+    *ctx = current();
+    return SUCCESS;
+}
+
+CUresult cuCtxPushCurrent_v2(void *ctx) {
+    ENTER(cuCtxPushCurrent_v2);
+    pthread_mutex_lock(&lock);
+    struct object *c = as(ctx, K_CONTEXT);
+    CUresult status = c == NULL || c->dead ? INVALID_CONTEXT : SUCCESS;
+    pthread_mutex_unlock(&lock);
+    if (status != SUCCESS) return status;
+    if (depth == STACK_DEPTH) return OUT_OF_MEMORY;
+    stack[depth++] = c;
+    return SUCCESS;
+}
+
+CUresult cuCtxPopCurrent_v2(void **ctx) {
+    ENTER(cuCtxPopCurrent_v2);
+    if (depth == 0) return INVALID_CONTEXT;
+    struct object *top = stack[--depth];
+    if (ctx != NULL) *ctx = top;
+    return SUCCESS;
+}
+
+/* A new (non-primary) context, pushed onto this thread's stack: what another library does. */
+CUresult cuCtxCreate_v2(void **ctx, unsigned int flags, CUdevice device) {
+    ENTER(cuCtxCreate_v2);
+    (void)flags;
+    if (ctx == NULL) return INVALID_VALUE;
+    if (device < 0 || device >= STANDIN_DEVICES) return INVALID_DEVICE;
+    if (depth == STACK_DEPTH) return OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    struct object *c = new_object(K_CONTEXT);
+    if (c != NULL) c->u.ctx.device = device;
+    pthread_mutex_unlock(&lock);
+    if (c == NULL) return OUT_OF_MEMORY;
+    stack[depth++] = c;
+    *ctx = c;
+    return SUCCESS;
+}
+
+/* Destroys a created context with everything in it; pops it if it is this thread's current one.
+ * Other threads that have it current get CUDA_ERROR_CONTEXT_IS_DESTROYED from then on. */
+CUresult cuCtxDestroy_v2(void *ctx) {
+    ENTER(cuCtxDestroy_v2);
+    pthread_mutex_lock(&lock);
+    struct object *c = as(ctx, K_CONTEXT);
+    CUresult status = c == NULL || c->dead || c->u.ctx.primary ? INVALID_CONTEXT : SUCCESS;
+    if (status == SUCCESS) {
+        c->dead = 1;
+        free_context_allocations(c);
+        for (size_t i = 0; i < arena_used; i++) {
+            struct object *o = &arena[i];
+            if ((o->kind == K_MODULE && o->u.module.ctx == c) ||
+                (o->kind == K_STREAM && o->u.stream.ctx == c))
+                o->dead = 1;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS && current() == c) depth--;
+    return status;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Streams                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+CUresult cuStreamCreate(void **stream, unsigned int flags) {
+    ENTER(cuStreamCreate);
+    if (stream == NULL || (flags & ~1u) != 0) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *ctx = current();
+    CUresult status = usable(ctx);
+    struct object *s = NULL;
+    if (status == SUCCESS) {
+        s = new_object(K_STREAM);
+        if (s == NULL) status = OUT_OF_MEMORY;
+        else s->u.stream.ctx = ctx;
+    }
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS) *stream = s;
+    return status;
+}
+
+CUresult cuStreamDestroy_v2(void *stream) {
+    ENTER(cuStreamDestroy_v2);
+    pthread_mutex_lock(&lock);
+    struct object *s = as(stream, K_STREAM);
+    CUresult status = live(s, "cuStreamDestroy_v2");
+    if (status == SUCCESS) {
+        s->dead = 1;
+        status = usable(s->u.stream.ctx);
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuStreamSynchronize(void *stream) {
+    ENTER(cuStreamSynchronize);
+    pthread_mutex_lock(&lock);
+    struct object *ctx = NULL;
+    CUresult status = stream_context(stream, "cuStreamSynchronize", &ctx);
+    if (status == SUCCESS) status = usable(ctx);
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Memory                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
+    ENTER(cuMemAlloc_v2);
+    if (ptr == NULL || bytes == 0) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *ctx = current();
+    CUresult status = usable(ctx);
+    char *base = NULL;
+    if (status == SUCCESS) status = add_allocation(bytes, ctx, 1, &base);
+    if (status == SUCCESS) last_alloc_ctx = ctx;
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS) *ptr = (CUdeviceptr)(uintptr_t)base;
+    return status;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr ptr) {
+    ENTER(cuMemFree_v2);
+    pthread_mutex_lock(&lock);
+    struct allocation *a = find_allocation((void *)(uintptr_t)ptr, 1);
+    CUresult status = SUCCESS;
+    if (a == NULL || a->base != (char *)(uintptr_t)ptr || !a->user) status = INVALID_VALUE;
+    else if ((status = usable(a->ctx)) == SUCCESS) remove_allocation(a);
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* A copy between host memory and a live allocation (of any context: addressing is unified). */
+static CUresult copy(enum entry e, void *dst, const void *src, const void *device, size_t bytes,
+                     void *stream) {
+    const char *call = entry_names[e];
+    pthread_mutex_lock(&lock);
+    struct object *ctx = NULL;
+    CUresult status = stream_context(stream, call, &ctx);
+    if (status == SUCCESS) status = usable(ctx);
+    if (status == SUCCESS && bytes != 0 && find_allocation(device, bytes) == NULL)
+        status = INVALID_VALUE;
+    if (status == SUCCESS) {
+        if (bytes != 0) memcpy(dst, src, bytes);
+        last_copy_ctx = current();
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes, void *stream) {
+    ENTER(cuMemcpyHtoDAsync_v2);
+    void *device = (void *)(uintptr_t)dst;
+    return copy(E_cuMemcpyHtoDAsync_v2, device, src, device, bytes, stream);
+}
+
+CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, void *stream) {
+    ENTER(cuMemcpyDtoHAsync_v2);
+    const void *device = (const void *)(uintptr_t)src;
+    return copy(E_cuMemcpyDtoHAsync_v2, dst, device, device, bytes, stream);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Modules and functions                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A module in `ctx`. Call with the lock held. */
+static struct object *new_module(struct object *ctx, const float scale_offset[2]) {
+    struct object *m = new_object(K_MODULE);
+    if (m != NULL) {
+        m->u.module.ctx = ctx;
+        memcpy(m->u.module.scale_offset, scale_offset, sizeof m->u.module.scale_offset);
+    }
+    return m;
+}
+
+static void unload_module(struct object *m) {
+    m->dead = 1;
+    for (int g = 0; g < GLOBAL_COUNT; g++) {
+        if (m->u.module.globals[g] == 0) continue;
+        struct allocation *a = find_allocation((void *)(uintptr_t)m->u.module.globals[g], 1);
+        if (a != NULL) remove_allocation(a);
+        m->u.module.globals[g] = 0;
+    }
+}
+
+static void read_global(struct object *m, int which, void *out) {
+    if (m->u.module.globals[which] != 0) {
+        memcpy(out, (void *)(uintptr_t)m->u.module.globals[which], globals[which].size);
+    } else if (which == GLOBAL_SCALE_OFFSET) {
+        memcpy(out, m->u.module.scale_offset, 8);
+    } else {
+        memset(out, 0, globals[which].size);
+    }
+}
+
+static CUresult load_module(void **module, const void *image, unsigned count, const int *options,
+                            void **values) {
+    if (module == NULL || image == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *ctx = current(), *m = NULL;
+    CUresult status = usable(ctx);
+    size_t extent = status == SUCCESS ? blob_extent(image) : 0;
+    if (status == SUCCESS) status = jit(image, extent, count, options, values);
+    if (status == SUCCESS) {
+        float scale_offset[2];
+        blob_scale_offset(image, extent, scale_offset);
+        m = new_module(ctx, scale_offset);
+        if (m == NULL) status = OUT_OF_MEMORY;
+        else last_module_ctx = ctx;
+    }
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS) *module = m;
+    return status;
+}
+
+CUresult cuModuleLoadData(void **module, const void *image) {
+    ENTER(cuModuleLoadData);
+    return load_module(module, image, 0, NULL, NULL);
+}
+
+CUresult cuModuleLoadDataEx(void **module, const void *image, unsigned int count, int *options,
+                            void **values) {
+    ENTER(cuModuleLoadDataEx);
+    if (count != 0 && (options == NULL || values == NULL)) return INVALID_VALUE;
+    return load_module(module, image, count, options, values);
+}
+
+CUresult cuModuleUnload(void *module) {
+    ENTER(cuModuleUnload);
+    pthread_mutex_lock(&lock);
+    struct object *m = as(module, K_MODULE);
+    CUresult status = live(m, "cuModuleUnload");
+    if (status == SUCCESS && m->u.module.library != NULL) status = INVALID_HANDLE;
+    if (status == SUCCESS) {
+        status = usable(m->u.module.ctx);
+        unload_module(m);
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
+    ENTER(cuModuleGetFunction);
+    if (function == NULL || name == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *m = as(module, K_MODULE), *f = NULL;
+    CUresult status = live(m, "cuModuleGetFunction");
+    if (status == SUCCESS) status = usable(m->u.module.ctx);
+    size_t k = 0;
+    while (status == SUCCESS && k < KERNEL_COUNT && strcmp(kernels[k].name, name) != 0) k++;
+    if (status == SUCCESS && k == KERNEL_COUNT) status = NOT_FOUND;
+    if (status == SUCCESS) {
+        /* One handle per function of a module, as the driver gives. */
+        f = m->u.module.functions[k];
+        if (f == NULL && (f = new_object(K_FUNCTION)) != NULL) {
+            f->u.function.module = m;
+            f->u.function.kernel = &kernels[k];
+            f->u.function.max_dynamic_shared = DEFAULT_DYNAMIC_SHARED - kernels[k].static_shared;
+            m->u.module.functions[k] = f;
+        }
+        if (f == NULL) status = OUT_OF_MEMORY;
+    }
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS) *function = f;
+    return status;
+}
+
+CUresult cuModuleGetGlobal_v2(CUdeviceptr *ptr, size_t *bytes, void *module, const char *name) {
+    ENTER(cuModuleGetGlobal_v2);
+    if (name == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *m = as(module, K_MODULE);
+    CUresult status = live(m, "cuModuleGetGlobal_v2");
+    if (status == SUCCESS) status = usable(m->u.module.ctx);
+    int g = 0;
+    while (status == SUCCESS && g < GLOBAL_COUNT && strcmp(globals[g].name, name) != 0) g++;
+    if (status == SUCCESS && g == GLOBAL_COUNT) status = NOT_FOUND;
+    if (status == SUCCESS && m->u.module.globals[g] == 0) {
+        char *base;
+        status = add_allocation(globals[g].size, m->u.module.ctx, 0, &base);
+        if (status == SUCCESS) {
+            read_global(m, g, base);
+            m->u.module.globals[g] = (CUdeviceptr)(uintptr_t)base;
+        }
+    }
+    if (status == SUCCESS) {
+        if (ptr) *ptr = m->u.module.globals[g];
+        if (bytes) *bytes = globals[g].size;
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+#ifndef STANDIN_NO_PARAM_INFO
+CUresult cuFuncGetParamInfo(void *function, size_t index, size_t *offset, size_t *size) {
+    ENTER(cuFuncGetParamInfo);
+    pthread_mutex_lock(&lock);
+    struct object *f = as(function, K_FUNCTION);
+    CUresult status = live(f, "cuFuncGetParamInfo");
+    if (status == SUCCESS) {
+        const struct kernel *k = f->u.function.kernel;
+        if (index >= k->param_count) {
+            status = INVALID_VALUE;
+        } else {
+            if (offset) *offset = k->offsets[index];
+            if (size) *size = k->sizes[index];
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+#endif
+
+CUresult cuFuncGetAttribute(int *value, int attribute, void *function) {
+    ENTER(cuFuncGetAttribute);
+    if (value == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *f = as(function, K_FUNCTION);
+    CUresult status = live(f, "cuFuncGetAttribute");
+    if (status == SUCCESS) {
+        switch (attribute) {
+        case 0: *value = 1024; break;                                  /* MAX_THREADS_PER_BLOCK */
+        case 1: *value = f->u.function.kernel->static_shared; break;   /* SHARED_SIZE_BYTES */
+        case 4: *value = 16; break;                                    /* NUM_REGS */
+        case 5: *value = 80; break;                                    /* PTX_VERSION */
+        case 6: *value = 90; break;                                    /* BINARY_VERSION */
+        case 8: *value = f->u.function.max_dynamic_shared; break;      /* MAX_DYNAMIC_SHARED_SIZE_BYTES */
+        default:
+            if (attribute < 0 || attribute >= 16) status = INVALID_VALUE;
+            else *value = 0;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* Sets the attribute to the value given, lower or higher than before, as the driver does; for
+ * MAX_DYNAMIC_SHARED_SIZE_BYTES it first sleeps 2 ms, so that racing callers interleave. */
+CUresult cuFuncSetAttribute(void *function, int attribute, int value) {
+    ENTER(cuFuncSetAttribute);
+    pthread_mutex_lock(&lock);
+    struct object *f = as(function, K_FUNCTION);
+    CUresult status = live(f, "cuFuncSetAttribute");
+    if (status == SUCCESS && (attribute < 0 || attribute >= 16)) status = INVALID_VALUE;
+    if (status == SUCCESS && attribute == 8 &&
+        (value < 0 || value > SHARED_OPTIN - f->u.function.kernel->static_shared))
+        status = INVALID_VALUE;
+    pthread_mutex_unlock(&lock);
+    if (status != SUCCESS || attribute != 8) return status;
+    usleep(2000);
+    pthread_mutex_lock(&lock);
+    f->u.function.max_dynamic_shared = value;
+    pthread_mutex_unlock(&lock);
+    return SUCCESS;
+}
+
+/* Runs the kernel on the host, on the stream's context. A kernel that faults leaves the launch
+ * successful and the context lost: every later call in it returns the fault. */
+CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                        unsigned by, unsigned bz, unsigned shared_bytes, void *stream,
+                        void **params, void **extra) {
+    ENTER(cuLaunchKernel);
+    pthread_mutex_lock(&lock);
+    struct object *f = as(function, K_FUNCTION), *ctx = NULL;
+    CUresult status = live(f, "cuLaunchKernel");
+    if (status == SUCCESS) status = stream_context(stream, "cuLaunchKernel", &ctx);
+    if (status == SUCCESS) status = usable(ctx);
+    if (status == SUCCESS && ctx != f->u.function.module->u.module.ctx) {
+        /* What the real driver does here is not pinned down; Atlas must not get here. */
+        note(E_context_mismatch);
+        status = INVALID_HANDLE;
+    }
+    if (status == SUCCESS) {
+        unsigned long long threads = (unsigned long long)bx * by * bz;
+        if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || gy > 65535 ||
+            gz > 65535 || gx > 2147483647u || bx > 1024 || by > 1024 || bz > 64 || threads > 1024)
+            status = INVALID_VALUE;
+    }
+    const struct kernel *k = status == SUCCESS ? f->u.function.kernel : NULL;
+    if (status == SUCCESS && shared_bytes > (unsigned)f->u.function.max_dynamic_shared)
+        status = INVALID_VALUE;
+    if (status == SUCCESS && extra != NULL) status = NOT_SUPPORTED;
+    if (status == SUCCESS && k->param_count > 0 && params == NULL) status = INVALID_VALUE;
+    if (status == SUCCESS) {
+        last_launch_ctx = ctx;
+        struct launch l = {params, gx, shared_bytes, ctx, f->u.function.module};
+        CUresult fault = k->run(&l);
+        if (fault != SUCCESS) {
+            note(E_fault);
+            ctx->u.ctx.lost = fault;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Libraries: loaded without a context; the JIT (and its failure) happens per context, later   */
+/* ------------------------------------------------------------------------------------------ */
+
+#ifndef STANDIN_NO_LIBRARY
+CUresult cuLibraryLoadData(void **library, const void *code, int *jit_options, void **jit_values,
+                           unsigned int jit_count, void *library_options, void **library_values,
+                           unsigned int library_count) {
+    ENTER(cuLibraryLoadData);
+    /* The JIT runs later, per context: the JIT options are not read here. */
+    (void)jit_options;
+    (void)jit_values;
+    (void)jit_count;
+    (void)library_options;
+    (void)library_values;
+    (void)library_count;
+    if (library == NULL || code == NULL) return INVALID_VALUE;
+    size_t extent = blob_extent(code);
+    pthread_mutex_lock(&lock);
+    struct object *lib = new_object(K_LIBRARY);
+    if (lib != NULL) {
+        lib->u.library.deferred = jit(code, extent, 0, NULL, NULL);
+        blob_scale_offset(code, extent, lib->u.library.scale_offset);
+    }
+    pthread_mutex_unlock(&lock);
+    if (lib == NULL) return OUT_OF_MEMORY;
+    *library = lib;
+    return SUCCESS;
+}
+
+/* The library's module in the current context: made on the first call per context. */
+CUresult cuLibraryGetModule(void **module, void *library) {
+    ENTER(cuLibraryGetModule);
+    if (module == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *lib = as(library, K_LIBRARY), *ctx = current(), *m = NULL;
+    CUresult status = live(lib, "cuLibraryGetModule");
+    if (status == SUCCESS) status = usable(ctx);
+    if (status == SUCCESS) status = lib->u.library.deferred;
+    int slot = 0;
+    while (status == SUCCESS && slot < LIBRARY_CONTEXTS && lib->u.library.modules[slot] != NULL &&
+           lib->u.library.modules[slot]->u.module.ctx != ctx)
+        slot++;
+    if (status == SUCCESS && slot == LIBRARY_CONTEXTS) status = OUT_OF_MEMORY;
+    if (status == SUCCESS && (m = lib->u.library.modules[slot]) == NULL) {
+        m = new_module(ctx, lib->u.library.scale_offset);
+        if (m == NULL) {
+            status = OUT_OF_MEMORY;
+        } else {
+            m->u.module.library = lib;
+            lib->u.library.modules[slot] = m;
+            last_module_ctx = ctx;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS) *module = m;
+    return status;
+}
+
+CUresult cuLibraryUnload(void *library) {
+    ENTER(cuLibraryUnload);
+    pthread_mutex_lock(&lock);
+    struct object *lib = as(library, K_LIBRARY);
+    CUresult status = live(lib, "cuLibraryUnload");
+    if (status == SUCCESS) {
+        lib->dead = 1;
+        for (int i = 0; i < LIBRARY_CONTEXTS; i++) {
+            if (lib->u.library.modules[i] != NULL) unload_module(lib->u.library.modules[i]);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Inspection for tests                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+/* How many times: an entry point was called ("cuLaunchKernel"; injected failures included), an
+ * event happened ("stale_handle", "context_mismatch", "fault"); or how many things are alive now
+ * ("live_allocations": cuMemAlloc'd blocks, "live_modules": modules not unloaded). -1 for a name
+ * it does not know. */
+long long standin_count(const char *what) {
+    for (int i = 0; i < ENTRY_COUNT; i++)
+        if (strcmp(what, entry_names[i]) == 0)
+            return (long long)__atomic_load_n(&entry_calls[i], __ATOMIC_RELAXED);
+    for (int i = 0; i < EVENT_COUNT; i++)
+        if (strcmp(what, event_names[i]) == 0)
+            return (long long)__atomic_load_n(&event_counts[i], __ATOMIC_RELAXED);
+    long long n = -1;
+    pthread_mutex_lock(&lock);
+    if (strcmp(what, "live_allocations") == 0) {
+        n = 0;
+        for (size_t i = 0; i < allocation_count; i++) n += allocations[i].user;
+    } else if (strcmp(what, "live_modules") == 0) {
+        n = 0;
+        for (size_t i = 0; i < arena_used; i++) n += arena[i].kind == K_MODULE && !arena[i].dead;
+    }
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+/* Makes the next `times` calls of `entry` fail with `code` before doing anything. 0 on success,
+ * -1 for an unknown entry point. */
+int standin_inject(const char *entry, unsigned code, unsigned times) {
+    for (int i = 0; i < ENTRY_COUNT; i++) {
+        if (strcmp(entry, entry_names[i]) == 0) {
+            pthread_mutex_lock(&lock);
+            injected[i].code = code;
+            __atomic_store_n(&injected[i].times, times, __ATOMIC_RELEASE);
+            pthread_mutex_unlock(&lock);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Zeroes the call and event counters, the last-context records and pending injections. Handles,
+ * allocations and contexts stay as they are. */
+void standin_reset(void) {
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < ENTRY_COUNT; i++) {
+        __atomic_store_n(&entry_calls[i], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&injected[i].times, 0, __ATOMIC_RELEASE);
+    }
+    for (int i = 0; i < EVENT_COUNT; i++) __atomic_store_n(&event_counts[i], 0, __ATOMIC_RELAXED);
+    last_alloc_ctx = last_module_ctx = last_copy_ctx = last_launch_ctx = NULL;
+    pthread_mutex_unlock(&lock);
+}
+
+/* The primary context of `device`, or NULL before its first cuDevicePrimaryCtxRetain. */
+void *standin_primary_context(int device) {
+    if (device < 0 || device >= STANDIN_DEVICES) return NULL;
+    pthread_mutex_lock(&lock);
+    void *p = primary[device];
+    pthread_mutex_unlock(&lock);
+    return p;
+}
+
+/* The context of the last successful call of a kind, or NULL: an allocation (the current context
+ * then), a module load (cuModuleLoadData/Ex, or the first cuLibraryGetModule in a context), a copy
+ * (the context current on the calling thread, NULL if none), a launch (the stream's context). */
+static void *locked_read(struct object **p) {
+    pthread_mutex_lock(&lock);
+    void *v = *p;
+    pthread_mutex_unlock(&lock);
+    return v;
+}
+void *standin_last_alloc_context(void) { return locked_read(&last_alloc_ctx); }
+void *standin_last_module_context(void) { return locked_read(&last_module_ctx); }
+void *standin_last_copy_context(void) { return locked_read(&last_copy_ctx); }
+void *standin_last_launch_context(void) { return locked_read(&last_launch_ctx); }
+
+/* The context of the live allocation (or __device__ variable) holding `ptr`, or NULL. */
+void *standin_pointer_context(CUdeviceptr ptr) {
+    pthread_mutex_lock(&lock);
+    struct allocation *a = find_allocation((void *)(uintptr_t)ptr, 1);
+    void *ctx = a ? a->ctx : NULL;
+    pthread_mutex_unlock(&lock);
+    return ctx;
+}
+
+/* The function's current MAX_DYNAMIC_SHARED_SIZE_BYTES, or -1 when `function` is not one. */
+int standin_max_dynamic_shared(void *function) {
+    pthread_mutex_lock(&lock);
+    struct object *f = as(function, K_FUNCTION);
+    int v = f ? f->u.function.max_dynamic_shared : -1;
+    pthread_mutex_unlock(&lock);
+    return v;
+}
