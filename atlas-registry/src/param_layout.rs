@@ -558,7 +558,7 @@ impl<'t> Lexer<'t> {
 
     fn scan(&mut self) -> Result<(Token<'t>, usize), LayoutError> {
         let bytes = self.text.as_bytes();
-        loop {
+        let first = loop {
             match (bytes.get(self.at), bytes.get(self.at + 1)) {
                 (None, _) => return Ok((Token::End, self.line)),
                 (Some(b'\n'), _) => {
@@ -586,11 +586,10 @@ impl<'t> Lexer<'t> {
                         .count();
                     self.at = body + len + 2;
                 }
-                _ => break,
+                (Some(&b), _) => break b,
             }
-        }
+        };
         let (start, line) = (self.at, self.line);
-        let first = bytes[start];
         let run_end = |from: usize| {
             bytes
                 .get(from..)
@@ -602,7 +601,12 @@ impl<'t> Lexer<'t> {
             loop {
                 match bytes.get(i) {
                     None => return Err(ptx_error(line, None, PtxProblem::UnterminatedString)),
-                    Some(b'\\') => i += 2,
+                    Some(b'\\') => {
+                        if bytes.get(i + 1) == Some(&b'\n') {
+                            self.line += 1;
+                        }
+                        i += 2;
+                    }
                     Some(b'"') => break,
                     Some(b'\n') => {
                         self.line += 1;
@@ -716,28 +720,33 @@ fn entry(lexer: &mut Lexer<'_>) -> Result<Option<KernelLayout>, LayoutError> {
     let Token::Word(name) = token else {
         return Err(unexpected(token, at, None, "a kernel name after `.entry`"));
     };
-    let in_kernel = |e: LayoutError| match e {
+    entry_after_name(lexer, name).map_err(|e| match e {
         LayoutError::Ptx {
             line,
             kernel: None,
             problem,
         } => ptx_error(line, Some(name), problem),
         other => other,
-    };
+    })
+}
+
+/// [`entry`] from the parameter list on; errors do not name the kernel yet.
+fn entry_after_name(
+    lexer: &mut Lexer<'_>,
+    name: &str,
+) -> Result<Option<KernelLayout>, LayoutError> {
     let mut decls = Vec::new();
     let (mut token, mut line) = lexer.next()?;
     if token == Token::Punct('(') {
         (token, line) = lexer.next()?;
         if token != Token::Punct(')') {
             loop {
-                decls.push(param(lexer, token, line).map_err(in_kernel)?);
+                decls.push(param(lexer, token, line)?);
                 (token, line) = lexer.next()?;
                 match token {
                     Token::Punct(',') => (token, line) = lexer.next()?,
                     Token::Punct(')') => break,
-                    _ => {
-                        return Err(unexpected(token, line, Some(name), "`,` or `)`"));
-                    }
+                    _ => return Err(unexpected(token, line, None, "`,` or `)`")),
                 }
             }
         }
@@ -748,14 +757,14 @@ fn entry(lexer: &mut Lexer<'_>) -> Result<Option<KernelLayout>, LayoutError> {
     loop {
         match token {
             Token::Punct('{') => {
-                lexer.skip_block(line).map_err(in_kernel)?;
+                lexer.skip_block(line)?;
                 break;
             }
             Token::Punct(';') => return Ok(None),
             Token::Directive(_) | Token::Number(_) | Token::Punct(',') => {
                 (token, line) = lexer.next()?;
             }
-            _ => return Err(unexpected(token, line, Some(name), "the kernel's body `{`")),
+            _ => return Err(unexpected(token, line, None, "the kernel's body `{`")),
         }
     }
     lay_out(name, &decls).map(Some)

@@ -332,7 +332,7 @@ const STRUCTS_AND_POINTERS: &str = "
     .param .align 8 .b8 by_value[24],
     .param .u64 .ptr .global .align 8 p,
     .param .u64 .ptr .align 16 q,
-    .param .u32 .ptr .shared r,
+    .param .u64 .ptr.shared.align 4 r,
     .param .f32 f,
     .param .align 4 .b8 three[3],
     .param .f64 d
@@ -347,11 +347,41 @@ const STRUCTS_AND_POINTERS_SLOTS: &[(usize, usize)] = &[
     (8, 24),
     (32, 8),
     (40, 8),
-    (48, 4),
-    (52, 4),
-    (56, 3),
+    (48, 8),
+    (56, 4),
+    (60, 3),
     (64, 8),
 ];
+
+/// Every scalar parameter type and its size in bytes, from the PTX ISA.
+const SCALAR_TYPES: &[(&str, usize)] = &[
+    (".b8", 1),
+    (".s8", 1),
+    (".u8", 1),
+    (".b16", 2),
+    (".s16", 2),
+    (".u16", 2),
+    (".f16", 2),
+    (".bf16", 2),
+    (".b32", 4),
+    (".s32", 4),
+    (".u32", 4),
+    (".f32", 4),
+    (".f16x2", 4),
+    (".bf16x2", 4),
+    (".b64", 8),
+    (".s64", 8),
+    (".u64", 8),
+    (".f64", 8),
+    (".b128", 16),
+];
+
+/// A kernel `between(u8, TYPE, u8)`: the middle parameter shows the type's size and alignment.
+fn between(ty: &str) -> String {
+    format!(
+        "{HEAD}.visible .entry between(.param .u8 a, .param {ty} b, .param .u8 c)\n{{\n    ret;\n}}\n"
+    )
+}
 
 #[test]
 fn ptx_params_of_every_type_are_laid_out_by_size_and_alignment() {
@@ -363,6 +393,17 @@ fn ptx_params_of_every_type_are_laid_out_by_size_and_alignment() {
         ptx_kernel_layouts(&ptx(STRUCTS_AND_POINTERS)).unwrap(),
         [layout("structs_and_pointers", STRUCTS_AND_POINTERS_SLOTS)]
     );
+}
+
+#[test]
+fn ptx_scalar_types_are_aligned_to_their_size() {
+    for &(ty, size) in SCALAR_TYPES {
+        assert_eq!(
+            ptx_kernel_layouts(between(ty).as_bytes()).unwrap(),
+            [layout("between", &[(0, 1), (size, size), (2 * size, 1)])],
+            "{ty}"
+        );
+    }
 }
 
 #[test]
@@ -574,6 +615,12 @@ fn ptx_syntax_the_reader_does_not_know_is_an_error_naming_line_and_kernel() {
             PtxProblem::UnclosedBrace,
         ),
         (".entry k() { ret; }\n}", 5, None, PtxProblem::StrayBrace),
+        (
+            ".entry k() { .pragma \"a\\\nb\"; }\n}",
+            6,
+            None,
+            PtxProblem::StrayBrace,
+        ),
         (
             ".entry k() { ret; }\n/* never\nclosed",
             5,
@@ -1088,14 +1135,43 @@ fn blob_layouts_of_every_model_match_the_driver() {
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn ptx_layouts_of_every_type_and_alignment_match_the_driver() {
-    let text = format!("{HEAD}{EVERY_TYPE}{STRUCTS_AND_POINTERS}");
-    let blob = text.as_bytes();
-    let registry = AtlasRegistry::load(0, &[("types", blob)])
-        .unwrap_or_else(|e| panic!("the module loads (this test needs an NVIDIA GPU): {e}"));
-    let layouts = kernel_layouts(blob).unwrap();
-    assert_eq!(layouts.len(), 2);
-    for kernel in layouts {
-        let function = registry.function("types", &kernel.name).unwrap();
-        assert_eq!(driver_slots(&function), kernel.params, "{}", kernel.name);
+    AtlasRegistry::load(0, ptx_for_model("demo").unwrap())
+        .unwrap_or_else(|e| panic!("this test needs an NVIDIA GPU: {e}"));
+    // One module per case, so that a type the JIT compiler refuses shows up as one line below.
+    let mut modules: Vec<(String, String)> = SCALAR_TYPES
+        .iter()
+        .map(|(ty, _)| (format!("type_{}", &ty[1..]), between(ty)))
+        .collect();
+    modules.push(("every_type".into(), format!("{HEAD}{EVERY_TYPE}")));
+    modules.push((
+        "structs_and_pointers".into(),
+        format!("{HEAD}{STRUCTS_AND_POINTERS}"),
+    ));
+    let mut failures = Vec::new();
+    for (module, text) in &modules {
+        let layouts = kernel_layouts(text.as_bytes()).unwrap();
+        let registry = match AtlasRegistry::load(0, &[(module.as_str(), text.as_bytes())]) {
+            Ok(registry) => registry,
+            Err(e) => {
+                failures.push(format!("{module}: the driver refuses the module: {e}"));
+                continue;
+            }
+        };
+        for kernel in layouts {
+            match registry.function(module, &kernel.name) {
+                Ok(function) => {
+                    let driver = driver_slots(&function);
+                    if driver != kernel.params {
+                        failures.push(format!(
+                            "{module}: the driver says {driver:?}, the reader {:?}",
+                            kernel.params
+                        ));
+                    }
+                }
+                Err(e) => failures.push(format!("{module}: {e}")),
+            }
+        }
     }
+    println!("{} PTX modules checked", modules.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
