@@ -50,7 +50,9 @@ impl KernelLayout {
 
     /// Bytes from the start of the parameter buffer to the end of the last parameter (0 for none).
     pub fn param_bytes(&self) -> usize {
-        self.params.last().map_or(0, |p| p.offset + p.size)
+        self.params
+            .last()
+            .map_or(0, |p| p.offset.saturating_add(p.size))
     }
 }
 
