@@ -101,6 +101,7 @@ mod launch;
 mod library;
 mod memory;
 mod module;
+mod param_layout;
 mod registry;
 mod stream;
 
@@ -117,6 +118,10 @@ pub use host::{CudaHost, device_count, host};
 pub use launch::{DeviceLimits, LaunchConfig};
 pub use library::AtlasLibrary;
 pub use memory::{DeviceBuffer, DeviceCopy};
+pub use param_layout::{
+    CubinProblem, KernelLayout, LayoutError, ParamSlot, PtxProblem, RecordIssue, UnreadableBlob,
+    cubin_kernel_layouts, kernel_layout, kernel_layouts, ptx_kernel_layouts,
+};
 pub use registry::{AtlasRegistry, DeviceSymbol, release};
 pub use stream::CudaStream;
 

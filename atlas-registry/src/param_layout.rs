@@ -1,0 +1,1349 @@
+//! Kernel parameter layouts read from the blob itself, for drivers that cannot report them.
+//!
+//! `cuFuncGetParamInfo` (CUDA 12.4+) tells Atlas how many parameters a kernel takes and where each
+//! lies in the parameter buffer. Older drivers and profiler injection libraries lack it, and a
+//! launch whose argument array is shorter than the kernel's parameter list makes the driver read
+//! past that array. The layout is also written in the blob, and this module reads it there, with
+//! no driver:
+//!
+//! - PTX: each `.entry` declares its `.param`s; offsets follow from each parameter's size and
+//!   alignment, as the JIT compiler lays them out.
+//! - ELF cubin: each kernel's `.nv.info.NAME` section holds one `EIATTR_KPARAM_INFO` record per
+//!   parameter (ordinal, offset, size) next to the total size of the parameter buffer, which the
+//!   reader checks the records against.
+//!
+//! The reader refuses whatever it does not fully understand (unknown PTX syntax, unknown record
+//! formats, records that disagree with each other) with a [`LayoutError`] saying what and where.
+//! An error means "unknown", never a guess. Containers (fatbins, offload bundles) and other code
+//! objects are [`LayoutError::NotReadable`]: their PTX and cubin entries are read one by one with
+//! [`ptx_kernel_layouts`] and [`cubin_kernel_layouts`].
+
+use std::collections::HashMap;
+
+use object::Endianness;
+use object::elf;
+use object::read::elf::{FileHeader, SectionHeader, Sym};
+
+/// One kernel parameter: where it lies in the parameter buffer and how many bytes it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ParamSlot {
+    /// Byte offset from the start of the parameter buffer.
+    pub offset: usize,
+    /// Size in bytes.
+    pub size: usize,
+}
+
+/// A kernel's name and its parameters, in declaration order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KernelLayout {
+    /// The kernel's name as `cuModuleGetFunction` takes it (mangled, for C++ kernels).
+    pub name: String,
+    /// The parameters, first to last.
+    pub params: Vec<ParamSlot>,
+}
+
+impl KernelLayout {
+    /// Each parameter's size in bytes, first to last: what `cuFuncGetParamInfo` reports.
+    pub fn sizes(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
+        self.params.iter().map(|p| p.size)
+    }
+
+    /// Bytes from the start of the parameter buffer to the end of the last parameter (0 for none).
+    pub fn param_bytes(&self) -> usize {
+        self.params
+            .last()
+            .map_or(0, |p| p.offset.saturating_add(p.size))
+    }
+}
+
+/// A blob whose kernels this module cannot read directly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UnreadableBlob {
+    /// A fatbin (magic `0xBA55ED50`): read its PTX and cubin entries one by one.
+    Fatbin,
+    /// A clang offload bundle: read its entries one by one.
+    OffloadBundle,
+    /// An ELF file for another machine than CUDA (224 is an AMD GPU code object).
+    ForeignElf {
+        /// The ELF header's `e_machine`.
+        machine: u16,
+    },
+    /// Bytes that are neither PTX text nor an ELF file.
+    Binary,
+}
+
+impl std::fmt::Display for UnreadableBlob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Fatbin => f.write_str("a fatbin"),
+            Self::OffloadBundle => f.write_str("a clang offload bundle"),
+            Self::ForeignElf {
+                machine: elf::EM_AMDGPU,
+            } => f.write_str("an AMD GPU code object (ELF machine 224)"),
+            Self::ForeignElf { machine } => {
+                write!(
+                    f,
+                    "an ELF file for machine {machine}, not a CUDA cubin (190)"
+                )
+            }
+            Self::Binary => f.write_str("binary data that is neither PTX text nor an ELF cubin"),
+        }
+    }
+}
+
+/// Why a kernel's parameter layout could not be read from a blob.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LayoutError {
+    /// The blob is a container or code object that this reader does not read as a whole.
+    #[error(
+        "the blob is {0}: its parameter layouts are read from its PTX or cubin entries, one by one"
+    )]
+    NotReadable(UnreadableBlob),
+    /// The PTX text has something the reader does not understand.
+    #[error("PTX line {line}{}: {problem}", kernel_suffix(.kernel.as_deref()))]
+    Ptx {
+        /// The line (from 1) where the problem was found.
+        line: usize,
+        /// The kernel whose declaration it is in, if any.
+        kernel: Option<String>,
+        /// What was not understood.
+        problem: PtxProblem,
+    },
+    /// The ELF cubin is malformed, or its records are missing, unknown or inconsistent.
+    #[error("cubin{}: {problem}", kernel_suffix(.kernel.as_deref()))]
+    Cubin {
+        /// The kernel concerned, if the problem is one kernel's.
+        kernel: Option<String>,
+        /// What was wrong.
+        problem: CubinProblem,
+    },
+}
+
+fn kernel_suffix(kernel: Option<&str>) -> String {
+    kernel.map_or_else(String::new, |k| format!(" (kernel `{}`)", k.escape_debug()))
+}
+
+/// What the PTX reader did not understand.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PtxProblem {
+    /// The text is not UTF-8 from this byte offset on.
+    #[error("the text is not UTF-8 at byte {offset}")]
+    NotUtf8 {
+        /// Byte offset of the first invalid byte.
+        offset: usize,
+    },
+    /// A NUL byte stands before the end of the text (only trailing NULs are allowed).
+    #[error("a NUL byte at byte {offset} is followed by more text")]
+    NulByte {
+        /// Byte offset of the NUL.
+        offset: usize,
+    },
+    /// The text does not start with a `.version` directive, as every PTX module must.
+    #[error("the text does not start with a `.version` directive")]
+    NoVersion,
+    /// A `/*` comment is never closed.
+    #[error("a `/*` comment is never closed")]
+    UnterminatedComment,
+    /// A string literal is never closed.
+    #[error("a string literal is never closed")]
+    UnterminatedString,
+    /// A `{` opened on this line is never closed.
+    #[error("a `{{` opened here is never closed")]
+    UnclosedBrace,
+    /// A `}` closes nothing.
+    #[error("a `}}` closes nothing")]
+    StrayBrace,
+    /// A token other than the ones the grammar allows here.
+    #[error("found {found} where {expected} was expected")]
+    Unexpected {
+        /// The token found, quoted, or "the end of the text".
+        found: String,
+        /// What the grammar allows at this point.
+        expected: &'static str,
+    },
+    /// A parameter type the reader does not know (`.pred`, `.texref`, a misspelling).
+    #[error("unknown parameter type `{ty}`")]
+    UnknownType {
+        /// The type as written.
+        ty: String,
+    },
+    /// A number that is not a PTX integer literal, or too large.
+    #[error("`{text}` is not an integer the reader can use")]
+    BadNumber {
+        /// The number as written.
+        text: String,
+    },
+    /// An `.align` that is not a power of two.
+    #[error("`.align {align}` is not a power of two")]
+    BadAlignment {
+        /// The alignment as declared.
+        align: usize,
+    },
+    /// An `.align` below the parameter type's own size, which the reader does not lay out.
+    #[error("parameter `{param}` declares `.align {align}`, below its type's size {natural}")]
+    AlignmentBelowType {
+        /// The parameter's name.
+        param: String,
+        /// The declared alignment.
+        align: usize,
+        /// The size of its type.
+        natural: usize,
+    },
+    /// An alignment above 16 bytes: the compiler aligns such a parameter within the constant bank,
+    /// whose parameter base differs between GPU architectures, so its offset is not fixed by the
+    /// PTX text.
+    #[error(
+        "parameter `{param}` is aligned to {align} bytes: its offset depends on the GPU it is \
+         compiled for (only alignments up to 16 are fixed by the PTX)"
+    )]
+    TargetDependentOffset {
+        /// The parameter's name.
+        param: String,
+        /// Its alignment.
+        align: usize,
+    },
+    /// An array parameter of length zero.
+    #[error("parameter `{param}` is an array of length 0")]
+    EmptyArray {
+        /// The parameter's name.
+        param: String,
+    },
+    /// The parameters' sizes overflow.
+    #[error("the parameters' sizes overflow")]
+    TooLarge,
+    /// Two kernels of one module with the same name.
+    #[error("a second kernel named `{name}`")]
+    DuplicateKernel {
+        /// The name.
+        name: String,
+    },
+}
+
+/// What was wrong with an ELF cubin.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CubinProblem {
+    /// The ELF structure (header, section table, symbols) cannot be read.
+    #[error("malformed ELF: {0}")]
+    Elf(String),
+    /// A big-endian ELF file: CUDA cubins are little-endian.
+    #[error("a big-endian ELF file (CUDA cubins are little-endian)")]
+    BigEndian,
+    /// A kernel symbol whose name is not UTF-8.
+    #[error("kernel symbol {symbol} has a name that is not UTF-8")]
+    NameNotUtf8 {
+        /// The symbol's index in `.symtab`.
+        symbol: usize,
+    },
+    /// Two kernel symbols with the same name.
+    #[error("two kernel symbols with this name")]
+    DuplicateKernel,
+    /// The kernel has no `.nv.info.NAME` section.
+    #[error("no `.nv.info.` section for the kernel")]
+    MissingInfo,
+    /// The kernel has more than one `.nv.info.NAME` section.
+    #[error("more than one `.nv.info.` section for the kernel")]
+    DuplicateInfo,
+    /// The kernel's `.nv.info.NAME` section is not of the CUDA info type (`0x70000000`).
+    #[error("the kernel's `.nv.info.` section has type {sh_type:#x}, not 0x70000000")]
+    InfoType {
+        /// Its `sh_type`.
+        sh_type: u32,
+    },
+    /// The kernel's `.nv.info.NAME` section describes another section than the kernel's code.
+    #[error(
+        "the kernel's `.nv.info.` section is linked to section {linked}, its code is in {code}"
+    )]
+    InfoLink {
+        /// The info section's `sh_info`.
+        linked: u32,
+        /// The section index of the kernel's symbol.
+        code: usize,
+    },
+    /// A record of a `.nv.info` section could not be used.
+    #[error("`{}`, record at byte {at}: {issue}", .section.escape_debug())]
+    Record {
+        /// The section's name.
+        section: String,
+        /// Byte offset of the record in the section.
+        at: usize,
+        /// What is wrong with it.
+        issue: RecordIssue,
+    },
+    /// No parameter record has this ordinal, though a later one does.
+    #[error("no parameter record for parameter {ordinal}")]
+    MissingOrdinal {
+        /// The parameter index without a record.
+        ordinal: usize,
+    },
+    /// Two parameter records with the same ordinal.
+    #[error("two parameter records for parameter {ordinal}")]
+    DuplicateOrdinal {
+        /// The parameter index.
+        ordinal: usize,
+    },
+    /// A parameter record with size 0.
+    #[error("parameter {ordinal} has size 0")]
+    ZeroSize {
+        /// The parameter index.
+        ordinal: usize,
+    },
+    /// A parameter that starts before the previous one ends.
+    #[error(
+        "parameter {ordinal} at offset {offset} overlaps the one before, which ends at {previous_end}"
+    )]
+    Overlap {
+        /// The parameter index.
+        ordinal: usize,
+        /// Its offset.
+        offset: usize,
+        /// Where the previous parameter ends.
+        previous_end: usize,
+    },
+    /// A total parameter size record that disagrees with the parameter records.
+    #[error(
+        "{attribute} says the parameters take {declared} bytes, the parameter records end at {records_end}"
+    )]
+    TotalMismatch {
+        /// `EIATTR_CBANK_PARAM_SIZE` or `EIATTR_PARAM_CBANK`.
+        attribute: &'static str,
+        /// The size that record declares.
+        declared: usize,
+        /// Where the last parameter record ends.
+        records_end: usize,
+    },
+    /// Parameter records without any total size record to check them against.
+    #[error("parameter records without an EIATTR_CBANK_PARAM_SIZE or EIATTR_PARAM_CBANK record")]
+    MissingTotal,
+}
+
+/// What was wrong with one `.nv.info` record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordIssue {
+    /// The record runs past the end of its section.
+    #[error("it runs past the end of the section")]
+    Truncated,
+    /// A record format other than the four known ones (1 to 4).
+    #[error("unknown record format {format:#x}")]
+    UnknownFormat {
+        /// The format byte.
+        format: u8,
+    },
+    /// A known attribute in an unexpected format or length.
+    #[error(
+        "attribute {attribute:#x} in format {format:#x} with {len} value bytes, not as expected"
+    )]
+    Shape {
+        /// The attribute byte.
+        attribute: u8,
+        /// The format byte.
+        format: u8,
+        /// The value's length in bytes.
+        len: usize,
+    },
+    /// An attribute that describes parameters in a way this reader does not read (the second
+    /// parameter-record version, parameters in shared memory, or a parameter record in the
+    /// module-wide `.nv.info` section).
+    #[error("attribute {attribute:#x} describes parameters in a way this reader does not read")]
+    Unsupported {
+        /// The attribute byte.
+        attribute: u8,
+    },
+    /// A second total-size record.
+    #[error("a second record of attribute {attribute:#x}")]
+    Duplicate {
+        /// The attribute byte.
+        attribute: u8,
+    },
+}
+
+/// Every kernel of a PTX text or ELF cubin with its parameter layout, in the order the blob lists
+/// them (PTX: text order; cubin: symbol table order).
+///
+/// Fatbins, offload bundles, other ELF files and other binary data are
+/// [`LayoutError::NotReadable`]. PTX may end in NULs, as the driver takes it.
+pub fn kernel_layouts(blob: &[u8]) -> Result<Vec<KernelLayout>, LayoutError> {
+    if blob.starts_with(ELF_MAGIC) {
+        cubin_kernel_layouts(blob)
+    } else if blob.starts_with(&FATBIN_MAGIC) {
+        Err(LayoutError::NotReadable(UnreadableBlob::Fatbin))
+    } else if blob.starts_with(BUNDLE_MAGIC) {
+        Err(LayoutError::NotReadable(UnreadableBlob::OffloadBundle))
+    } else if std::str::from_utf8(before_nul(blob)).is_ok() {
+        ptx_kernel_layouts(blob)
+    } else {
+        Err(LayoutError::NotReadable(UnreadableBlob::Binary))
+    }
+}
+
+/// The layout of the kernel `name` of a PTX text or ELF cubin; `Ok(None)` when the blob has no
+/// kernel of that name.
+///
+/// A cubin is read only as far as that kernel needs (its symbol and records); a PTX text is read
+/// whole, so a problem in another kernel's declaration is an error here too.
+pub fn kernel_layout(blob: &[u8], name: &str) -> Result<Option<KernelLayout>, LayoutError> {
+    if blob.starts_with(ELF_MAGIC) {
+        Ok(read_cubin(blob, Some(name))?.pop())
+    } else {
+        Ok(kernel_layouts(blob)?.into_iter().find(|k| k.name == name))
+    }
+}
+
+const ELF_MAGIC: &[u8] = b"\x7fELF";
+const FATBIN_MAGIC: [u8; 4] = 0xBA55_ED50u32.to_le_bytes();
+const BUNDLE_MAGIC: &[u8] = b"__CLANG_OFFLOAD_BUNDLE__";
+
+/// The bytes before the first NUL (the driver reads PTX up to there).
+fn before_nul(blob: &[u8]) -> &[u8] {
+    blob.iter()
+        .position(|&b| b == 0)
+        .map_or(blob, |end| &blob[..end])
+}
+
+// ---------------------------------------------------------------------------------------------
+// PTX
+// ---------------------------------------------------------------------------------------------
+
+/// Every `.entry` of a PTX text with its parameter layout, in text order.
+///
+/// Kernels declared but not defined here (`.extern .entry NAME(...);`) and `.func`s are not
+/// listed. Trailing NULs are allowed. Offsets follow the JIT compiler's rule: each parameter
+/// starts at the next multiple of its `.align`, or of its type's size when it has none.
+/// Parameters aligned above 16 bytes are refused
+/// ([`PtxProblem::TargetDependentOffset`]).
+pub fn ptx_kernel_layouts(ptx: &[u8]) -> Result<Vec<KernelLayout>, LayoutError> {
+    let text = ptx_text(ptx)?;
+    let mut lexer = Lexer::new(text);
+    let (first, line) = lexer.next()?;
+    if first != Token::Directive(".version") {
+        return Err(ptx_error(line, None, PtxProblem::NoVersion));
+    }
+    let mut kernels: Vec<KernelLayout> = Vec::new();
+    loop {
+        let (token, line) = lexer.next()?;
+        match token {
+            Token::End => return Ok(kernels),
+            // Bodies of `.func`s and initializers of variables: nothing in them declares a kernel.
+            Token::Punct('{') => lexer.skip_block(line)?,
+            Token::Punct('}') => return Err(ptx_error(line, None, PtxProblem::StrayBrace)),
+            Token::Directive(".entry") => {
+                if let Some(kernel) = entry(&mut lexer)? {
+                    if kernels.iter().any(|k| k.name == kernel.name) {
+                        let name = kernel.name;
+                        return Err(ptx_error(
+                            line,
+                            Some(&name),
+                            PtxProblem::DuplicateKernel { name: name.clone() },
+                        ));
+                    }
+                    kernels.push(kernel);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The text the driver would see: up to the first NUL, refusing anything but NULs after it.
+fn ptx_text(ptx: &[u8]) -> Result<&str, LayoutError> {
+    let text = before_nul(ptx);
+    if ptx
+        .get(text.len()..)
+        .is_some_and(|tail| tail.iter().any(|&b| b != 0))
+    {
+        let offset = text.len();
+        return Err(ptx_error(
+            line_of(text),
+            None,
+            PtxProblem::NulByte { offset },
+        ));
+    }
+    std::str::from_utf8(text).map_err(|e| {
+        let offset = e.valid_up_to();
+        ptx_error(
+            line_of(&text[..offset]),
+            None,
+            PtxProblem::NotUtf8 { offset },
+        )
+    })
+}
+
+/// The line (from 1) at the end of `bytes`.
+fn line_of(bytes: &[u8]) -> usize {
+    1 + bytes.iter().filter(|&&b| b == b'\n').count()
+}
+
+fn ptx_error(line: usize, kernel: Option<&str>, problem: PtxProblem) -> LayoutError {
+    LayoutError::Ptx {
+        line,
+        kernel: kernel.map(str::to_owned),
+        problem,
+    }
+}
+
+/// One PTX token; only what the `.entry` grammar needs is told apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Token<'t> {
+    /// `.entry`, `.param`, `.u64`, ...
+    Directive(&'t str),
+    /// An identifier (`scale`, `_Z5scalePfj`, `%r1`, `$L__BB0_2`).
+    Word(&'t str),
+    /// A number as written (`24`, `0x18`, `0f3F800000`).
+    Number(&'t str),
+    /// A string literal; its contents never matter here.
+    Text,
+    /// Any other character.
+    Punct(char),
+    /// The end of the text.
+    End,
+}
+
+impl Token<'_> {
+    /// How an error message shows the token.
+    fn shown(self) -> String {
+        match self {
+            Self::Directive(s) | Self::Word(s) | Self::Number(s) => {
+                format!("`{}`", s.escape_debug())
+            }
+            Self::Text => "a string literal".to_owned(),
+            Self::Punct(c) => format!("`{}`", c.escape_debug()),
+            Self::End => "the end of the text".to_owned(),
+        }
+    }
+}
+
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'$'
+}
+
+/// Splits PTX into tokens, dropping whitespace and comments and counting lines.
+struct Lexer<'t> {
+    text: &'t str,
+    at: usize,
+    line: usize,
+    peeked: Option<(Token<'t>, usize)>,
+}
+
+impl<'t> Lexer<'t> {
+    fn new(text: &'t str) -> Self {
+        Self {
+            text,
+            at: 0,
+            line: 1,
+            peeked: None,
+        }
+    }
+
+    /// The next token and its line.
+    fn next(&mut self) -> Result<(Token<'t>, usize), LayoutError> {
+        match self.peeked.take() {
+            Some(token) => Ok(token),
+            None => self.scan(),
+        }
+    }
+
+    /// The next token, left in place.
+    fn peek(&mut self) -> Result<Token<'t>, LayoutError> {
+        let token = self.next()?;
+        self.peeked = Some(token);
+        Ok(token.0)
+    }
+
+    /// `self.text[start..end]`; every position the lexer stops at is a character boundary.
+    fn slice(&self, start: usize, end: usize) -> &'t str {
+        self.text.get(start..end).unwrap_or_default()
+    }
+
+    fn scan(&mut self) -> Result<(Token<'t>, usize), LayoutError> {
+        let bytes = self.text.as_bytes();
+        let first = loop {
+            match (bytes.get(self.at), bytes.get(self.at + 1)) {
+                (None, _) => return Ok((Token::End, self.line)),
+                (Some(b'\n'), _) => {
+                    self.line += 1;
+                    self.at += 1;
+                }
+                (Some(b), _) if b.is_ascii_whitespace() => self.at += 1,
+                (Some(b'/'), Some(b'/')) => {
+                    self.at = bytes[self.at..]
+                        .iter()
+                        .position(|&b| b == b'\n')
+                        .map_or(bytes.len(), |n| self.at + n);
+                }
+                (Some(b'/'), Some(b'*')) => {
+                    let body = self.at + 2;
+                    let Some(len) = bytes
+                        .get(body..)
+                        .and_then(|rest| rest.windows(2).position(|w| w == b"*/"))
+                    else {
+                        return Err(ptx_error(self.line, None, PtxProblem::UnterminatedComment));
+                    };
+                    self.line += bytes[body..body + len]
+                        .iter()
+                        .filter(|&&b| b == b'\n')
+                        .count();
+                    self.at = body + len + 2;
+                }
+                (Some(&b), _) => break b,
+            }
+        };
+        let (start, line) = (self.at, self.line);
+        let run_end = |from: usize| {
+            bytes
+                .get(from..)
+                .and_then(|rest| rest.iter().position(|&b| !is_word_byte(b)))
+                .map_or(bytes.len(), |n| from + n)
+        };
+        let token = if first == b'"' {
+            let mut i = start + 1;
+            loop {
+                match bytes.get(i) {
+                    None => return Err(ptx_error(line, None, PtxProblem::UnterminatedString)),
+                    Some(b'\\') => {
+                        if bytes.get(i + 1) == Some(&b'\n') {
+                            self.line += 1;
+                        }
+                        i += 2;
+                    }
+                    Some(b'"') => break,
+                    Some(b'\n') => {
+                        self.line += 1;
+                        i += 1;
+                    }
+                    Some(_) => i += 1,
+                }
+            }
+            self.at = i + 1;
+            Token::Text
+        } else if first == b'.' && bytes.get(start + 1).is_some_and(|&b| is_word_byte(b)) {
+            self.at = run_end(start + 1);
+            Token::Directive(self.slice(start, self.at))
+        } else if first.is_ascii_alphabetic() || matches!(first, b'_' | b'$' | b'%') {
+            self.at = run_end(start + 1);
+            Token::Word(self.slice(start, self.at))
+        } else if first.is_ascii_digit() {
+            self.at = run_end(start + 1);
+            Token::Number(self.slice(start, self.at))
+        } else {
+            let c = self
+                .slice(start, self.text.len())
+                .chars()
+                .next()
+                .unwrap_or('\u{fffd}');
+            self.at = start + c.len_utf8().max(1);
+            Token::Punct(c)
+        };
+        Ok((token, line))
+    }
+
+    /// Skips to the `}` that closes a `{` (already read) on line `opened`.
+    fn skip_block(&mut self, opened: usize) -> Result<(), LayoutError> {
+        let mut depth = 1usize;
+        loop {
+            match self.next()?.0 {
+                Token::Punct('{') => depth += 1,
+                Token::Punct('}') => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Ok(());
+                    }
+                }
+                Token::End => return Err(ptx_error(opened, None, PtxProblem::UnclosedBrace)),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Size in bytes of each scalar type a kernel parameter can have.
+fn ptx_type_size(ty: &str) -> Option<usize> {
+    Some(match ty {
+        ".b8" | ".s8" | ".u8" => 1,
+        ".b16" | ".s16" | ".u16" | ".f16" | ".bf16" => 2,
+        ".b32" | ".s32" | ".u32" | ".f32" | ".f16x2" | ".bf16x2" => 4,
+        ".b64" | ".s64" | ".u64" | ".f64" => 8,
+        ".b128" => 16,
+        _ => return None,
+    })
+}
+
+/// The integer types that `.ptr` may follow.
+fn is_pointer_type(ty: &str) -> bool {
+    matches!(ty, ".u64" | ".b64" | ".s64" | ".u32" | ".b32" | ".s32")
+}
+
+/// A PTX integer literal: decimal, `0x` hexadecimal, `0b` binary or `0` octal, with an optional
+/// `U` suffix.
+fn ptx_integer(text: &str) -> Option<usize> {
+    let digits = text.strip_suffix('U').unwrap_or(text);
+    let (radix, digits) = if let Some(hex) = digits
+        .strip_prefix("0x")
+        .or_else(|| digits.strip_prefix("0X"))
+    {
+        (16, hex)
+    } else if let Some(bin) = digits
+        .strip_prefix("0b")
+        .or_else(|| digits.strip_prefix("0B"))
+    {
+        (2, bin)
+    } else if digits.len() > 1
+        && let Some(oct) = digits.strip_prefix('0')
+    {
+        (8, oct)
+    } else {
+        (10, digits)
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return None;
+    }
+    usize::from_str_radix(digits, radix).ok()
+}
+
+/// One `.param` of an `.entry`, as declared.
+struct ParamDecl<'t> {
+    name: &'t str,
+    line: usize,
+    /// The declared `.align`, if any.
+    align: Option<usize>,
+    /// The size of its type.
+    elem: usize,
+    /// The number of elements (1 unless it is an array).
+    count: usize,
+}
+
+/// Reads an `.entry` header after the `.entry` token, and skips its body. `None` for a
+/// declaration without a body.
+fn entry(lexer: &mut Lexer<'_>) -> Result<Option<KernelLayout>, LayoutError> {
+    let (token, at) = lexer.next()?;
+    let Token::Word(name) = token else {
+        return Err(unexpected(token, at, None, "a kernel name after `.entry`"));
+    };
+    entry_after_name(lexer, name).map_err(|e| match e {
+        LayoutError::Ptx {
+            line,
+            kernel: None,
+            problem,
+        } => ptx_error(line, Some(name), problem),
+        other => other,
+    })
+}
+
+/// [`entry`] from the parameter list on; errors do not name the kernel yet.
+fn entry_after_name(
+    lexer: &mut Lexer<'_>,
+    name: &str,
+) -> Result<Option<KernelLayout>, LayoutError> {
+    let mut decls = Vec::new();
+    let (mut token, mut line) = lexer.next()?;
+    if token == Token::Punct('(') {
+        (token, line) = lexer.next()?;
+        if token != Token::Punct(')') {
+            loop {
+                decls.push(param(lexer, token, line)?);
+                (token, line) = lexer.next()?;
+                match token {
+                    Token::Punct(',') => (token, line) = lexer.next()?,
+                    Token::Punct(')') => break,
+                    _ => return Err(unexpected(token, line, None, "`,` or `)`")),
+                }
+            }
+        }
+        (token, line) = lexer.next()?;
+    }
+    // Performance-tuning directives (`.maxntid 256, 1, 1`, `.reqntid`, `.minnctapersm`, ...) may
+    // stand between the parameters and the body; they do not change the layout.
+    loop {
+        match token {
+            Token::Punct('{') => {
+                lexer.skip_block(line)?;
+                break;
+            }
+            Token::Punct(';') => return Ok(None),
+            Token::Directive(_) | Token::Number(_) | Token::Punct(',') => {
+                (token, line) = lexer.next()?;
+            }
+            _ => return Err(unexpected(token, line, None, "the kernel's body `{`")),
+        }
+    }
+    lay_out(name, &decls).map(Some)
+}
+
+fn unexpected(
+    token: Token<'_>,
+    line: usize,
+    kernel: Option<&str>,
+    expected: &'static str,
+) -> LayoutError {
+    ptx_error(
+        line,
+        kernel,
+        PtxProblem::Unexpected {
+            found: token.shown(),
+            expected,
+        },
+    )
+}
+
+/// Reads one parameter declaration starting at `first` (on line `line`):
+/// `.param [.align N] TYPE [.ptr [SPACE] [.align N]] NAME ([N])*`.
+fn param<'t>(
+    lexer: &mut Lexer<'t>,
+    first: Token<'t>,
+    line: usize,
+) -> Result<ParamDecl<'t>, LayoutError> {
+    if first != Token::Directive(".param") {
+        return Err(unexpected(first, line, None, "`.param`"));
+    }
+    let mut align = None;
+    let mut ty: Option<(&str, usize)> = None;
+    // `.ptr`, and what may follow it: the pointee's state space and alignment, which do not
+    // change the parameter itself.
+    let (mut ptr, mut ptr_space, mut ptr_align) = (false, false, false);
+    let name = loop {
+        let (token, at) = lexer.next()?;
+        match token {
+            Token::Directive(".align") if ty.is_none() && align.is_none() => {
+                align = Some(alignment(lexer)?);
+            }
+            Token::Directive(".ptr") if !ptr && ty.is_some_and(|(t, _)| is_pointer_type(t)) => {
+                ptr = true;
+            }
+            Token::Directive(".global" | ".const" | ".local" | ".shared")
+                if ptr && !ptr_space && !ptr_align =>
+            {
+                ptr_space = true;
+            }
+            Token::Directive(".align") if ptr && !ptr_align => {
+                alignment(lexer)?;
+                ptr_align = true;
+            }
+            Token::Directive(d) if ty.is_none() => match ptx_type_size(d) {
+                Some(size) => ty = Some((d, size)),
+                None => {
+                    return Err(ptx_error(
+                        at,
+                        None,
+                        PtxProblem::UnknownType { ty: d.to_owned() },
+                    ));
+                }
+            },
+            Token::Word(name) if ty.is_some() => break name,
+            _ => {
+                let expected = if ty.is_none() {
+                    "a parameter type or `.align`"
+                } else {
+                    "a parameter name, `.ptr` or the pointee's space or `.align`"
+                };
+                return Err(unexpected(token, at, None, expected));
+            }
+        }
+    };
+    let Some((_, elem)) = ty else {
+        return Err(unexpected(
+            Token::Word(name),
+            line,
+            None,
+            "a parameter type",
+        ));
+    };
+    let mut count = 1usize;
+    while lexer.peek()? == Token::Punct('[') {
+        lexer.next()?;
+        let (token, at) = lexer.next()?;
+        let Token::Number(text) = token else {
+            return Err(unexpected(token, at, None, "an array length"));
+        };
+        let n = ptx_integer(text).ok_or_else(|| {
+            ptx_error(
+                at,
+                None,
+                PtxProblem::BadNumber {
+                    text: text.to_owned(),
+                },
+            )
+        })?;
+        if n == 0 {
+            return Err(ptx_error(
+                at,
+                None,
+                PtxProblem::EmptyArray {
+                    param: name.to_owned(),
+                },
+            ));
+        }
+        count = count
+            .checked_mul(n)
+            .ok_or_else(|| ptx_error(at, None, PtxProblem::TooLarge))?;
+        let (close, at) = lexer.next()?;
+        if close != Token::Punct(']') {
+            return Err(unexpected(close, at, None, "`]`"));
+        }
+    }
+    Ok(ParamDecl {
+        name,
+        line,
+        align,
+        elem,
+        count,
+    })
+}
+
+/// The number after `.align`: a power of two.
+fn alignment(lexer: &mut Lexer<'_>) -> Result<usize, LayoutError> {
+    let (token, at) = lexer.next()?;
+    let Token::Number(text) = token else {
+        return Err(unexpected(token, at, None, "a number after `.align`"));
+    };
+    let align = ptx_integer(text).ok_or_else(|| {
+        ptx_error(
+            at,
+            None,
+            PtxProblem::BadNumber {
+                text: text.to_owned(),
+            },
+        )
+    })?;
+    if !align.is_power_of_two() {
+        return Err(ptx_error(at, None, PtxProblem::BadAlignment { align }));
+    }
+    Ok(align)
+}
+
+/// Offsets for `decls`: each at the next multiple of its alignment after the previous one.
+///
+/// The compiler aligns each parameter's address in the constant bank, whose parameter base is a
+/// multiple of 16 on every architecture but not of more: up to 16, aligning the offset is the
+/// same; above, the offset depends on the GPU, and the layout is refused.
+fn lay_out(kernel: &str, decls: &[ParamDecl<'_>]) -> Result<KernelLayout, LayoutError> {
+    let fail = |line, problem| Err(ptx_error(line, Some(kernel), problem));
+    let mut end = 0usize;
+    let mut params = Vec::with_capacity(decls.len());
+    for d in decls {
+        let align = d.align.unwrap_or(d.elem);
+        if align < d.elem {
+            return fail(
+                d.line,
+                PtxProblem::AlignmentBelowType {
+                    param: d.name.to_owned(),
+                    align,
+                    natural: d.elem,
+                },
+            );
+        }
+        if align > 16 {
+            return fail(
+                d.line,
+                PtxProblem::TargetDependentOffset {
+                    param: d.name.to_owned(),
+                    align,
+                },
+            );
+        }
+        let slot = end.checked_next_multiple_of(align).and_then(|offset| {
+            let size = d.elem.checked_mul(d.count)?;
+            end = offset.checked_add(size)?;
+            Some(ParamSlot { offset, size })
+        });
+        match slot {
+            Some(slot) => params.push(slot),
+            None => return fail(d.line, PtxProblem::TooLarge),
+        }
+    }
+    Ok(KernelLayout {
+        name: kernel.to_owned(),
+        params,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// ELF cubin
+// ---------------------------------------------------------------------------------------------
+
+/// Every kernel of an ELF cubin with its parameter layout, in symbol table order.
+///
+/// A kernel is a defined `STT_FUNC` symbol marked as an entry point (`st_other` bit `0x10`). Its
+/// parameters are the `EIATTR_KPARAM_INFO` records of its `.nv.info.NAME` section: u32 index,
+/// u16 ordinal, u16 offset, u32 word whose bits 18–31 are the size in bytes. They must number
+/// the parameters 0, 1, ... without gaps or overlaps and end where the section's
+/// `EIATTR_CBANK_PARAM_SIZE` and `EIATTR_PARAM_CBANK` records say; a kernel without parameter
+/// records has no parameters only if those records say 0 or are absent.
+pub fn cubin_kernel_layouts(cubin: &[u8]) -> Result<Vec<KernelLayout>, LayoutError> {
+    read_cubin(cubin, None)
+}
+
+/// `st_other` bit of a kernel entry point.
+const STO_CUDA_ENTRY: u8 = 0x10;
+/// `sh_type` of `.nv.info` sections.
+const SHT_CUDA_INFO: u32 = 0x7000_0000;
+
+/// Record formats: no value, a byte, a u16 (each in a 4-byte record), a u16 length and that many
+/// bytes.
+const EIFMT_NVAL: u8 = 0x01;
+const EIFMT_BVAL: u8 = 0x02;
+const EIFMT_HVAL: u8 = 0x03;
+const EIFMT_SVAL: u8 = 0x04;
+
+const EIATTR_PARAM_CBANK: u8 = 0x0a;
+const EIATTR_SMEM_PARAM_OFFSETS: u8 = 0x0b;
+const EIATTR_KPARAM_INFO: u8 = 0x17;
+const EIATTR_SMEM_PARAM_SIZE: u8 = 0x18;
+const EIATTR_CBANK_PARAM_SIZE: u8 = 0x19;
+const EIATTR_KPARAM_INFO_V2: u8 = 0x45;
+
+/// `object` reads ELF structures in place and, built without its `unaligned` feature, needs them
+/// aligned in memory; blobs embedded with `include_bytes!` need not be.
+const ELF_ALIGN: usize = 8;
+
+fn cubin_error(kernel: Option<&str>, problem: CubinProblem) -> LayoutError {
+    LayoutError::Cubin {
+        kernel: kernel.map(str::to_owned),
+        problem,
+    }
+}
+
+fn elf_error(e: object::read::Error) -> LayoutError {
+    cubin_error(None, CubinProblem::Elf(e.to_string()))
+}
+
+/// The kernels of `cubin`, or only the one named `only`.
+fn read_cubin(cubin: &[u8], only: Option<&str>) -> Result<Vec<KernelLayout>, LayoutError> {
+    let mut copy = Vec::new();
+    let data = aligned(cubin, &mut copy);
+    // The class byte of `e_ident` tells which header layout follows.
+    match data.get(4) {
+        Some(&elf::ELFCLASS64) => read_elf::<elf::FileHeader64<Endianness>>(data, only),
+        Some(&elf::ELFCLASS32) => read_elf::<elf::FileHeader32<Endianness>>(data, only),
+        _ => Err(cubin_error(
+            None,
+            CubinProblem::Elf("no valid ELF class in the header".to_owned()),
+        )),
+    }
+}
+
+/// `blob`, or a copy of it in `copy` at an [`ELF_ALIGN`]ed address when it is not at one.
+fn aligned<'a>(blob: &'a [u8], copy: &'a mut Vec<u8>) -> &'a [u8] {
+    if blob.as_ptr().align_offset(ELF_ALIGN) == 0 {
+        return blob;
+    }
+    copy.resize(blob.len() + ELF_ALIGN, 0);
+    let start = copy.as_ptr().align_offset(ELF_ALIGN);
+    match copy.get_mut(start..start.saturating_add(blob.len())) {
+        Some(dst) => {
+            dst.copy_from_slice(blob);
+            dst
+        }
+        // Not reached: a byte buffer can always be aligned within ELF_ALIGN bytes. Reading the
+        // blob in place is still correct; `object` refuses what it cannot read aligned.
+        None => blob,
+    }
+}
+
+fn read_elf<H: FileHeader<Endian = Endianness>>(
+    data: &[u8],
+    only: Option<&str>,
+) -> Result<Vec<KernelLayout>, LayoutError> {
+    let header = H::parse(data).map_err(elf_error)?;
+    let endian = header.endian().map_err(elf_error)?;
+    if endian != Endianness::Little {
+        return Err(cubin_error(None, CubinProblem::BigEndian));
+    }
+    let machine = header.e_machine(endian);
+    if machine != elf::EM_CUDA {
+        return Err(LayoutError::NotReadable(UnreadableBlob::ForeignElf {
+            machine,
+        }));
+    }
+    let sections = header.sections(endian, data).map_err(elf_error)?;
+    let symbols = sections
+        .symbols(endian, data, elf::SHT_SYMTAB)
+        .map_err(elf_error)?;
+
+    // Each kernel's info section by name; `None` for a name that has more than one.
+    let mut infos: HashMap<&[u8], Option<&H::SectionHeader>> = HashMap::new();
+    for section in sections.iter() {
+        let name = sections.section_name(endian, section).map_err(elf_error)?;
+        if name == b".nv.info" {
+            check_module_info(section.data(endian, data).map_err(elf_error)?)?;
+        } else if let Some(kernel) = name.strip_prefix(b".nv.info.") {
+            infos
+                .entry(kernel)
+                .and_modify(|slot| *slot = None)
+                .or_insert(Some(section));
+        }
+    }
+
+    let mut layouts: Vec<KernelLayout> = Vec::new();
+    for (index, symbol) in symbols.enumerate() {
+        if symbol.st_type() != elf::STT_FUNC
+            || symbol.st_other() & STO_CUDA_ENTRY == 0
+            || symbol.st_shndx(endian) == elf::SHN_UNDEF
+        {
+            continue;
+        }
+        let raw = symbols.symbol_name(endian, symbol).map_err(elf_error)?;
+        if only.is_some_and(|name| name.as_bytes() != raw) {
+            continue;
+        }
+        let name = std::str::from_utf8(raw)
+            .map_err(|_| cubin_error(None, CubinProblem::NameNotUtf8 { symbol: index.0 }))?;
+        let fail = |problem| Err(cubin_error(Some(name), problem));
+        if layouts.iter().any(|k| k.name == name) {
+            return fail(CubinProblem::DuplicateKernel);
+        }
+        let info = match infos.get(raw) {
+            None => return fail(CubinProblem::MissingInfo),
+            Some(None) => return fail(CubinProblem::DuplicateInfo),
+            Some(Some(info)) => *info,
+        };
+        let sh_type = info.sh_type(endian);
+        if sh_type != SHT_CUDA_INFO {
+            return fail(CubinProblem::InfoType { sh_type });
+        }
+        // The info section names the section of the code it describes; where it names one, it
+        // must be this kernel's.
+        let linked = info.sh_info(endian);
+        let code = symbols
+            .symbol_section(endian, symbol, index)
+            .map_err(elf_error)?
+            .map_or(0, |s| s.0);
+        if linked != 0 && usize::try_from(linked).ok() != Some(code) {
+            return fail(CubinProblem::InfoLink { linked, code });
+        }
+        let records = info.data(endian, data).map_err(elf_error)?;
+        let section = format!(".nv.info.{name}");
+        let params =
+            kernel_params(records, &section).map_err(|problem| cubin_error(Some(name), problem))?;
+        layouts.push(KernelLayout {
+            name: name.to_owned(),
+            params,
+        });
+    }
+    Ok(layouts)
+}
+
+/// One `.nv.info` record.
+struct Record<'d> {
+    /// Byte offset in its section.
+    at: usize,
+    format: u8,
+    attribute: u8,
+    /// The value bytes: two for the 4-byte formats, the declared length for `EIFMT_SVAL`.
+    value: &'d [u8],
+}
+
+impl<'d> Record<'d> {
+    fn issue(&self, section: &str, issue: RecordIssue) -> CubinProblem {
+        CubinProblem::Record {
+            section: section.to_owned(),
+            at: self.at,
+            issue,
+        }
+    }
+
+    fn shape(&self, section: &str) -> CubinProblem {
+        self.issue(
+            section,
+            RecordIssue::Shape {
+                attribute: self.attribute,
+                format: self.format,
+                len: self.value.len(),
+            },
+        )
+    }
+
+    /// The value of an `EIFMT_SVAL` record of exactly `len` bytes.
+    fn bytes(&self, section: &str, len: usize) -> Result<&'d [u8], CubinProblem> {
+        if self.format == EIFMT_SVAL && self.value.len() == len {
+            Ok(self.value)
+        } else {
+            Err(self.shape(section))
+        }
+    }
+
+    /// The value of an `EIFMT_HVAL` record.
+    fn half(&self, section: &str) -> Result<u16, CubinProblem> {
+        match self.value {
+            &[lo, hi] if self.format == EIFMT_HVAL => Ok(u16::from_le_bytes([lo, hi])),
+            _ => Err(self.shape(section)),
+        }
+    }
+}
+
+/// Walks the records of a `.nv.info` section, each in turn; an unknown format ends the walk,
+/// since the length of what follows is then unknown.
+fn walk_records<'d>(
+    bytes: &'d [u8],
+    section: &str,
+    mut each: impl FnMut(Record<'d>) -> Result<(), CubinProblem>,
+) -> Result<(), CubinProblem> {
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let fail = |issue| CubinProblem::Record {
+            section: section.to_owned(),
+            at,
+            issue,
+        };
+        let Some(head @ &[format, attribute, lo, hi]) = bytes.get(at..at + 4) else {
+            return Err(fail(RecordIssue::Truncated));
+        };
+        let (value, next) = match format {
+            EIFMT_NVAL | EIFMT_BVAL | EIFMT_HVAL => (&head[2..], at + 4),
+            EIFMT_SVAL => {
+                let end = at + 4 + usize::from(u16::from_le_bytes([lo, hi]));
+                match bytes.get(at + 4..end) {
+                    Some(value) => (value, end),
+                    None => return Err(fail(RecordIssue::Truncated)),
+                }
+            }
+            _ => return Err(fail(RecordIssue::UnknownFormat { format })),
+        };
+        each(Record {
+            at,
+            format,
+            attribute,
+            value,
+        })?;
+        at = next;
+    }
+    Ok(())
+}
+
+/// The module-wide `.nv.info` section must not describe parameters: they belong to each kernel's
+/// own section, and one found here could not be told apart by kernel.
+fn check_module_info(bytes: &[u8]) -> Result<(), LayoutError> {
+    walk_records(bytes, ".nv.info", |record| match record.attribute {
+        EIATTR_PARAM_CBANK
+        | EIATTR_SMEM_PARAM_OFFSETS
+        | EIATTR_KPARAM_INFO
+        | EIATTR_SMEM_PARAM_SIZE
+        | EIATTR_CBANK_PARAM_SIZE
+        | EIATTR_KPARAM_INFO_V2 => Err(record.issue(
+            ".nv.info",
+            RecordIssue::Unsupported {
+                attribute: record.attribute,
+            },
+        )),
+        _ => Ok(()),
+    })
+    .map_err(|problem| cubin_error(None, problem))
+}
+
+fn u16_at(bytes: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(bytes.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// A kernel's parameters from the records of its `.nv.info.NAME` section.
+fn kernel_params(bytes: &[u8], section: &str) -> Result<Vec<ParamSlot>, CubinProblem> {
+    // (ordinal, slot) for each EIATTR_KPARAM_INFO record.
+    let mut found: Vec<(usize, ParamSlot)> = Vec::new();
+    let mut cbank_param_size: Option<usize> = None;
+    let mut param_cbank: Option<usize> = None;
+    walk_records(bytes, section, |record| {
+        match record.attribute {
+            EIATTR_KPARAM_INFO => {
+                let value = record.bytes(section, 12)?;
+                let (Some(ordinal), Some(offset), Some(word)) =
+                    (u16_at(value, 4), u16_at(value, 6), u32_at(value, 8))
+                else {
+                    return Err(record.shape(section));
+                };
+                found.push((
+                    usize::from(ordinal),
+                    ParamSlot {
+                        offset: usize::from(offset),
+                        size: (word >> 18) as usize,
+                    },
+                ));
+            }
+            EIATTR_CBANK_PARAM_SIZE => {
+                let size = usize::from(record.half(section)?);
+                if cbank_param_size.replace(size).is_some() {
+                    return Err(record.issue(
+                        section,
+                        RecordIssue::Duplicate {
+                            attribute: record.attribute,
+                        },
+                    ));
+                }
+            }
+            EIATTR_PARAM_CBANK => {
+                // u32 symbol of the constant bank section, u16 offset of the parameters in it,
+                // u16 their size.
+                let value = record.bytes(section, 8)?;
+                let Some(size) = u16_at(value, 6) else {
+                    return Err(record.shape(section));
+                };
+                if param_cbank.replace(usize::from(size)).is_some() {
+                    return Err(record.issue(
+                        section,
+                        RecordIssue::Duplicate {
+                            attribute: record.attribute,
+                        },
+                    ));
+                }
+            }
+            EIATTR_KPARAM_INFO_V2 | EIATTR_SMEM_PARAM_OFFSETS | EIATTR_SMEM_PARAM_SIZE => {
+                return Err(record.issue(
+                    section,
+                    RecordIssue::Unsupported {
+                        attribute: record.attribute,
+                    },
+                ));
+            }
+            _ => {}
+        }
+        Ok(())
+    })?;
+
+    // ptxas writes the records last parameter first; order them by ordinal, which must count
+    // 0, 1, 2, ... with none missing or repeated.
+    found.sort_by_key(|&(ordinal, _)| ordinal);
+    let mut params = Vec::with_capacity(found.len());
+    let mut end = 0usize;
+    for (expected, &(ordinal, slot)) in found.iter().enumerate() {
+        if ordinal < expected {
+            return Err(CubinProblem::DuplicateOrdinal { ordinal });
+        }
+        if ordinal > expected {
+            return Err(CubinProblem::MissingOrdinal { ordinal: expected });
+        }
+        if slot.size == 0 {
+            return Err(CubinProblem::ZeroSize { ordinal });
+        }
+        if slot.offset < end {
+            return Err(CubinProblem::Overlap {
+                ordinal,
+                offset: slot.offset,
+                previous_end: end,
+            });
+        }
+        end = slot.offset + slot.size;
+        params.push(slot);
+    }
+    if !params.is_empty() && cbank_param_size.is_none() && param_cbank.is_none() {
+        return Err(CubinProblem::MissingTotal);
+    }
+    for (attribute, declared) in [
+        ("EIATTR_CBANK_PARAM_SIZE", cbank_param_size),
+        ("EIATTR_PARAM_CBANK", param_cbank),
+    ] {
+        if let Some(declared) = declared
+            && declared != end
+        {
+            return Err(CubinProblem::TotalMismatch {
+                attribute,
+                declared,
+                records_end: end,
+            });
+        }
+    }
+    Ok(params)
+}
