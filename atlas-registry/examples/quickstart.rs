@@ -22,11 +22,16 @@ fn run() -> atlas_registry::Result<()> {
     let stream = registry.stream();
     let mut x = DeviceBuffer::from_slice(registry.ctx(), stream, &input)?;
     let n = x.len() as u32;
-    SCALE.get(&registry)?.launch(
-        stream,
-        &LaunchConfig::for_elements(n, 256),
-        (&mut x, 3.0f32, n),
-    )?;
+    let scale = SCALE.get(&registry)?;
+    // SAFETY: `x` holds `n` floats, all that `scale` touches; it outlives the launch (`to_vec`
+    // below synchronizes the stream).
+    unsafe {
+        scale.launch(
+            stream,
+            &LaunchConfig::for_elements(n, 256),
+            (&mut x, 3.0f32, n),
+        )
+    }?;
     let out = x.to_vec(stream)?;
 
     let wrong = out

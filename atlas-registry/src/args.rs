@@ -2,26 +2,72 @@
 //!
 //! A launch builds its parameter array on the stack from the tuple, with no allocation; the
 //! sizes are compile-time constants, compared with the kernel's real layout before the launch.
+//!
+//! Both traits are part of what a typed launch trusts, so neither can be implemented by safe code:
+//! [`KernelParam`] is an `unsafe trait`, and [`KernelArgs`] is implemented by Atlas alone, for
+//! tuples of parameters.
+//!
+//! ```compile_fail
+//! // A safe implementation of KernelParam does not compile: it must be an `unsafe impl`.
+//! struct Lying;
+//! impl atlas_registry::KernelParam for Lying {
+//!     const SIZE: usize = 64;
+//!     fn param_ptr(&self) -> *mut std::ffi::c_void {
+//!         std::ptr::null_mut()
+//!     }
+//! }
+//! ```
+//!
+//! ```compile_fail
+//! // KernelArgs is sealed: no type outside Atlas can claim a parameter layout.
+//! struct Lying;
+//! impl atlas_registry::KernelArgs for Lying {
+//!     const SIZES: &'static [usize] = &[8, 8, 8];
+//!     fn with_params<R>(&self, f: impl FnOnce(*mut *mut std::ffi::c_void) -> R) -> R {
+//!         f(std::ptr::null_mut())
+//!     }
+//!     fn foreign_memory(
+//!         &self,
+//!         _: atlas_registry::sys::CUcontext,
+//!     ) -> Option<(usize, atlas_registry::sys::CUcontext)> {
+//!         None
+//!     }
+//! }
+//! ```
 
 use std::ffi::c_void;
 
-use atlas_sys::CUdeviceptr;
+use atlas_sys::{CUcontext, CUdeviceptr};
 
 use crate::memory::{DeviceBuffer, DeviceCopy};
 
-/// One kernel argument: where its bytes are, and how many.
+/// One kernel argument: where its bytes are, how many, and which context's memory it refers to.
+///
+/// Implemented for every [`DeviceCopy`] value (passed by value) and for `&DeviceBuffer<T>` and
+/// `&mut DeviceBuffer<T>` (passed as the buffer's device address).
 ///
 /// # Safety
 ///
-/// `param_ptr` must point to `SIZE` readable bytes that stay valid while `self` is borrowed.
+/// 1. `param_ptr` returns a pointer to `SIZE` readable bytes that stay valid and unchanged while
+///    `self` is borrowed.
+/// 2. When the argument is the address of device memory, `memory_context` returns the context that
+///    memory was allocated in (a launch refuses memory of another context); `None` only for values
+///    that are not addresses of device memory Atlas can attribute.
 pub unsafe trait KernelParam {
     /// The argument's size in bytes, as the kernel's parameter must have it.
     const SIZE: usize;
     /// A pointer to the argument's bytes.
     fn param_ptr(&self) -> *mut c_void;
+    /// The context of the device memory this argument is the address of, or `None` for a plain
+    /// value.
+    #[inline]
+    fn memory_context(&self) -> Option<CUcontext> {
+        None
+    }
 }
 
-// SAFETY: a DeviceCopy value is SIZE plain bytes at its own address.
+// SAFETY: a DeviceCopy value is SIZE plain bytes at its own address (duty 1); it is not an address
+// Atlas can attribute to a context (duty 2).
 unsafe impl<T: DeviceCopy> KernelParam for T {
     const SIZE: usize = size_of::<T>();
     #[inline]
@@ -31,7 +77,8 @@ unsafe impl<T: DeviceCopy> KernelParam for T {
 }
 
 // SAFETY: the parameter is the buffer's device address, stored in the buffer itself, which the
-// reference keeps alive.
+// reference keeps alive and unchanged (duty 1); the buffer knows the context it was allocated in
+// (duty 2).
 unsafe impl<T: DeviceCopy> KernelParam for &DeviceBuffer<T> {
     const SIZE: usize = size_of::<CUdeviceptr>();
     #[inline]
@@ -39,6 +86,10 @@ unsafe impl<T: DeviceCopy> KernelParam for &DeviceBuffer<T> {
         (self.device_ptr_slot() as *const CUdeviceptr)
             .cast_mut()
             .cast()
+    }
+    #[inline]
+    fn memory_context(&self) -> Option<CUcontext> {
+        Some(self.context_raw())
     }
 }
 
@@ -51,15 +102,32 @@ unsafe impl<T: DeviceCopy> KernelParam for &mut DeviceBuffer<T> {
             .cast_mut()
             .cast()
     }
+    #[inline]
+    fn memory_context(&self) -> Option<CUcontext> {
+        Some(self.context_raw())
+    }
+}
+
+mod sealed {
+    /// Implemented only for the tuples of [`KernelParam`](super::KernelParam)s below.
+    pub trait Sealed {}
 }
 
 /// The arguments of one launch: a tuple of [`KernelParam`]s (up to 12), or `()`.
-pub trait KernelArgs {
+///
+/// Sealed: Atlas implements it for tuples only, so the sizes a launch is checked against are always
+/// those of the values actually passed.
+pub trait KernelArgs: sealed::Sealed {
     /// The size in bytes of each argument, in order.
     const SIZES: &'static [usize];
     /// Calls `f` with the launch's parameter array (one pointer per argument), valid during the call.
     fn with_params<R>(&self, f: impl FnOnce(*mut *mut c_void) -> R) -> R;
+    /// The first argument whose device memory belongs to another context than `context`, with
+    /// that context; `None` when every buffer argument is `context`'s.
+    fn foreign_memory(&self, context: CUcontext) -> Option<(usize, CUcontext)>;
 }
+
+impl sealed::Sealed for () {}
 
 impl KernelArgs for () {
     const SIZES: &'static [usize] = &[];
@@ -67,16 +135,33 @@ impl KernelArgs for () {
     fn with_params<R>(&self, f: impl FnOnce(*mut *mut c_void) -> R) -> R {
         f(std::ptr::null_mut())
     }
+    #[inline]
+    fn foreign_memory(&self, _: CUcontext) -> Option<(usize, CUcontext)> {
+        None
+    }
 }
 
 macro_rules! tuple_args {
     ($($name:ident $idx:tt),+) => {
+        impl<$($name: KernelParam),+> sealed::Sealed for ($($name,)+) {}
+
         impl<$($name: KernelParam),+> KernelArgs for ($($name,)+) {
             const SIZES: &'static [usize] = &[$($name::SIZE),+];
             #[inline]
             fn with_params<R>(&self, f: impl FnOnce(*mut *mut c_void) -> R) -> R {
                 let mut params = [$(self.$idx.param_ptr()),+];
                 f(params.as_mut_ptr())
+            }
+            #[inline]
+            fn foreign_memory(&self, context: CUcontext) -> Option<(usize, CUcontext)> {
+                $(
+                    if let Some(other) = self.$idx.memory_context()
+                        && other != context
+                    {
+                        return Some(($idx, other));
+                    }
+                )+
+                None
             }
         }
     };
@@ -112,5 +197,36 @@ mod tests {
             }
         });
         assert!(<()>::SIZES.is_empty());
+    }
+
+    /// A parameter standing for device memory of a given context, without a driver.
+    struct InContext(u64, usize);
+
+    // SAFETY: the parameter is the struct's own first field, 8 bytes (duty 1); the context it
+    // reports is the one the test says it is in (duty 2).
+    unsafe impl KernelParam for InContext {
+        const SIZE: usize = 8;
+        fn param_ptr(&self) -> *mut c_void {
+            (&self.0 as *const u64).cast_mut().cast()
+        }
+        fn memory_context(&self) -> Option<CUcontext> {
+            Some(std::ptr::without_provenance_mut(self.1))
+        }
+    }
+
+    #[test]
+    fn foreign_memory_names_the_first_argument_of_another_context() {
+        let ours: CUcontext = std::ptr::without_provenance_mut(0x10);
+        let args = (
+            InContext(1, 0x10),
+            2.0f32,
+            InContext(3, 0x20),
+            InContext(4, 0x30),
+        );
+        let (index, other) = args.foreign_memory(ours).expect("argument 2 is foreign");
+        assert_eq!((index, other.addr()), (2, 0x20));
+        assert!((InContext(1, 0x10), 5u32).foreign_memory(ours).is_none());
+        assert!((1u64, 2u32).foreign_memory(ours).is_none());
+        assert!(().foreign_memory(ours).is_none());
     }
 }

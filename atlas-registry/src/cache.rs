@@ -57,7 +57,11 @@ impl CallSiteTable {
 ///
 /// fn scale(registry: &AtlasRegistry, x: &atlas_registry::DeviceBuffer<f32>, by: f32) -> atlas_registry::Result<()> {
 ///     let n = x.len() as u32;
-///     SCALE.get(registry)?.launch(registry.stream(), &LaunchConfig::for_elements(n, 256), (x, by, n))
+///     let cfg = LaunchConfig::for_elements(n, 256);
+///     // SAFETY: `scale` touches the first `n` floats of `x`, all of it, and `x` outlives the launch
+///     // (the stream is synchronized before it can drop).
+///     unsafe { SCALE.get(registry)?.launch(registry.stream(), &cfg, (x, by, n)) }?;
+///     registry.stream_synchronize()
 /// }
 /// ```
 #[derive(Debug)]
@@ -87,7 +91,7 @@ impl FunctionCache {
             && let Some(entry) = registry.inner.call_sites.get(slot - 1)
         {
             return Ok(FunctionRef {
-                host: &registry.inner.host,
+                registry: &registry.inner,
                 entry,
             });
         }
@@ -99,7 +103,7 @@ impl FunctionCache {
         let entry = registry.cached_entry(self.module, self.function)?;
         registry.inner.call_sites.set(self.slot(), entry);
         Ok(FunctionRef {
-            host: &registry.inner.host,
+            registry: &registry.inner,
             entry,
         })
     }
@@ -128,7 +132,8 @@ impl FunctionCache {
 /// ```no_run
 /// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
 /// let noop = atlas_registry::cached_function!(registry, "noop", "noop")?;
-/// noop.launch(registry.stream(), &atlas_registry::LaunchConfig::for_elements(1, 1), ())?;
+/// // SAFETY: `noop` takes no arguments and touches no memory.
+/// unsafe { noop.launch(registry.stream(), &atlas_registry::LaunchConfig::for_elements(1, 1), ()) }?;
 /// # Ok(()) }
 /// ```
 #[macro_export]

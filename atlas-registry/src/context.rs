@@ -1,21 +1,24 @@
-//! [`CudaContext`]: a device's primary context and the cheap per-thread binding of it.
-
-use std::cell::Cell;
+//! [`CudaContext`]: a device's primary context, and making it current before the driver calls that
+//! act in "the current context".
+//!
+//! Atlas never trusts a record of its own about what is current: other code on the same thread
+//! (another CUDA library, the runtime API, a `cuCtxPushCurrent`) may have changed it. Every call that
+//! allocates, loads, copies or otherwise acts in the current context first asks the driver
+//! (`cuCtxGetCurrent`, a thread-local read inside the driver) and sets Atlas's context only when it
+//! is not current. A launch on a created stream asks nothing: the stream names its context.
+//!
+//! Atlas leaves its context current afterwards, as `cudaSetDevice` does; code that relies on
+//! another context being current must make it current again (or push and pop it around its work).
 
 use atlas_sys::{CUcontext, CUdevice};
 
-use crate::driver::cu;
+use crate::driver::{check, cu, driver};
 use crate::error::Result;
-
-thread_local! {
-    /// The context this thread last made current through Atlas.
-    static BOUND: Cell<CUcontext> = const { Cell::new(std::ptr::null_mut()) };
-}
 
 /// A device's primary context, retained once for the life of the process.
 ///
-/// Every Atlas entry point that needs a current context calls [`bind`](Self::bind) first, so
-/// callers never manage the thread's current context themselves.
+/// Every Atlas entry point that needs a current context makes this one current first, so callers
+/// never manage the thread's current context for Atlas's sake.
 #[derive(Debug)]
 pub struct CudaContext {
     raw: CUcontext,
@@ -42,24 +45,12 @@ impl CudaContext {
         })
     }
 
-    /// Makes this context current on the calling thread, unless Atlas already did: a thread-local
-    /// comparison, and a `cuCtxSetCurrent` only on a thread's first use or after another context.
-    ///
-    /// If your own code changes the thread's current context behind Atlas's back, call
-    /// [`rebind`](Self::rebind) before the next Atlas call on that thread.
+    /// Makes this context current on the calling thread unless the driver says it already is
+    /// (`cuCtxGetCurrent`, then `cuCtxSetCurrent` only when another context, or none, is current).
+    #[doc(alias = "cuCtxSetCurrent")]
     #[inline]
     pub fn bind(&self) -> Result<()> {
-        if BOUND.get() == self.raw {
-            Ok(())
-        } else {
-            self.rebind()
-        }
-    }
-
-    /// Makes this context current on the calling thread with `cuCtxSetCurrent`, unconditionally.
-    #[doc(alias = "cuCtxSetCurrent")]
-    pub fn rebind(&self) -> Result<()> {
-        bind_raw(self.raw)
+        ensure_bound(self.raw)
     }
 
     /// The raw `CUcontext`, for driver calls Atlas does not wrap. It stays valid for the process.
@@ -78,20 +69,18 @@ impl CudaContext {
     }
 }
 
-/// Makes `raw` current on this thread and records it.
-pub(crate) fn bind_raw(raw: CUcontext) -> Result<()> {
-    // SAFETY: `raw` is a primary context Atlas retained and never releases.
-    unsafe { cu!(cuCtxSetCurrent(raw)) }?;
-    BOUND.set(raw);
-    Ok(())
-}
-
-/// Binds `raw` if it is not this thread's current Atlas context.
+/// Makes `raw` current on this thread unless the driver says it already is.
 #[inline]
 pub(crate) fn ensure_bound(raw: CUcontext) -> Result<()> {
-    if BOUND.get() == raw {
-        Ok(())
-    } else {
-        bind_raw(raw)
+    let d = driver()?;
+    let mut current: CUcontext = std::ptr::null_mut();
+    // SAFETY: `current` is a live out-pointer; the call only reads the thread's current context.
+    let status = unsafe { (d.ctx_get_current)(&mut current) };
+    check(status, "cuCtxGetCurrent", String::new)?;
+    if current == raw {
+        return Ok(());
     }
+    // SAFETY: every context Atlas binds is a primary context it retained and never releases.
+    let status = unsafe { (d.ctx_set_current)(raw) };
+    check(status, "cuCtxSetCurrent", String::new)
 }

@@ -1,13 +1,14 @@
 //! The one place that calls the driver: loading it, `cuInit`, and turning status codes into errors.
 //!
 //! Everything else calls the driver through [`cu!`], which resolves the entry point (a missing
-//! one is an [`AtlasError::MissingSymbol`] naming it) and checks the status. The launch and
-//! synchronize entry points are resolved once, into [`Driver`], for the hot paths.
+//! one is an [`AtlasError::MissingSymbol`] naming it) and checks the status. The launch,
+//! synchronize and current-context entry points are resolved once, into [`Driver`], for the hot
+//! paths.
 
 use std::ffi::c_void;
 use std::sync::OnceLock;
 
-use atlas_sys::{CUfunction, CUresult, CUstream, CudaDriver, entry};
+use atlas_sys::{CUcontext, CUfunction, CUresult, CUstream, CudaDriver, entry};
 
 use crate::error::{AtlasError, Result};
 
@@ -34,6 +35,10 @@ pub(crate) struct Driver {
     pub(crate) launch_kernel: LaunchKernelFn,
     /// `cuStreamSynchronize`.
     pub(crate) stream_synchronize: unsafe extern "C" fn(CUstream) -> CUresult,
+    /// `cuCtxGetCurrent`: every call that acts in "the current context" asks the driver first.
+    pub(crate) ctx_get_current: unsafe extern "C" fn(*mut CUcontext) -> CUresult,
+    /// `cuCtxSetCurrent`.
+    pub(crate) ctx_set_current: unsafe extern "C" fn(CUcontext) -> CUresult,
 }
 
 /// The driver, loaded and `cuInit`-ed once per process; the error (no driver, no `cuInit`
@@ -52,6 +57,8 @@ fn init() -> Result<Driver> {
         cuda,
         launch_kernel: entry!(cuda, cuLaunchKernel)?,
         stream_synchronize: entry!(cuda, cuStreamSynchronize)?,
+        ctx_get_current: entry!(cuda, cuCtxGetCurrent)?,
+        ctx_set_current: entry!(cuda, cuCtxSetCurrent)?,
     })
 }
 

@@ -5,36 +5,94 @@ use std::ffi::{CStr, c_char};
 use atlas_sys::{CUresult, LoadError, MissingSymbol};
 
 /// `CUDA_ERROR_DEINITIALIZED`: the driver is shutting down (seen from destructors at process exit).
-pub const CUDA_ERROR_DEINITIALIZED: u32 = 4;
-/// `CUDA_ERROR_INVALID_CONTEXT`: the context is gone (teardown order at process exit).
-const CUDA_ERROR_INVALID_CONTEXT: u32 = 201;
-/// `CUDA_ERROR_CONTEXT_IS_DESTROYED`.
-const CUDA_ERROR_CONTEXT_IS_DESTROYED: u32 = 709;
+pub const CUDA_ERROR_DEINITIALIZED: u32 = CUresult::CUDA_ERROR_DEINITIALIZED.0;
 
 /// True for the codes a cleanup call gets when the driver or the context is already being torn
-/// down (4, 201, 709): the resource is gone with it, and there is nothing to report.
+/// down (`CUDA_ERROR_DEINITIALIZED`, `CUDA_ERROR_INVALID_CONTEXT`, `CUDA_ERROR_CONTEXT_IS_DESTROYED`):
+/// the resource is gone with it, and there is nothing to report.
 pub fn is_teardown_noop(code: u32) -> bool {
     matches!(
-        code,
-        CUDA_ERROR_DEINITIALIZED | CUDA_ERROR_INVALID_CONTEXT | CUDA_ERROR_CONTEXT_IS_DESTROYED
+        CUresult(code),
+        CUresult::CUDA_ERROR_DEINITIALIZED
+            | CUresult::CUDA_ERROR_INVALID_CONTEXT
+            | CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED
     )
 }
 
-/// True for the codes after which the context cannot be used again: the kernel faulted, trapped
-/// or timed out, and every later call in this context fails.
+/// True for the codes after which the context cannot be used again: a kernel faulted, trapped,
+/// failed a device-side assertion or timed out, and every later call in this context fails.
+///
+/// Not `CUDA_ERROR_UNKNOWN`: the driver also answers a malformed image with it and the context is
+/// fine afterwards.
 pub(crate) fn is_sticky(code: u32) -> bool {
-    // 700 illegal address, 702 launch timeout, 714 hardware stack error, 715 illegal instruction,
-    // 716 misaligned address, 717 invalid address space, 718 invalid pc, 719 launch failed
-    // (traps included). Not 999 (unknown): the driver also answers a malformed image with it and
-    // the context is fine afterwards.
-    matches!(code, 700 | 702 | 714..=719)
+    matches!(
+        CUresult(code),
+        CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+            | CUresult::CUDA_ERROR_LAUNCH_TIMEOUT
+            | CUresult::CUDA_ERROR_ASSERT
+            | CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR
+            | CUresult::CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | CUresult::CUDA_ERROR_MISALIGNED_ADDRESS
+            | CUresult::CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | CUresult::CUDA_ERROR_INVALID_PC
+            | CUresult::CUDA_ERROR_LAUNCH_FAILED
+    )
 }
+
+/// The names of the codes Atlas meets most, for when the driver cannot name them itself (it is not
+/// loaded, or it is being torn down and `cuGetErrorName` fails).
+macro_rules! known_names {
+    ($($name:ident),* $(,)?) => {
+        fn known_name(code: u32) -> Option<&'static str> {
+            match CUresult(code) {
+                $(CUresult::$name => Some(stringify!($name)),)*
+                _ => None,
+            }
+        }
+    };
+}
+known_names!(
+    CUDA_SUCCESS,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_OUT_OF_MEMORY,
+    CUDA_ERROR_NOT_INITIALIZED,
+    CUDA_ERROR_DEINITIALIZED,
+    CUDA_ERROR_NO_DEVICE,
+    CUDA_ERROR_INVALID_DEVICE,
+    CUDA_ERROR_INVALID_IMAGE,
+    CUDA_ERROR_INVALID_CONTEXT,
+    CUDA_ERROR_NO_BINARY_FOR_GPU,
+    CUDA_ERROR_INVALID_PTX,
+    CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
+    CUDA_ERROR_JIT_COMPILER_NOT_FOUND,
+    CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_NOT_FOUND,
+    CUDA_ERROR_NOT_READY,
+    CUDA_ERROR_ILLEGAL_ADDRESS,
+    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+    CUDA_ERROR_LAUNCH_TIMEOUT,
+    CUDA_ERROR_CONTEXT_IS_DESTROYED,
+    CUDA_ERROR_ASSERT,
+    CUDA_ERROR_HARDWARE_STACK_ERROR,
+    CUDA_ERROR_ILLEGAL_INSTRUCTION,
+    CUDA_ERROR_MISALIGNED_ADDRESS,
+    CUDA_ERROR_INVALID_ADDRESS_SPACE,
+    CUDA_ERROR_INVALID_PC,
+    CUDA_ERROR_LAUNCH_FAILED,
+    CUDA_ERROR_NOT_PERMITTED,
+    CUDA_ERROR_NOT_SUPPORTED,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+    CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
+    CUDA_ERROR_UNKNOWN,
+);
 
 /// `"NAME (code): description"` for a CUDA status code, from `cuGetErrorName` and
 /// `cuGetErrorString`.
 ///
-/// Falls back to `CUDA_UNKNOWN` and `(no message)` when the driver does not know the code or cannot
-/// be loaded at all, so it is always safe to call.
+/// When the driver cannot name the code (it is not loaded, or it is being torn down), the common
+/// codes are still named from Atlas's own table; others read `CUDA_UNKNOWN`, and the description
+/// `(no message)`. Always safe to call.
 #[doc(alias = "cuGetErrorName")]
 #[doc(alias = "cuGetErrorString")]
 pub fn cuda_error_text(code: u32) -> String {
@@ -51,7 +109,9 @@ pub fn cuda_error_text(code: u32) -> String {
     };
     format!(
         "{} ({code}): {}",
-        name.as_deref().unwrap_or("CUDA_UNKNOWN"),
+        name.as_deref()
+            .or(known_name(code))
+            .unwrap_or("CUDA_UNKNOWN"),
         description.as_deref().unwrap_or("(no message)")
     )
 }
@@ -184,6 +244,33 @@ pub enum AtlasError {
         /// Which limit or parameter, with the expected and given values.
         reason: String,
     },
+    /// A launch was refused before reaching the driver because its stream or one of its buffers
+    /// belongs to another device's context than the function: run there, the kernel would fault and
+    /// take that device's context with it.
+    #[error("cannot launch `{function}` on device {expected}: {what} belongs to {}", device(*.given))]
+    WrongDevice {
+        /// `module::function`.
+        function: String,
+        /// What is foreign: `the stream` or `argument N`.
+        what: String,
+        /// The device the function is loaded on.
+        expected: usize,
+        /// The device `what` belongs to, or `None` for a context Atlas does not manage.
+        given: Option<usize>,
+    },
+    /// A typed launch was refused because nothing can tell the kernel's parameter layout: the driver
+    /// lacks `cuFuncGetParamInfo` (older than CUDA 12.4, or a profiler's injection library) and the
+    /// module's blob does not declare it in a form Atlas reads.
+    #[error(
+        "cannot check the arguments of `{function}`: {reason}; launch it through \
+         `AtlasRegistry::launch_on_stream` (unchecked, `unsafe`) if you know its parameters"
+    )]
+    ParamsUnknown {
+        /// `module::function`.
+        function: String,
+        /// Why neither the driver nor the blob can tell.
+        reason: String,
+    },
     /// A module, function or symbol name that does not exist.
     #[error("{kind} `{name}` not found{}", on(.detail))]
     NotFound {
@@ -230,6 +317,13 @@ fn on(subject: &str) -> String {
         String::new()
     } else {
         format!(" ({subject})")
+    }
+}
+
+fn device(ordinal: Option<usize>) -> String {
+    match ordinal {
+        Some(ordinal) => format!("device {ordinal}"),
+        None => "a context Atlas does not manage".into(),
     }
 }
 
@@ -312,13 +406,39 @@ mod tests {
     }
 
     #[test]
+    fn sticky_codes_are_the_kernel_faults_and_asserts() {
+        // From cuda.h: 700 illegal address, 702 launch timeout, 710 device-side assert,
+        // 714 hardware stack error, 715 illegal instruction, 716 misaligned address,
+        // 717 invalid address space, 718 invalid pc, 719 launch failed.
+        for code in 0..1000 {
+            assert_eq!(
+                is_sticky(code),
+                matches!(code, 700 | 702 | 710 | 714..=719),
+                "{code}"
+            );
+        }
+        assert!(AtlasError::from_call("cuStreamSynchronize", String::new(), 710).is_context_lost());
+    }
+
+    #[test]
+    fn common_codes_are_named_without_the_driver() {
+        if atlas_sys::driver().is_ok() {
+            return; // the driver names them itself; covered by the shape test
+        }
+        assert!(cuda_error_text(4).starts_with("CUDA_ERROR_DEINITIALIZED (4): "));
+        assert!(cuda_error_text(710).starts_with("CUDA_ERROR_ASSERT (710): "));
+        assert!(cuda_error_text(218).starts_with("CUDA_ERROR_INVALID_PTX (218): "));
+        assert!(cuda_error_text(123_456).starts_with("CUDA_UNKNOWN (123456): "));
+    }
+
+    #[test]
     fn error_text_has_name_code_and_description_shape() {
         // Without a driver (CI) the fallbacks appear; with one, real names do. Both have the shape.
         let text = cuda_error_text(2);
         let (name, rest) = text.split_once(" (2): ").expect("NAME (code): description");
         assert!(!name.is_empty() && !rest.is_empty(), "{text}");
         if atlas_sys::driver().is_err() {
-            assert_eq!(text, "CUDA_UNKNOWN (2): (no message)");
+            assert_eq!(text, "CUDA_ERROR_OUT_OF_MEMORY (2): (no message)");
         }
     }
 

@@ -2,21 +2,22 @@
 //! [`RawCudaFunc`] (a plain handle for the raw launch path), and the per-function state they share.
 
 use std::fmt;
+use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock};
 
-use atlas_sys::{CUfunction, CUresult};
+use atlas_sys::{CUcontext, CUfunction, CUresult};
 
 use crate::args::KernelArgs;
 use crate::context::ensure_bound;
 use crate::driver::{check, driver};
 use crate::error::{AtlasError, Result};
-use crate::host::CudaHost;
-use crate::launch::{FunctionName, LaunchConfig, SharedMemOptIn, launch_kernel};
+use crate::host::{CudaHost, ordinal_of};
+use crate::launch::{FunctionName, LaunchConfig, SharedMemOptIn, check_config, launch_kernel};
 use crate::registry::RegistryInner;
 use crate::stream::CudaStream;
 
-/// `CUDA_ERROR_INVALID_VALUE`: what `cuFuncGetParamInfo` returns past the last parameter.
-const INVALID_VALUE: u32 = 1;
+/// A kernel's parameter sizes in bytes, or why nothing can tell them.
+pub(crate) type ParamSizes = std::result::Result<Box<[usize]>, String>;
 
 /// What Atlas knows of one function of one loaded module. Lives as long as its registry.
 #[derive(Debug)]
@@ -27,8 +28,11 @@ pub(crate) struct FunctionEntry {
     /// Where `name`'s module part ends (module names may contain `::` themselves).
     module_len: usize,
     pub(crate) opt_in: SharedMemOptIn,
-    /// The parameter sizes from `cuFuncGetParamInfo`, or `None` when the driver lacks it.
-    params: OnceLock<Option<Box<[usize]>>>,
+    /// The layout the module's blob declares, for a driver without `cuFuncGetParamInfo`; `None`
+    /// when the module did not read it (the driver can tell).
+    from_blob: Option<ParamSizes>,
+    /// The parameter sizes, read on first use: from `cuFuncGetParamInfo`, else from the blob.
+    params: OnceLock<ParamSizes>,
 }
 
 // SAFETY: the CUfunction is a driver handle usable from any thread; the rest is Sync data.
@@ -43,12 +47,18 @@ impl FunctionName for FunctionEntry {
 }
 
 impl FunctionEntry {
-    pub(crate) fn new(raw: CUfunction, module: &str, function: &str) -> Self {
+    pub(crate) fn new(
+        raw: CUfunction,
+        module: &str,
+        function: &str,
+        from_blob: Option<ParamSizes>,
+    ) -> Self {
         Self {
             raw,
             name: format!("{module}::{function}"),
             module_len: module.len(),
             opt_in: SharedMemOptIn::default(),
+            from_blob,
             params: OnceLock::new(),
         }
     }
@@ -68,21 +78,28 @@ impl FunctionEntry {
             && self.name.as_bytes().ends_with(function.as_bytes())
     }
 
-    /// The kernel's parameter sizes in bytes, read once with `cuFuncGetParamInfo` (CUDA 12.4+);
-    /// `None` when the driver does not have it.
+    /// The kernel's parameter sizes in bytes, read once: with `cuFuncGetParamInfo` (CUDA 12.4+),
+    /// or from the module's blob when the driver lacks it; `Err(reason)` inside when neither can
+    /// tell.
     #[inline]
-    pub(crate) fn param_sizes(&self, host: &CudaHost) -> Result<Option<&[usize]>> {
+    pub(crate) fn param_sizes(&self, host: &CudaHost) -> Result<&ParamSizes> {
         match self.params.get() {
-            Some(sizes) => Ok(sizes.as_deref()),
+            Some(sizes) => Ok(sizes),
             None => self.read_param_sizes(host),
         }
     }
 
     #[cold]
-    fn read_param_sizes(&self, host: &CudaHost) -> Result<Option<&[usize]>> {
+    fn read_param_sizes(&self, host: &CudaHost) -> Result<&ParamSizes> {
         let d = driver()?;
         let Ok(info) = atlas_sys::entry!(d.cuda, cuFuncGetParamInfo) else {
-            return Ok(self.params.get_or_init(|| None).as_deref());
+            let from_blob = self.from_blob.clone().unwrap_or_else(|| {
+                Err(
+                    "the driver lacks cuFuncGetParamInfo and the module's layouts were not read"
+                        .into(),
+                )
+            });
+            return Ok(self.params.get_or_init(|| from_blob));
         };
         ensure_bound(host.context().raw())?;
         let mut sizes = Vec::new();
@@ -92,53 +109,95 @@ impl FunctionEntry {
             let status = unsafe { info(self.raw, sizes.len(), &mut offset, &mut size) };
             if status == CUresult::CUDA_SUCCESS {
                 sizes.push(size);
-            } else if status.0 == INVALID_VALUE {
+            } else if status == CUresult::CUDA_ERROR_INVALID_VALUE {
                 break;
             } else {
                 check(status, "cuFuncGetParamInfo", || format!("`{}`", self.name))?;
             }
         }
-        Ok(self
-            .params
-            .get_or_init(|| Some(sizes.into_boxed_slice()))
-            .as_deref())
+        Ok(self.params.get_or_init(|| Ok(sizes.into_boxed_slice())))
     }
 
-    /// `Ok` when `given` matches the kernel's parameters in count and size (or the driver cannot
-    /// tell), else an error naming the kernel and both layouts.
+    /// Everything a typed launch or a graph argument update checks before the driver is called:
+    /// the configuration against the device's limits, the arguments against the kernel's
+    /// parameters (count and sizes; refused when nothing can tell them), and that every buffer
+    /// argument is memory of the function's context.
     #[inline]
-    pub(crate) fn check_args(&self, host: &CudaHost, given: &[usize]) -> Result<()> {
+    pub(crate) fn preflight<A: KernelArgs>(
+        &self,
+        host: &CudaHost,
+        cfg: &LaunchConfig,
+        args: &A,
+    ) -> Result<()> {
+        check_config(host, self, cfg)?;
         match self.param_sizes(host)? {
-            Some(expected) if expected != given => Err(self.args_mismatch(expected, given)),
-            _ => Ok(()),
+            Ok(expected) if **expected == *A::SIZES => {}
+            other => return Err(self.args_refused(other, A::SIZES)),
+        }
+        match args.foreign_memory(host.context().raw()) {
+            None => Ok(()),
+            Some((index, context)) => {
+                Err(self.wrong_device(host, format!("argument {index}"), context))
+            }
         }
     }
 
     #[cold]
-    fn args_mismatch(&self, expected: &[usize], given: &[usize]) -> AtlasError {
-        AtlasError::InvalidLaunch {
+    fn args_refused(&self, layout: &ParamSizes, given: &[usize]) -> AtlasError {
+        match layout {
+            Ok(expected) => AtlasError::InvalidLaunch {
+                function: self.name.clone(),
+                reason: format!(
+                    "the kernel takes {} parameter(s) of sizes {expected:?} bytes; the launch gives {} of sizes {given:?}",
+                    expected.len(),
+                    given.len()
+                ),
+            },
+            Err(reason) => AtlasError::ParamsUnknown {
+                function: self.name.clone(),
+                reason: reason.clone(),
+            },
+        }
+    }
+
+    /// The refusal of a launch whose `what` is in `context` instead of the function's.
+    #[cold]
+    pub(crate) fn wrong_device(
+        &self,
+        host: &CudaHost,
+        what: String,
+        context: CUcontext,
+    ) -> AtlasError {
+        AtlasError::WrongDevice {
             function: self.name.clone(),
-            reason: format!(
-                "the kernel takes {} parameter(s) of sizes {expected:?} bytes; the launch gives {} of sizes {given:?}",
-                expected.len(),
-                given.len()
-            ),
+            what,
+            expected: host.ordinal(),
+            given: ordinal_of(context),
         }
     }
 
     /// The checked, typed launch.
+    ///
+    /// # Safety
+    ///
+    /// As [`CudaFunction::launch`]; `host` is the host of this entry's registry.
     #[inline]
-    pub(crate) fn launch<A: KernelArgs>(
+    pub(crate) unsafe fn launch<A: KernelArgs>(
         &self,
         host: &CudaHost,
         stream: &CudaStream,
         cfg: &LaunchConfig,
         args: A,
     ) -> Result<()> {
-        self.check_args(host, A::SIZES)?;
-        // SAFETY: the function is live (its registry is borrowed or owned by the caller), the
-        // stream is live (borrowed), and the parameter array matches the kernel's parameter sizes
-        // (checked above, when the driver can tell).
+        if stream.context() != host.context().raw() {
+            return Err(self.wrong_device(host, "the stream".into(), stream.context()));
+        }
+        self.preflight(host, cfg, &args)?;
+        // SAFETY: the function is live (its registry is borrowed or owned by the caller) and of
+        // `host`'s context, as is the stream (checked above, borrowed); the parameter array matches
+        // the kernel's parameters in count and size (preflight) and every buffer in it is memory of
+        // that context; the configuration fits the device (preflight). What the kernel does with
+        // its arguments is the caller's promise (this function's contract).
         args.with_params(|params| unsafe {
             launch_kernel(
                 host,
@@ -155,7 +214,9 @@ impl FunctionEntry {
 
 /// A plain, copyable kernel handle for the raw launch path ([`AtlasRegistry::launch_on_stream`]).
 ///
-/// Valid while the registry it came from is alive; it does not keep the module loaded.
+/// Valid while the registry it came from is alive; it does not keep the module loaded. It
+/// remembers that registry: a launch through another registry treats it like a handle made with
+/// [`from_raw`](Self::from_raw), never trusting state that registry does not own.
 ///
 /// [`AtlasRegistry::launch_on_stream`]: crate::AtlasRegistry::launch_on_stream
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -163,19 +224,23 @@ pub struct RawCudaFunc {
     func: CUfunction,
     /// The registry's entry for this function, or null for a handle made with `from_raw`.
     pub(crate) entry: *const FunctionEntry,
+    /// The id of the registry that owns `entry`, or 0 for a handle made with `from_raw`.
+    pub(crate) registry: u64,
 }
 
 // SAFETY: a CUfunction is usable from any thread; the entry pointer is only dereferenced by
-// `launch_on_stream`, whose caller guarantees the registry (which owns the entry) is alive.
+// `launch_on_stream` of the registry whose id the handle carries, which owns the entry and is alive
+// for that call.
 unsafe impl Send for RawCudaFunc {}
 // SAFETY: as for Send; the value is immutable.
 unsafe impl Sync for RawCudaFunc {}
 
 impl RawCudaFunc {
-    pub(crate) fn from_entry(entry: &FunctionEntry) -> Self {
+    pub(crate) fn from_entry(entry: &FunctionEntry, registry: u64) -> Self {
         Self {
             func: entry.raw,
             entry: entry as *const FunctionEntry,
+            registry,
         }
     }
 
@@ -186,6 +251,7 @@ impl RawCudaFunc {
         Self {
             func,
             entry: std::ptr::null(),
+            registry: 0,
         }
     }
 
@@ -204,19 +270,41 @@ impl fmt::Debug for RawCudaFunc {
 /// A kernel that keeps its registry, and so its module, loaded while it lives.
 #[derive(Clone)]
 pub struct CudaFunction {
-    pub(crate) registry: Arc<RegistryInner>,
-    pub(crate) entry: Arc<FunctionEntry>,
+    registry: Arc<RegistryInner>,
+    /// An entry of `registry`'s function table, which holds it until the registry drops.
+    entry: NonNull<FunctionEntry>,
 }
 
+// SAFETY: the entry is Send + Sync and lives as long as the registry, which the Arc keeps alive
+// wherever the value goes.
+unsafe impl Send for CudaFunction {}
+// SAFETY: as for Send; shared references only read the entry.
+unsafe impl Sync for CudaFunction {}
+
 impl CudaFunction {
+    /// A handle to `entry`, which must be an entry of `registry`'s function table.
+    pub(crate) fn new(registry: Arc<RegistryInner>, entry: &FunctionEntry) -> Self {
+        Self {
+            registry,
+            entry: NonNull::from(entry),
+        }
+    }
+
+    #[inline]
+    fn entry(&self) -> &FunctionEntry {
+        // SAFETY: `entry` is an entry of `self.registry`'s function table (`new`'s contract); the
+        // table never drops an entry before itself, and the Arc keeps the registry alive.
+        unsafe { self.entry.as_ref() }
+    }
+
     /// `module::function`.
     pub fn name(&self) -> &str {
-        &self.entry.name
+        &self.entry().name
     }
 
     /// The plain handle, for the raw launch path.
     pub fn raw(&self) -> RawCudaFunc {
-        RawCudaFunc::from_entry(&self.entry)
+        RawCudaFunc::from_entry(self.entry(), self.registry.id)
     }
 
     /// A borrowed handle to the same function (for [`GraphExec::set_kernel_args`]).
@@ -224,38 +312,47 @@ impl CudaFunction {
     /// [`GraphExec::set_kernel_args`]: crate::GraphExec::set_kernel_args
     pub fn as_function_ref(&self) -> FunctionRef<'_> {
         FunctionRef {
-            host: &self.registry.host,
-            entry: &self.entry,
+            registry: &self.registry,
+            entry: self.entry(),
         }
     }
 
-    /// The kernel's parameter sizes in bytes (`cuFuncGetParamInfo`, read once), or `None` when the
-    /// driver is older than CUDA 12.4.
+    /// The kernel's parameter sizes in bytes, read once with `cuFuncGetParamInfo` (CUDA 12.4+) or,
+    /// on older drivers, from the module's blob; `None` when neither can tell.
     #[doc(alias = "cuFuncGetParamInfo")]
     pub fn param_sizes(&self) -> Result<Option<&[usize]>> {
-        self.entry.param_sizes(&self.registry.host)
+        self.as_function_ref().param_sizes()
     }
 
-    /// Launches the kernel on `stream` with `args` after checking them against the kernel's real
-    /// parameters (count and sizes, when the driver can tell) and `cfg` against the device's limits.
-    /// See [`KernelArgs`] for what an argument can be. No heap allocation, one driver call.
+    /// Launches the kernel on `stream` with `args`, after checking everything Atlas can see (see
+    /// the crate's [safety model](crate#safety-model)): the stream and every buffer argument belong
+    /// to this function's device, the arguments match the kernel's real parameters in count and
+    /// size, and `cfg` fits the device's limits. A refusal is an error and nothing reaches the
+    /// driver. No heap allocation, one `cuLaunchKernel`. See [`KernelArgs`] for what an argument
+    /// can be.
     ///
-    /// What the kernel does with its arguments is the kernel's contract: Atlas checks sizes, not
-    /// meanings (a `u64` where a pointer is expected has the same size).
+    /// # Safety
+    ///
+    /// 1. Everything the kernel reads or writes through its arguments (the memory their pointers,
+    ///    sizes and indexes designate) is valid, in-bounds memory of this function's device.
+    /// 2. That memory stays allocated, and is not freed or reused by the host, until the kernel has
+    ///    run (synchronize the stream, or an event recorded after the launch).
     #[doc(alias = "cuLaunchKernel")]
-    pub fn launch<A: KernelArgs>(
+    #[inline]
+    pub unsafe fn launch<A: KernelArgs>(
         &self,
         stream: &CudaStream,
         cfg: &LaunchConfig,
         args: A,
     ) -> Result<()> {
-        self.entry.launch(&self.registry.host, stream, cfg, args)
+        // SAFETY: the caller's duties 1 and 2; the host is the registry's own.
+        unsafe { self.entry().launch(&self.registry.host, stream, cfg, args) }
     }
 }
 
 impl fmt::Debug for CudaFunction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CudaFunction({})", self.entry.name)
+        write!(f, "CudaFunction({})", self.entry().name)
     }
 }
 
@@ -263,31 +360,45 @@ impl fmt::Debug for CudaFunction {
 /// by the per-call-site caches ([`FunctionCache`](crate::FunctionCache)).
 #[derive(Clone, Copy)]
 pub struct FunctionRef<'r> {
-    pub(crate) host: &'r CudaHost,
+    pub(crate) registry: &'r RegistryInner,
     pub(crate) entry: &'r FunctionEntry,
 }
 
-impl FunctionRef<'_> {
+impl<'r> FunctionRef<'r> {
     /// `module::function`.
-    pub fn name(&self) -> &str {
+    pub fn name(&self) -> &'r str {
         &self.entry.name
     }
 
-    /// The plain handle, for the raw launch path.
+    /// The plain handle, for the raw launch path of the registry this was borrowed from.
     pub fn raw(&self) -> RawCudaFunc {
-        RawCudaFunc::from_entry(self.entry)
+        RawCudaFunc::from_entry(self.entry, self.registry.id)
+    }
+
+    /// As [`CudaFunction::param_sizes`].
+    #[doc(alias = "cuFuncGetParamInfo")]
+    pub fn param_sizes(&self) -> Result<Option<&'r [usize]>> {
+        Ok(self.entry.param_sizes(&self.registry.host)?.as_deref().ok())
     }
 
     /// As [`CudaFunction::launch`].
+    ///
+    /// # Safety
+    ///
+    /// As [`CudaFunction::launch`]:
+    /// 1. Everything the kernel reads or writes through its arguments is valid, in-bounds memory of
+    ///    this function's device.
+    /// 2. That memory stays allocated until the kernel has run.
     #[doc(alias = "cuLaunchKernel")]
     #[inline]
-    pub fn launch<A: KernelArgs>(
+    pub unsafe fn launch<A: KernelArgs>(
         &self,
         stream: &CudaStream,
         cfg: &LaunchConfig,
         args: A,
     ) -> Result<()> {
-        self.entry.launch(self.host, stream, cfg, args)
+        // SAFETY: the caller's duties 1 and 2; the host is the one of the borrowed registry.
+        unsafe { self.entry.launch(&self.registry.host, stream, cfg, args) }
     }
 }
 

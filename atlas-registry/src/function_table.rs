@@ -110,32 +110,20 @@ impl FunctionTable {
         let capacity = owned.indexes.last().map_or(0, |index| index.slots.len());
         if owned.entries.len() * 2 > capacity {
             let grown = Index::with((capacity * 2).max(FIRST_CAPACITY), &owned.entries);
-            self.current
-                .store(std::ptr::from_ref(&*grown).cast_mut(), Ordering::Release);
             owned.indexes.push(grown);
+            // The pointer is taken from the index in its final place: moving a `Box` asserts
+            // unique ownership again, which would invalidate a pointer taken before the move.
+            if let Some(index) = owned.indexes.last() {
+                self.current
+                    .store(std::ptr::from_ref(&**index).cast_mut(), Ordering::Release);
+            }
         } else if let Some(index) = owned.indexes.last() {
             index.insert(&entry);
         }
         // SAFETY: the entry is owned by `owned.entries`, from which nothing is removed while the
-        // table lives; `&self` borrows the table.
+        // table lives; `&self` borrows the table. `Arc::as_ptr` points into the shared allocation
+        // without claiming it, so later moves of the `Arc`s in the Vec leave the pointer valid.
         unsafe { &*Arc::as_ptr(&entry) }
-    }
-
-    /// A new `Arc` of an entry the table returned, for handles that keep it alive themselves.
-    ///
-    /// # Safety
-    ///
-    /// `entry` was returned by [`get`](Self::get) or [`get_or_insert`](Self::get_or_insert) of a
-    /// table that is still alive.
-    pub(crate) unsafe fn arc_of(entry: &FunctionEntry) -> Arc<FunctionEntry> {
-        let ptr = std::ptr::from_ref(entry);
-        // SAFETY: such an entry was allocated by `Arc::new` and is held by the table's
-        // `owned.entries` (the caller's contract), so its count is at least one; the count added
-        // here is the new `Arc`'s, given back when it drops.
-        unsafe {
-            Arc::increment_strong_count(ptr);
-            Arc::from_raw(ptr)
-        }
     }
 }
 
@@ -177,7 +165,7 @@ mod tests {
     use super::*;
 
     fn entry(module: &str, function: &str) -> FunctionEntry {
-        FunctionEntry::new(std::ptr::null_mut(), module, function)
+        FunctionEntry::new(std::ptr::null_mut(), module, function, None)
     }
 
     #[test]
@@ -247,17 +235,5 @@ mod tests {
             table.get("a", "b::c").unwrap(),
             table.get("a::b", "c").unwrap()
         ));
-    }
-
-    #[test]
-    fn arc_of_keeps_the_entry_alive_with_the_table() {
-        let table = FunctionTable::default();
-        // SAFETY: the entry comes from this table, alive here.
-        let entry =
-            unsafe { FunctionTable::arc_of(table.get_or_insert("m", "f", || entry("m", "f"))) };
-        assert_eq!(Arc::strong_count(&entry), 2);
-        drop(table);
-        assert_eq!(Arc::strong_count(&entry), 1);
-        assert_eq!(entry.name, "m::f");
     }
 }

@@ -17,6 +17,7 @@ use crate::context::ensure_bound;
 use crate::driver::cu;
 use crate::error::{AtlasError, Result, report_cleanup};
 use crate::function::FunctionRef;
+use crate::host::ordinal_of;
 use crate::launch::{FunctionName, LaunchConfig};
 use crate::stream::CudaStream;
 
@@ -33,16 +34,25 @@ unsafe impl Send for CudaGraph {}
 unsafe impl Sync for CudaGraph {}
 
 /// An instantiated graph, ready to replay; owns the graph it came from.
+///
+/// `Send` but not `Sync`: the driver does not synchronize calls on one graph object, so one
+/// thread at a time uses it.
+///
+/// ```compile_fail
+/// fn shared_across_threads<T: Sync>() {}
+/// shared_across_threads::<atlas_registry::GraphExec>();
+/// ```
 pub struct GraphExec {
     raw: CUgraphExec,
     kernel_nodes: Vec<CUgraphNode>,
     graph: CudaGraph,
 }
 
-// SAFETY: as for CudaGraph; updates take `&mut self`.
+// SAFETY: as for CudaGraph: the executable graph may be used from any thread, one at a time, which
+// ownership guarantees. It is deliberately not `Sync`: the driver does not synchronize calls on one
+// graph object, so two threads replaying it (or one replaying while another updates it) through
+// shared references would race.
 unsafe impl Send for GraphExec {}
-// SAFETY: `&self` only launches, which the driver allows from any thread.
-unsafe impl Sync for GraphExec {}
 
 impl CudaStream {
     /// Starts capturing the work enqueued on this stream by this thread into a graph
@@ -135,28 +145,44 @@ impl GraphExec {
     /// # Safety
     ///
     /// 1. Every device allocation the captured kernels use (their pointer arguments, as captured or
-    ///    last set) is still allocated: the graph holds addresses, not buffers.
+    ///    last set) is still allocated, and each kernel's contract (as for
+    ///    [`CudaFunction::launch`](crate::CudaFunction::launch)) holds for those arguments: the
+    ///    graph holds addresses, not buffers.
+    /// 2. Every module whose kernels the graph launches is still loaded: the graph holds function
+    ///    handles, not registries (keep the registries, or the [`CudaFunction`](crate::CudaFunction)s,
+    ///    alive while the graph is replayed).
+    /// 3. `stream` is a stream of the context the graph was captured in.
     #[doc(alias = "cuGraphLaunch")]
     pub unsafe fn launch(&self, stream: &CudaStream) -> Result<()> {
-        ensure_bound(stream.context())?;
+        stream.bind_if_default()?;
         // SAFETY: live executable graph and stream; the caller vouches for the memory it uses.
         unsafe { cu!(cuGraphLaunch(self.raw, stream.raw())) }
     }
 
     /// Replaces the function, configuration and arguments of kernel node `index` (in launch order)
-    /// in the instantiated graph, without instantiating it again. The arguments are checked
-    /// against the kernel's parameters, and the configuration against the device, as for a launch.
+    /// in the instantiated graph, without instantiating it again. Everything a typed launch checks is
+    /// checked first, with the same code: the configuration against the device, the arguments
+    /// against the kernel's parameters, every buffer argument and the function against the graph's
+    /// context.
+    ///
+    /// # Safety
+    ///
+    /// As [`CudaFunction::launch`](crate::CudaFunction::launch), for every later replay:
+    /// 1. Everything the kernel reads or writes through these arguments is valid, in-bounds memory of
+    ///    the graph's device.
+    /// 2. That memory stays allocated while the graph may still be replayed with these arguments.
     #[doc(alias = "cuGraphExecKernelNodeSetParams_v2")]
-    pub fn set_kernel_args<A: KernelArgs>(
+    pub unsafe fn set_kernel_args<A: KernelArgs>(
         &mut self,
         index: usize,
         func: FunctionRef<'_>,
         cfg: &LaunchConfig,
         args: A,
     ) -> Result<()> {
+        let (host, entry) = (&*func.registry.host, func.entry);
         let Some(&node) = self.kernel_nodes.get(index) else {
             return Err(AtlasError::InvalidLaunch {
-                function: func.entry.function_name(),
+                function: entry.function_name(),
                 reason: format!(
                     "the graph has {} kernel node(s), not {}",
                     self.kernel_nodes.len(),
@@ -164,16 +190,16 @@ impl GraphExec {
                 ),
             });
         };
-        let (host, entry) = (func.host, func.entry);
-        if let Err(reason) = host.limits().check(cfg) {
-            return Err(AtlasError::InvalidLaunch {
+        if host.context().raw() != self.graph.context {
+            return Err(AtlasError::WrongDevice {
                 function: entry.function_name(),
-                reason,
+                what: "the graph".into(),
+                expected: host.ordinal(),
+                given: ordinal_of(self.graph.context),
             });
         }
-        entry.check_args(host, A::SIZES)?;
-        ensure_bound(host.context().raw())?;
-        entry.opt_in.ensure(entry.raw, cfg.shared_mem_bytes)?;
+        entry.preflight(host, cfg, &args)?;
+        entry.opt_in.ensure(host, entry.raw, cfg.shared_mem_bytes)?;
         let exec = self.raw;
         args.with_params(|params| {
             let node_params = CUDA_KERNEL_NODE_PARAMS {
@@ -190,8 +216,10 @@ impl GraphExec {
                 kern: std::ptr::null_mut(),
                 ctx: std::ptr::null_mut(),
             };
-            // SAFETY: `node` is a kernel node of the graph this exec was made from; the parameter
-            // array matches the kernel (checked above) and the driver copies it during the call.
+            // SAFETY: `node` is a kernel node of the graph this exec was made from, the function is
+            // of the graph's context (checked above); the parameter array matches the kernel and its
+            // buffers are memory of that context (preflight), and the driver copies it during the
+            // call. What the kernel does with the arguments is the caller's promise.
             unsafe {
                 cu!(cuGraphExecKernelNodeSetParams_v2(exec, node, &node_params); "`{}`", entry.name)
             }

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use atlas_sys::{CUdevice, CUdevice_attribute};
+use atlas_sys::{CUcontext, CUdevice, CUdevice_attribute};
 
 use crate::context::CudaContext;
 use crate::driver::{cu, driver};
@@ -117,6 +117,19 @@ pub(crate) fn device_attribute(
     Ok(value)
 }
 
+/// Every host created so far, by ordinal.
+static HOSTS: Mutex<Vec<Option<Arc<CudaHost>>>> = Mutex::new(Vec::new());
+
+/// The ordinal of the device whose primary context is `context`, if Atlas created a host for it.
+pub(crate) fn ordinal_of(context: CUcontext) -> Option<usize> {
+    let hosts = HOSTS.lock().unwrap_or_else(PoisonError::into_inner);
+    hosts
+        .iter()
+        .flatten()
+        .find(|host| host.context().raw() == context)
+        .map(|host| host.ordinal())
+}
+
 /// The process-wide host of device `ordinal`: created on the first call (primary context retained,
 /// stream created, limits read), the same `Arc` on every later call.
 ///
@@ -126,7 +139,6 @@ pub(crate) fn device_attribute(
 ///
 /// Callable from any thread; concurrent first calls create one host.
 pub fn host(ordinal: usize) -> Result<Arc<CudaHost>> {
-    static HOSTS: Mutex<Vec<Option<Arc<CudaHost>>>> = Mutex::new(Vec::new());
     let mut hosts = HOSTS.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(Some(existing)) = hosts.get(ordinal) {
         return Ok(Arc::clone(existing));

@@ -1,8 +1,9 @@
-//! [`LaunchConfig`], the device limits it is checked against, and the one launch function that
-//! every path ends in.
+//! [`LaunchConfig`], the device limits it is checked against, the dynamic shared memory opt-in, and
+//! the one launch function that every path ends in.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use atlas_sys::{
     CUdevice, CUdevice_attribute as Attr, CUfunction, CUfunction_attribute, CUresult, CUstream,
@@ -119,23 +120,35 @@ impl DeviceLimits {
 /// Per-function state the launch path keeps: the dynamic shared memory the function may use.
 #[derive(Debug, Default)]
 pub(crate) struct SharedMemOptIn {
-    /// The function's current `MAX_DYNAMIC_SHARED_SIZE_BYTES`, or 0 before it was first read.
+    /// The function's current `MAX_DYNAMIC_SHARED_SIZE_BYTES` as Atlas last set or read it, or 0
+    /// before it was first read.
     allowed: AtomicU32,
 }
+
+/// Serializes every raise of a function's dynamic shared memory limit. The driver only *sets* the
+/// limit, so two unserialized raises (to 64 KiB and 96 KiB) can leave it at the smaller one after
+/// the larger was recorded; under this lock each raise reads the limit again and never lowers it.
+/// Raises are rare (once per function and size), so one process-wide lock costs nothing.
+static RAISING: Mutex<()> = Mutex::new(());
 
 impl SharedMemOptIn {
     /// Makes sure `func` may use `bytes` of dynamic shared memory: reads the function's limit once
     /// and raises it (monotonic maximum) only when a launch needs more than it allows.
     #[inline]
-    pub(crate) fn ensure(&self, func: CUfunction, bytes: u32) -> Result<()> {
+    pub(crate) fn ensure(&self, host: &CudaHost, func: CUfunction, bytes: u32) -> Result<()> {
         if bytes == 0 || bytes <= self.allowed.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.raise(func, bytes)
+        self.raise(host, func, bytes)
     }
 
     #[cold]
-    fn raise(&self, func: CUfunction, bytes: u32) -> Result<()> {
+    fn raise(&self, host: &CudaHost, func: CUfunction, bytes: u32) -> Result<()> {
+        let _serial = RAISING.lock().unwrap_or_else(PoisonError::into_inner);
+        if bytes <= self.allowed.load(Ordering::Acquire) {
+            return Ok(()); // raised by another thread meanwhile
+        }
+        ensure_bound(host.context().raw())?;
         let attribute = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         let mut current = 0;
         // SAFETY: `func` is a live function of the current context; `current` is a live out-pointer.
@@ -144,13 +157,14 @@ impl SharedMemOptIn {
         }?;
         let mut allowed = u32::try_from(current).unwrap_or(0);
         if bytes > allowed {
-            // SAFETY: as above; the value was checked against the device's opt-in maximum.
+            // SAFETY: as above; `bytes` was checked against the device's opt-in maximum, which fits
+            // an i32, and it is more than the current limit, so this only raises it.
             unsafe {
                 cu!(cuFuncSetAttribute(func, attribute, bytes as i32); "opt in to {bytes} B of dynamic shared memory")
             }?;
             allowed = bytes;
         }
-        self.allowed.fetch_max(allowed, Ordering::AcqRel);
+        self.allowed.store(allowed, Ordering::Release);
         Ok(())
     }
 }
@@ -169,13 +183,36 @@ impl FunctionName for UnknownFunction {
     }
 }
 
-/// The launch: checks `cfg` against the device, binds the context, makes the shared memory opt-in
-/// when needed, and calls `cuLaunchKernel` once. No allocation unless it fails.
+/// `Ok` when `cfg` fits `host`'s device, else an [`AtlasError::InvalidLaunch`] naming the limit.
+#[inline]
+pub(crate) fn check_config(
+    host: &CudaHost,
+    name: &dyn FunctionName,
+    cfg: &LaunchConfig,
+) -> Result<()> {
+    match host.limits().check(cfg) {
+        Ok(()) => Ok(()),
+        Err(reason) => Err(AtlasError::InvalidLaunch {
+            function: name.function_name(),
+            reason,
+        }),
+    }
+}
+
+/// The launch: makes the shared memory opt-in when needed and calls `cuLaunchKernel` once. A
+/// created stream names its context, so nothing else reaches the driver; only for the legacy
+/// default stream (null), which means "the current context's", is `host`'s context made current
+/// first. No allocation unless it fails.
 ///
 /// # Safety
 ///
-/// `func` is a live function of `host`'s context, `stream` a live stream of it (or null), and
-/// `params` points to one pointer per kernel parameter, each to a value of that parameter's type.
+/// 1. `func` is a live function of `host`'s context, and `stream` a live stream of that context or
+///    null.
+/// 2. `params` points to one pointer per kernel parameter, each to a value of that parameter's
+///    type (or is null for a kernel without parameters).
+/// 3. `cfg` fits the device (checked by [`check_config`]).
+/// 4. What the kernel reads and writes through its arguments is valid memory of `host`'s device that
+///    stays allocated until the kernel has run.
 #[inline]
 pub(crate) unsafe fn launch_kernel(
     host: &CudaHost,
@@ -187,17 +224,13 @@ pub(crate) unsafe fn launch_kernel(
     params: *mut *mut c_void,
 ) -> Result<()> {
     let d = driver()?;
-    if let Err(reason) = host.limits().check(cfg) {
-        return Err(AtlasError::InvalidLaunch {
-            function: name.function_name(),
-            reason,
-        });
+    if stream.is_null() {
+        ensure_bound(host.context().raw())?;
     }
-    ensure_bound(host.context().raw())?;
-    opt_in.ensure(func, cfg.shared_mem_bytes)?;
+    opt_in.ensure(host, func, cfg.shared_mem_bytes)?;
     let (g, b) = (cfg.grid, cfg.block);
-    // SAFETY: the caller vouches for func, stream and params; the context is current and the
-    // configuration fits the device.
+    // SAFETY: the caller's duties 1–4; for the legacy default stream the function's context is
+    // current (above).
     let status = unsafe {
         (d.launch_kernel)(
             func,

@@ -1,4 +1,6 @@
-//! Load CUDA kernels once per model and launch them with the driver's own overhead.
+//! Load CUDA kernels once per model and launch them from Rust with the driver's own overhead.
+//! Atlas checks everything it can see before the driver is called, so that safe code cannot crash
+//! the process or lose a device, and costs one `cuLaunchKernel` per launch.
 //!
 //! An [`AtlasRegistry`] is one model's set of modules (PTX, cubin, fatbin), loaded once on one
 //! device and unloaded when the model goes. Functions come from it as owning [`CudaFunction`]s,
@@ -22,11 +24,51 @@
 //!
 //! let scale = registry.function_cached("elementwise", "scale")?;
 //! let n = x.len() as u32;
-//! scale.launch(stream, &LaunchConfig::for_elements(n, 256), (&mut x, 2.0f32, n))?;
+//! // SAFETY: `scale` touches the first `n` floats of `x`, which holds exactly `n`; `x` outlives
+//! // the launch (`to_vec` below waits for it on the same stream).
+//! unsafe { scale.launch(stream, &LaunchConfig::for_elements(n, 256), (&mut x, 2.0f32, n)) }?;
 //!
 //! let out = x.to_vec(stream)?;
 //! assert_eq!(out[10], 20.0);
 //! # Ok(()) }
+//! ```
+//!
+//! # Safety model
+//!
+//! Atlas checks everything it can see before the driver is called, and refuses with a typed
+//! [`AtlasError`]; nothing that safe code can do is undefined behaviour or crashes the process.
+//!
+//! What Atlas checks:
+//! - **Arguments**: their count and sizes against the kernel's real parameter layout, read once
+//!   with `cuFuncGetParamInfo` (CUDA 12.4+), or from the module's blob (the PTX `.entry` parameter
+//!   list, the cubin's `.nv.info` parameter records) on drivers without it. When neither can tell,
+//!   a typed launch is refused ([`AtlasError::ParamsUnknown`]); it is never launched unchecked.
+//! - **Devices and contexts**: the stream and every [`DeviceBuffer`] argument belong to the
+//!   function's context ([`AtlasError::WrongDevice`], naming both devices). Allocations, loads and
+//!   copies happen in Atlas's own context whatever context other code left current (see
+//!   "Threads and contexts").
+//! - **Limits**: grid, block and shared memory against the device's [`DeviceLimits`]; the >48 KiB
+//!   dynamic shared memory opt-in is made for the launch that needs it.
+//! - **Blobs**: malformed modules are refused before the driver parses them.
+//! - **Lifetimes**: a function handle keeps its module loaded ([`CudaFunction`]) or borrows the
+//!   registry that does ([`FunctionRef`]); a handle of another registry is never trusted.
+//!
+//! What the caller vouches for: what the kernel does with valid arguments. Rust cannot see that a
+//! `u64` is meant as a pointer or that `n` is the length of the buffer before it, and a kernel can
+//! write wherever its arguments lead it (with HMM, ATS, registered or managed memory, into host
+//! memory too). So every launch is an `unsafe fn` with one short contract, the same everywhere:
+//!
+//! 1. Everything the kernel reads or writes through its arguments is valid, in-bounds memory of
+//!    the function's device.
+//! 2. That memory stays allocated until the kernel has run.
+//!
+//! [`KernelParam`] is an `unsafe trait` and [`KernelArgs`] is sealed, so no safe code can lie about
+//! an argument's size. A typed launch does not compile outside `unsafe`:
+//!
+//! ```compile_fail
+//! # fn f(scale: &atlas_registry::CudaFunction, stream: &atlas_registry::CudaStream) -> atlas_registry::Result<()> {
+//! scale.launch(stream, &atlas_registry::LaunchConfig::for_elements(1, 1), ())
+//! # }
 //! ```
 //!
 //! # Per-call-site caches
@@ -41,7 +83,8 @@
 //! use atlas_registry::{FunctionCache, LaunchConfig};
 //! static NOOP: FunctionCache = FunctionCache::new("noop", "noop");
 //! for registry in [a, b] {
-//!     NOOP.get(registry)?.launch(registry.stream(), &LaunchConfig::for_elements(1, 1), ())?;
+//!     // SAFETY: `noop` takes no arguments and touches no memory.
+//!     unsafe { NOOP.get(registry)?.launch(registry.stream(), &LaunchConfig::for_elements(1, 1), ()) }?;
 //! }
 //! # Ok(()) }
 //! ```
@@ -49,11 +92,9 @@
 //! # Checked, typed launches
 //!
 //! [`CudaFunction::launch`] and [`FunctionRef::launch`] take the arguments as a tuple of
-//! [`KernelParam`]s (scalars, `&DeviceBuffer`s). The kernel's parameter layout is read once with
-//! `cuFuncGetParamInfo` (CUDA 12.4+; on older drivers the check is skipped), and a wrong count or
-//! size is an [`AtlasError::InvalidLaunch`] naming the kernel and both layouts, before the driver is
-//! called. The configuration is checked against the device's [`DeviceLimits`]. The parameter array
-//! is built on the stack: no allocation, one `cuLaunchKernel`.
+//! [`KernelParam`]s (scalars, `&DeviceBuffer`s). A wrong count or size is an
+//! [`AtlasError::InvalidLaunch`] naming the kernel and both layouts, before the driver is called.
+//! The parameter array is built on the stack: no allocation, one `cuLaunchKernel`.
 //!
 //! # Graphs
 //!
@@ -68,11 +109,14 @@
 //! let scale = registry.function_cached("elementwise", "scale")?; // resolved before capture
 //! let (n, cfg) = (x.len() as u32, LaunchConfig::for_elements(x.len() as u32, 256));
 //! stream.begin_capture()?;
-//! scale.launch(&stream, &cfg, (&mut *x, 2.0f32, n))?;
+//! // SAFETY: `scale` touches the `n` floats of `x`, which outlives every replay below.
+//! unsafe { scale.launch(&stream, &cfg, (&mut *x, 2.0f32, n)) }?;
 //! let mut exec = stream.end_capture()?.instantiate()?;
-//! // SAFETY: `x` outlives every replay.
+//! // SAFETY: `x` and the registry (so the module) outlive every replay; the stream is the
+//! // registry's context's.
 //! unsafe { exec.launch(&stream) }?;
-//! exec.set_kernel_args(0, scale.as_function_ref(), &cfg, (&mut *x, 0.5f32, n))?;
+//! // SAFETY: as for the captured launch.
+//! unsafe { exec.set_kernel_args(0, scale.as_function_ref(), &cfg, (&mut *x, 0.5f32, n)) }?;
 //! # Ok(()) }
 //! ```
 //!
@@ -84,8 +128,14 @@
 //! # Threads and contexts
 //!
 //! Each device has one process-wide [`CudaHost`]: its primary context and one stream. Every call
-//! that needs the context makes it current on the calling thread first, at the cost of a
-//! thread-local comparison once it is.
+//! that acts in "the current context" (allocations, loads, copies, lookups, launches on the legacy
+//! default stream) first asks the driver which context is current (`cuCtxGetCurrent`) and makes
+//! Atlas's current when it is not, so other code changing the thread's context (another library,
+//! `cuCtxPushCurrent`) never makes Atlas act in the wrong one. A launch on a created stream asks
+//! nothing: the stream names its context, and the launch stays one driver call.
+//!
+//! Atlas leaves its context current on the thread afterwards; code that needs another context
+//! current makes it current again itself.
 
 mod args;
 mod blob;
@@ -133,6 +183,7 @@ mod send_sync {
     use super::*;
 
     const fn send_sync<T: Send + Sync>() {}
+    const fn send_only<T: Send>() {}
     const _: () = {
         send_sync::<AtlasRegistry>();
         send_sync::<CudaFunction>();
@@ -145,6 +196,6 @@ mod send_sync {
         send_sync::<FunctionCache>();
         send_sync::<AtlasError>();
         send_sync::<AtlasLibrary>();
-        send_sync::<GraphExec>();
+        send_only::<GraphExec>();
     };
 }

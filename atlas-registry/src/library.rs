@@ -4,13 +4,14 @@
 use std::fmt;
 use std::sync::Arc;
 
-use atlas_sys::CUlibrary;
+use atlas_sys::{CUlibrary, CUmodule, CUresult};
 
-use crate::blob::BlobKind;
+use crate::blob::{self, BlobKind};
+use crate::context::CudaContext;
 use crate::driver::{cu, driver};
-use crate::error::{Result, report_cleanup};
+use crate::error::{AtlasError, Result, report_cleanup};
 use crate::host::host;
-use crate::module::{Module, with_jit_log};
+use crate::module::{BlobLayouts, Module, layouts_if_needed, retry_with_log, with_jit_log};
 use crate::registry::AtlasRegistry;
 
 /// One blob loaded as a context-independent library; unloaded when its last user goes.
@@ -18,6 +19,12 @@ use crate::registry::AtlasRegistry;
 pub(crate) struct LibraryBlob {
     raw: CUlibrary,
     kind: BlobKind,
+    /// As [`Module`]'s: the blob's kernel layouts, read only when the driver cannot tell them.
+    blob_layouts: Option<Arc<BlobLayouts>>,
+    /// The PTX image, NUL-terminated, kept for a PTX blob only: `cuLibraryLoadData` defers the JIT
+    /// to the first `cuLibraryGetModule`, and when that fails the image is compiled once more with
+    /// a log buffer, so that the error carries the JIT log.
+    ptx: Option<Box<[u8]>>,
 }
 
 // SAFETY: a CUlibrary is context-independent and usable from any thread; it is unloaded only in
@@ -33,6 +40,59 @@ impl LibraryBlob {
 
     pub(crate) fn kind(&self) -> BlobKind {
         self.kind
+    }
+
+    pub(crate) fn blob_layouts(&self) -> Option<Arc<BlobLayouts>> {
+        self.blob_layouts.clone()
+    }
+
+    /// The error for `cuLibraryGetModule` failing with `status` for module `name` in `context`
+    /// (current): for PTX, the JIT is run again with a log buffer (`cuModuleLoadDataEx`, unloaded
+    /// again at once should it succeed) so that the error is an [`AtlasError::ModuleLoad`] with the
+    /// JIT log; otherwise the driver's error.
+    #[cold]
+    pub(crate) fn explain(
+        &self,
+        context: &CudaContext,
+        name: &str,
+        status: CUresult,
+    ) -> AtlasError {
+        let plain = || {
+            AtlasError::from_call(
+                "cuLibraryGetModule",
+                format!("module `{name}` on device {}", context.ordinal()),
+                status.0,
+            )
+        };
+        let (Some(ptx), Ok(cuda)) = (&self.ptx, driver()) else {
+            return plain();
+        };
+        let (Ok(load_ex), Ok(unload)) = (
+            atlas_sys::entry!(cuda.cuda, cuModuleLoadDataEx),
+            atlas_sys::entry!(cuda.cuda, cuModuleUnload),
+        ) else {
+            return plain();
+        };
+        let mut raw: CUmodule = std::ptr::null_mut();
+        let retried = retry_with_log(
+            "cuLibraryGetModule",
+            name,
+            status,
+            ptx,
+            &mut |image, count, options, values| {
+                // SAFETY: `image` is the checked, NUL-terminated PTX; the options and values are
+                // matching arrays of `count`; the caller made the context current.
+                unsafe { load_ex(&mut raw, image, count, options, values) }
+            },
+        );
+        match retried {
+            Err(with_log) => with_log,
+            Ok(()) => {
+                // SAFETY: `raw` was loaded just above and is unloaded once, here.
+                let _ = unsafe { unload(raw) };
+                plain()
+            }
+        }
     }
 }
 
@@ -94,7 +154,18 @@ impl AtlasLibrary {
                     }
                 },
             )?;
-            loaded.push((name.to_string(), Arc::new(LibraryBlob { raw, kind })));
+            loaded.push((
+                name.to_string(),
+                Arc::new(LibraryBlob {
+                    raw,
+                    kind,
+                    blob_layouts: layouts_if_needed(blob),
+                    ptx: (kind == BlobKind::Ptx)
+                        .then(|| blob::prepare(name, blob).ok())
+                        .flatten()
+                        .map(|(_, image)| image.into_owned().into_boxed_slice()),
+                }),
+            ));
         }
         Ok(Self {
             blobs: loaded.into(),
@@ -104,6 +175,10 @@ impl AtlasLibrary {
     /// A registry on device `ordinal` over this load: its modules are the library's modules in
     /// that device's context (`cuLibraryGetModule`), not new loads. The library stays loaded while
     /// any such registry or this value lives.
+    ///
+    /// The driver compiles PTX here, on the first registry of each device, not in
+    /// [`load`](Self::load): PTX that does not compile loads "fine" and fails here, as an
+    /// [`AtlasError::ModuleLoad`](crate::AtlasError::ModuleLoad) carrying the JIT log.
     #[doc(alias = "cuLibraryGetModule")]
     pub fn registry(&self, ordinal: usize) -> Result<AtlasRegistry> {
         let host = host(ordinal)?;

@@ -34,8 +34,11 @@ unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 
 /// A typed allocation of device memory in one context, freed on drop.
 ///
-/// Allocation is not stream-ordered (`cuMemAlloc`); freeing waits for the device to finish with it
-/// (`cuMemFree` synchronizes).
+/// Allocation is not stream-ordered (`cuMemAlloc`), and neither is freeing: the driver *may*
+/// synchronize in `cuMemFree`, but does not promise to. Atlas relies on nothing more than this: a
+/// buffer can only be dropped when no borrow of it is alive, and a kernel that uses it through a
+/// launch is the launch's [safety contract](crate#safety-model) — the caller keeps the buffer alive
+/// until the work that uses it has finished (synchronize the stream first).
 pub struct DeviceBuffer<T: DeviceCopy> {
     ptr: CUdeviceptr,
     len: usize,
@@ -99,6 +102,11 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// driver calls Atlas does not wrap. Valid while the buffer lives.
     pub fn device_ptr(&self) -> CUdeviceptr {
         self.ptr
+    }
+
+    /// The context the memory was allocated in.
+    pub(crate) fn context_raw(&self) -> CUcontext {
+        self.context
     }
 
     /// Where the buffer keeps its device address: a kernel parameter points here.

@@ -10,12 +10,12 @@ use crate::blob::{self, BlobKind};
 use crate::context::{CudaContext, ensure_bound};
 use crate::driver::{cu, driver};
 use crate::error::{AtlasError, NotFoundKind, Result, cuda_error_text, is_sticky, report_cleanup};
+use crate::function::ParamSizes;
 use crate::library::LibraryBlob;
+use crate::param_layout::{KernelLayout, kernel_layouts};
 
 /// Size of the JIT error log buffer handed to the driver.
 const JIT_LOG_BYTES: usize = 16 * 1024;
-/// `CUDA_ERROR_NOT_FOUND`.
-const NOT_FOUND: u32 = 500;
 
 /// One module loaded in a context. Unloaded by [`Module::unload`] or, silently, on drop.
 #[derive(Debug)]
@@ -26,6 +26,22 @@ pub(crate) struct Module {
     context: atlas_sys::CUcontext,
     /// The library this module is a view of, which owns it; `None` for a module loaded alone.
     library: Option<Arc<LibraryBlob>>,
+    /// The kernels' parameter layouts as the blob declares them, read at load only when the driver
+    /// lacks `cuFuncGetParamInfo`.
+    blob_layouts: Option<Arc<BlobLayouts>>,
+}
+
+/// Every kernel's parameter layout as a blob declares it, or why it cannot be read.
+pub(crate) type BlobLayouts = std::result::Result<Vec<KernelLayout>, String>;
+
+/// The blob's kernel layouts when the driver cannot tell them (no `cuFuncGetParamInfo`: older than
+/// CUDA 12.4, or an injection library); `None` when it can, so that nothing is parsed.
+pub(crate) fn layouts_if_needed(blob: &[u8]) -> Option<Arc<BlobLayouts>> {
+    let d = driver().ok()?;
+    if atlas_sys::entry!(d.cuda, cuFuncGetParamInfo).is_ok() {
+        return None;
+    }
+    Some(Arc::new(kernel_layouts(blob).map_err(|e| e.to_string())))
 }
 
 // SAFETY: a CUmodule is a driver handle usable from any thread; the module is unloaded only
@@ -66,6 +82,7 @@ impl Module {
             kind,
             context: context.raw(),
             library: None,
+            blob_layouts: layouts_if_needed(blob),
         })
     }
 
@@ -77,16 +94,19 @@ impl Module {
         library: Arc<LibraryBlob>,
     ) -> Result<Self> {
         context.bind()?;
+        let get_module = atlas_sys::entry!(driver()?.cuda, cuLibraryGetModule)?;
         let mut raw: CUmodule = std::ptr::null_mut();
         // SAFETY: the library is loaded (the Arc keeps it), `raw` a live out-pointer, context current.
-        unsafe {
-            cu!(cuLibraryGetModule(&mut raw, library.raw()); "module `{name}` on device {}", context.ordinal())
-        }?;
+        let status = unsafe { get_module(&mut raw, library.raw()) };
+        if status != CUresult::CUDA_SUCCESS {
+            return Err(library.explain(context, name, status));
+        }
         Ok(Self {
             raw,
             name: name.to_string(),
             kind: library.kind(),
             context: context.raw(),
+            blob_layouts: library.blob_layouts(),
             library: Some(library),
         })
     }
@@ -119,6 +139,28 @@ impl Module {
         Ok(func)
     }
 
+    /// The parameter sizes of kernel `function` as the blob declares them, or why they cannot be
+    /// known; `None` when the module did not read them because the driver can tell.
+    pub(crate) fn blob_param_sizes(&self, function: &str) -> Option<ParamSizes> {
+        let layouts = self.blob_layouts.as_deref()?;
+        Some(match layouts {
+            Ok(kernels) => kernels
+                .iter()
+                .find(|kernel| kernel.name == function)
+                .map(|kernel| kernel.params.iter().map(|slot| slot.size).collect())
+                .ok_or_else(|| {
+                    format!(
+                        "the driver lacks cuFuncGetParamInfo and module `{}` declares no parameter layout for `{function}`",
+                        self.name
+                    )
+                }),
+            Err(why) => Err(format!(
+                "the driver lacks cuFuncGetParamInfo and the parameter layouts of module `{}` cannot be read from its blob: {why}",
+                self.name
+            )),
+        })
+    }
+
     /// `cuModuleGetGlobal`: the address and size of a `__device__` variable.
     pub(crate) fn global(&self, name: &str) -> Result<(CUdeviceptr, usize)> {
         let c_name = self.c_name(name, NotFoundKind::Symbol)?;
@@ -141,7 +183,7 @@ impl Module {
     }
 
     fn not_found(&self, e: AtlasError, name: &str, kind: NotFoundKind) -> AtlasError {
-        if e.cuda_code() == Some(NOT_FOUND) {
+        if e.cuda_code() == Some(CUresult::CUDA_ERROR_NOT_FOUND.0) {
             AtlasError::NotFound {
                 kind,
                 name: format!("{}::{name}", self.name),
@@ -178,8 +220,8 @@ pub(crate) type JitLoad<'a> =
     dyn FnMut(*const c_void, u32, *mut CUjit_option, *mut *mut c_void) -> CUresult + 'a;
 
 /// Checks `blob` and hands it to `load`, with no options: the load is exactly what a raw call
-/// costs. Only when it fails (and the context is not lost) is the blob handed over once more, with
-/// a JIT error log buffer, so that the error carries the log as an [`AtlasError::ModuleLoad`].
+/// costs. Only when it fails is the blob handed over once more, with a JIT error log buffer (see
+/// [`retry_with_log`]).
 pub(crate) fn with_jit_log(
     call: &'static str,
     name: &str,
@@ -187,45 +229,62 @@ pub(crate) fn with_jit_log(
     load: &mut JitLoad<'_>,
 ) -> Result<BlobKind> {
     let (kind, image) = blob::prepare(name, blob)?;
-    let ptr = image.as_ptr().cast();
-    let status = load(ptr, 0, std::ptr::null_mut(), std::ptr::null_mut());
+    let status = load(
+        image.as_ptr().cast(),
+        0,
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    );
     if status == CUresult::CUDA_SUCCESS {
         return Ok(kind);
     }
+    retry_with_log(call, name, status, &image, load).map(|()| kind)
+}
+
+/// After a load of `image` failed with `status`: unless the context is lost (then every call
+/// fails the same way, and the blob is not at fault), loads it once more through `load` with a JIT
+/// error log buffer, so that the error is an [`AtlasError::ModuleLoad`] carrying the log. `Ok` when
+/// that second load succeeded (the caller then owns what it loaded).
+#[cold]
+pub(crate) fn retry_with_log(
+    call: &'static str,
+    name: &str,
+    status: CUresult,
+    image: &[u8],
+    load: &mut JitLoad<'_>,
+) -> Result<()> {
     if is_sticky(status.0) {
-        // Not the blob's fault: the context was lost earlier, and every call fails the same way.
         return Err(AtlasError::from_call(
             call,
             format!("loading module `{name}`"),
             status.0,
         ));
     }
-    // Left uninitialised: the driver writes the log and says how many bytes it wrote.
-    let mut log: Vec<u8> = Vec::with_capacity(JIT_LOG_BYTES);
+    // Zeroed, and read only up to the length the driver reports, bounded by the buffer and cut at
+    // the first NUL: on early failures the driver may write neither the log nor its length.
+    let mut log = vec![0u8; JIT_LOG_BYTES];
     let mut options = [
         CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
         CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
     ];
     let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), JIT_LOG_BYTES as *mut c_void];
     let retry = load(
-        ptr,
+        image.as_ptr().cast(),
         options.len() as u32,
         options.as_mut_ptr(),
         values.as_mut_ptr(),
     );
     if retry == CUresult::CUDA_SUCCESS {
-        return Ok(kind);
+        return Ok(());
     }
     let written = (values[1] as usize).min(JIT_LOG_BYTES);
-    // SAFETY: the driver wrote `written` bytes of log into the buffer (bounded by its capacity).
-    unsafe { log.set_len(written) };
+    let log = &log[..written];
+    let log = log.split(|&b| b == 0).next().unwrap_or(log);
     Err(AtlasError::ModuleLoad {
         module: name.to_string(),
         code: status.0,
         text: cuda_error_text(status.0),
-        jit_log: String::from_utf8_lossy(&log)
-            .trim_end_matches('\0')
-            .to_string(),
+        jit_log: String::from_utf8_lossy(log).into_owned(),
     })
 }
 

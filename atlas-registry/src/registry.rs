@@ -4,6 +4,7 @@
 use std::ffi::c_void;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use atlas_sys::{CUdeviceptr, CUstream};
 
@@ -14,13 +15,17 @@ use crate::error::{AtlasError, NotFoundKind, Result};
 use crate::function::{CudaFunction, FunctionEntry, RawCudaFunc};
 use crate::function_table::FunctionTable;
 use crate::host::{CudaHost, host};
-use crate::launch::{FunctionName, LaunchConfig, SharedMemOptIn, UnknownFunction, launch_kernel};
+use crate::launch::{
+    FunctionName, LaunchConfig, SharedMemOptIn, UnknownFunction, check_config, launch_kernel,
+};
 use crate::memory::{DeviceBuffer, DeviceCopy, dtoh, htod};
 use crate::module::Module;
 use crate::stream::CudaStream;
 
 /// The shared state behind an [`AtlasRegistry`] and the [`CudaFunction`]s handed out from it.
 pub(crate) struct RegistryInner {
+    /// Unique in the process (never 0): what a [`RawCudaFunc`] remembers of its registry.
+    pub(crate) id: u64,
     modules: Vec<Module>,
     /// The functions looked up so far. Entries are never removed while the registry lives, so
     /// pointers to them stay valid that long.
@@ -83,8 +88,10 @@ impl AtlasRegistry {
     }
 
     pub(crate) fn from_modules(host: Arc<CudaHost>, modules: Vec<Module>) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Self {
             inner: Arc::new(RegistryInner {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 modules,
                 functions: FunctionTable::default(),
                 call_sites: CallSiteTable::default(),
@@ -158,35 +165,26 @@ impl AtlasRegistry {
     /// The returned handle keeps the registry's modules loaded while it lives.
     #[doc(alias = "cuModuleGetFunction")]
     pub fn function(&self, module: &str, function: &str) -> Result<CudaFunction> {
-        let raw = self.module(module)?.1.function(function)?;
+        let found = self.module(module)?.1;
+        let raw = found.function(function)?;
         let entry = self.inner.functions.get_or_insert(module, function, || {
-            FunctionEntry::new(raw, module, function)
+            FunctionEntry::new(raw, module, function, found.blob_param_sizes(function))
         });
-        // SAFETY: the entry comes from this registry's table, which `self` keeps alive.
-        let entry = unsafe { FunctionTable::arc_of(entry) };
-        Ok(CudaFunction {
-            registry: Arc::clone(&self.inner),
-            entry,
-        })
+        Ok(CudaFunction::new(Arc::clone(&self.inner), entry))
     }
 
     /// As [`function`](Self::function), looked up once per registry and then served from its cache
     /// (a hash lookup, no lock). For the hot path, see [`FunctionCache`](crate::FunctionCache).
     pub fn function_cached(&self, module: &str, function: &str) -> Result<CudaFunction> {
         let entry = self.cached_entry(module, function)?;
-        // SAFETY: the entry comes from this registry's table, which `self` keeps alive.
-        let entry = unsafe { FunctionTable::arc_of(entry) };
-        Ok(CudaFunction {
-            registry: Arc::clone(&self.inner),
-            entry,
-        })
+        Ok(CudaFunction::new(Arc::clone(&self.inner), entry))
     }
 
     /// The plain handle of a cached function, for [`launch_on_stream`](Self::launch_on_stream).
     /// Valid while this registry lives.
     pub fn raw_function_cached(&self, module: &str, function: &str) -> Result<RawCudaFunc> {
-        self.cached_entry(module, function)
-            .map(RawCudaFunc::from_entry)
+        let entry = self.cached_entry(module, function)?;
+        Ok(RawCudaFunc::from_entry(entry, self.inner.id))
     }
 
     /// The registry's entry for `module::function`, looking it up in the module on first use.
@@ -200,9 +198,10 @@ impl AtlasRegistry {
 
     #[cold]
     fn look_up_entry(&self, module: &str, function: &str) -> Result<&FunctionEntry> {
-        let raw = self.module(module)?.1.function(function)?;
+        let found = self.module(module)?.1;
+        let raw = found.function(function)?;
         Ok(self.inner.functions.get_or_insert(module, function, || {
-            FunctionEntry::new(raw, module, function)
+            FunctionEntry::new(raw, module, function, found.blob_param_sizes(function))
         }))
     }
 
@@ -253,17 +252,25 @@ impl AtlasRegistry {
     }
 
     /// Launches `func` on the caller's raw `stream` (null: the legacy default stream) with a raw
-    /// parameter array: the lowest-overhead path. `cfg` is checked against the device's limits,
-    /// the >48 KiB shared memory opt-in is made once per function and size, and then
-    /// `cuLaunchKernel` is called once; nothing is allocated.
+    /// parameter array: the lowest-overhead path. `cfg` is checked against the device's limits and,
+    /// when Atlas knows the kernel's parameter layout (a handle of this registry), the number of
+    /// parameters against it; the >48 KiB shared memory opt-in is made once per function and size,
+    /// and then `cuLaunchKernel` is called once; nothing is allocated. Parameter sizes and types are
+    /// not checked: that is what the typed launches are for.
+    ///
+    /// A handle of another registry, or made with [`RawCudaFunc::from_raw`], is launched without
+    /// any of this registry's knowledge of it: no parameter count check, and its shared memory limit
+    /// read from the driver when a launch needs more than 0 bytes.
     ///
     /// # Safety
     ///
-    /// 1. `func` comes from this registry (or another live module of its context) and `stream` is
-    ///    a live stream of its context, or null.
+    /// 1. `func` is a function of a module that is still loaded in this registry's context (this
+    ///    registry's own, or another live one of the same context), and `stream` a live stream
+    ///    created in that context, or null.
     /// 2. `params` holds one pointer per kernel parameter, in order, each to a value of exactly that
     ///    parameter's type, valid until this call returns.
-    /// 3. What the kernel reads and writes through its arguments is valid device memory.
+    /// 3. What the kernel reads and writes through its arguments is valid, in-bounds memory of this
+    ///    registry's device that stays allocated until the kernel has run.
     #[doc(alias = "cuLaunchKernel")]
     #[inline]
     pub unsafe fn launch_on_stream(
@@ -274,22 +281,32 @@ impl AtlasRegistry {
         params: &mut [*mut c_void],
     ) -> Result<()> {
         let host = &*self.inner.host;
+        let count = params.len();
         let params = if params.is_empty() {
             std::ptr::null_mut()
         } else {
             params.as_mut_ptr()
         };
-        if func.entry.is_null() {
-            // No entry to remember the opt-in in: a fresh one on the stack, nothing allocated.
+        if func.registry != self.inner.id || func.entry.is_null() {
+            // No entry of ours to remember the opt-in in: a fresh one on the stack, nothing
+            // allocated.
             let opt_in = SharedMemOptIn::default();
             let name = UnknownFunction(func.raw());
-            // SAFETY: the caller's duties 1–3.
+            check_config(host, &name, cfg)?;
+            // SAFETY: the caller's duties 1–3; the configuration fits the device (above).
             return unsafe { launch_kernel(host, func.raw(), &opt_in, &name, cfg, stream, params) };
         }
-        // SAFETY: a non-null entry points into this registry's function table (duty 1), whose
-        // entries live as long as the registry, which `&self` keeps alive.
+        // SAFETY: the handle carries this registry's id, so its entry is one of this registry's
+        // function table, whose entries live as long as the registry, which `&self` keeps alive.
         let entry = unsafe { &*func.entry };
-        // SAFETY: the caller's duties 1–3.
+        check_config(host, entry, cfg)?;
+        if let Ok(sizes) = entry.param_sizes(host)?
+            && sizes.len() != count
+        {
+            return Err(param_count_refused(entry, sizes.len(), count));
+        }
+        // SAFETY: the caller's duties 1–3; the configuration fits the device and the parameter
+        // count matches the kernel's, where Atlas knows it (above).
         unsafe {
             launch_kernel(
                 host,
@@ -301,6 +318,16 @@ impl AtlasRegistry {
                 params,
             )
         }
+    }
+}
+
+#[cold]
+fn param_count_refused(entry: &FunctionEntry, expected: usize, given: usize) -> AtlasError {
+    AtlasError::InvalidLaunch {
+        function: entry.name.clone(),
+        reason: format!(
+            "the kernel takes {expected} parameter(s); the raw launch gives {given} pointer(s)"
+        ),
     }
 }
 

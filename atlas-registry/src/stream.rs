@@ -42,7 +42,8 @@ impl CudaStream {
     ///
     /// # Safety
     ///
-    /// 1. `raw` is a valid stream of `context`'s device, or null for the legacy default stream.
+    /// 1. `raw` is a stream created in `context` (not in another context of the same device), or
+    ///    null for the legacy default stream.
     /// 2. It stays valid for as long as the returned value (and anything enqueued through it) is used.
     pub unsafe fn wrap(context: &CudaContext, raw: CUstream) -> Self {
         Self {
@@ -71,6 +72,17 @@ impl CudaStream {
         self.context
     }
 
+    /// For the legacy default stream, which means "the current context's", makes the stream's
+    /// context current; a created stream names its own context, and nothing is needed.
+    #[inline]
+    pub(crate) fn bind_if_default(&self) -> Result<()> {
+        if self.raw.is_null() {
+            ensure_bound(self.context)
+        } else {
+            Ok(())
+        }
+    }
+
     /// Whether Atlas created this stream and destroys it on drop.
     pub fn is_owned(&self) -> bool {
         self.owned
@@ -80,8 +92,9 @@ impl CudaStream {
     #[doc(alias = "cuStreamSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
         let d = driver()?;
-        ensure_bound(self.context)?;
-        // SAFETY: the stream is valid (an invariant of this type) and its context is current.
+        self.bind_if_default()?;
+        // SAFETY: the stream is valid (an invariant of this type); a created stream names its
+        // context, and for the legacy default stream its context was made current above.
         check(
             unsafe { (d.stream_synchronize)(self.raw) },
             "cuStreamSynchronize",

@@ -25,13 +25,16 @@ fn check_scale(registry: &AtlasRegistry, module: &str, stream: &CudaStream) {
     let factor = rng.f32() * 4.0;
     let mut x = DeviceBuffer::from_slice(registry.ctx(), stream, &input).unwrap();
     let scale = registry.function_cached(module, "scale").unwrap();
-    scale
-        .launch(
+    // SAFETY: `x` holds `N` floats of this registry's device, all that `scale` touches with
+    // `n = N`; it outlives the launch (`to_vec` below synchronizes the stream).
+    unsafe {
+        scale.launch(
             stream,
             &LaunchConfig::for_elements(N as u32, 256),
             (&mut x, factor, N as u32),
         )
-        .unwrap();
+    }
+    .unwrap();
     let want: Vec<f32> = input.iter().map(|v| v * factor).collect();
     assert_close(&x.to_vec(stream).unwrap(), &want, 1e-6, module);
 }
@@ -161,8 +164,10 @@ fn shared_memory_96k_opt_in_once_and_correct_twice() {
         let x = DeviceBuffer::from_slice(registry.ctx(), stream, &input).unwrap();
         let mut out =
             DeviceBuffer::from_slice(registry.ctx(), stream, &vec![f32::NAN; blocks]).unwrap();
-        func.launch(stream, &cfg, (&x, &mut out, n as u32, CHUNK))
-            .unwrap();
+        // SAFETY: block_sum reads `x` (`n` floats) only below `n`, writes one float per block to
+        // `out` (`blocks` floats, the grid), and stages `CHUNK` floats in the `CHUNK * 4` bytes of
+        // dynamic shared memory; both buffers outlive the launch (`to_vec` below synchronizes).
+        unsafe { func.launch(stream, &cfg, (&x, &mut out, n as u32, CHUNK)) }.unwrap();
         let want: Vec<f32> = input
             .chunks(CHUNK as usize)
             .map(|c| c.iter().map(|&v| f64::from(v)).sum::<f64>() as f32)
@@ -213,11 +218,15 @@ fn device_symbol_write_then_launch_sees_it() {
     let add = registry
         .function_cached("device_global", "add_bias")
         .unwrap();
-    add.launch(
-        stream,
-        &LaunchConfig::for_elements(N as u32, 256),
-        (&mut x, N as u32),
-    )
+    // SAFETY: `x` holds `N` floats, all that add_bias touches with `n = N`; it outlives the
+    // launch (`to_vec` below synchronizes the stream).
+    unsafe {
+        add.launch(
+            stream,
+            &LaunchConfig::for_elements(N as u32, 256),
+            (&mut x, N as u32),
+        )
+    }
     .unwrap();
     let want: Vec<f32> = input.iter().map(|v| v + value).collect();
     assert_close(&x.to_vec(stream).unwrap(), &want, 1e-6, "add_bias");
@@ -238,14 +247,18 @@ fn transform(registry: &AtlasRegistry, input: &[f32]) -> Vec<f32> {
     let mut out =
         DeviceBuffer::from_slice(registry.ctx(), stream, &vec![f32::NAN; input.len()]).unwrap();
     let n = input.len() as u32;
-    cached_function!(registry, "model", "transform")
-        .unwrap()
-        .launch(
-            stream,
-            &LaunchConfig::for_elements(n, 256),
-            (&x, &mut out, n),
-        )
-        .unwrap();
+    // SAFETY: `x` and `out` each hold `n` floats, all that transform reads and writes; both
+    // outlive the launch (`to_vec` below synchronizes the stream).
+    unsafe {
+        cached_function!(registry, "model", "transform")
+            .unwrap()
+            .launch(
+                stream,
+                &LaunchConfig::for_elements(n, 256),
+                (&x, &mut out, n),
+            )
+    }
+    .unwrap();
     out.to_vec(stream).unwrap()
 }
 
@@ -329,11 +342,15 @@ fn one_call_site_alternates_models_while_they_are_dropped_and_reloaded() {
             (&b, &want_b, "B")
         };
         out.copy_from(stream, &poison).unwrap();
-        TRANSFORM
-            .get(registry)
-            .unwrap()
-            .launch(stream, &cfg, (&x, &mut out, n as u32))
-            .unwrap();
+        // SAFETY: `x` and `out` each hold `n` floats, all that transform touches; both outlive the
+        // launch (`copy_to` below synchronizes the stream).
+        unsafe {
+            TRANSFORM
+                .get(registry)
+                .unwrap()
+                .launch(stream, &cfg, (&x, &mut out, n as u32))
+        }
+        .unwrap();
         out.copy_to(stream, &mut got).unwrap();
         assert_close(&got, want, 1e-6, &format!("iteration {i}, model {name}"));
     }
@@ -347,16 +364,18 @@ fn typed_launch_checks_arguments_against_the_kernel() {
     assert_eq!(scale.param_sizes().unwrap(), Some(&[8usize, 4, 4][..]));
     let x = DeviceBuffer::<f32>::alloc(registry.ctx(), 16).unwrap();
     let cfg = LaunchConfig::for_elements(16, 16);
-    let few = scale
-        .launch(registry.stream(), &cfg, (&x, 2.0f32))
+    // SAFETY: refused before the driver is called (two arguments for three parameters), so the
+    // kernel never runs.
+    let few = unsafe { scale.launch(registry.stream(), &cfg, (&x, 2.0f32)) }
         .unwrap_err()
         .to_string();
     assert!(
         few.contains("elementwise::scale") && few.contains("[8, 4, 4]") && few.contains("[8, 4]"),
         "{few}"
     );
-    let wrong = scale
-        .launch(registry.stream(), &cfg, (&x, 2.0f64, 16u32))
+    // SAFETY: refused before the driver is called (an 8-byte factor for a 4-byte parameter), so
+    // the kernel never runs.
+    let wrong = unsafe { scale.launch(registry.stream(), &cfg, (&x, 2.0f64, 16u32)) }
         .unwrap_err()
         .to_string();
     assert!(wrong.contains("[8, 8, 4]"), "{wrong}");
@@ -364,8 +383,9 @@ fn typed_launch_checks_arguments_against_the_kernel() {
         block: (2048, 1, 1),
         ..cfg
     };
-    let limit = scale
-        .launch(registry.stream(), &big, (&x, 2.0f32, 16u32))
+    // SAFETY: refused before the driver is called (a 2048-thread block, past the device's
+    // limit), so the kernel never runs; `x` holds the 16 floats it would touch anyway.
+    let limit = unsafe { scale.launch(registry.stream(), &big, (&x, 2.0f32, 16u32)) }
         .unwrap_err()
         .to_string();
     assert!(

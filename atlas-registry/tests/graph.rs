@@ -21,14 +21,16 @@ fn capture_replay_and_update_arguments() {
     let cfg = LaunchConfig::for_elements(n as u32, 256);
     // Resolve the function before capture begins.
     let scale = SCALE.get(&registry).unwrap();
-    scale
-        .launch(&stream, &cfg, (&mut x, 1.0f32, n as u32))
-        .unwrap();
+    // SAFETY: `x` holds `n` floats, all that `scale` touches; it outlives the launch (synchronized
+    // below).
+    unsafe { scale.launch(&stream, &cfg, (&mut x, 1.0f32, n as u32)) }.unwrap();
     stream.synchronize().unwrap();
 
     stream.begin_capture().unwrap();
     for &f in &factors {
-        scale.launch(&stream, &cfg, (&mut x, f, n as u32)).unwrap();
+        // SAFETY: captured, not run: the kernel runs at each replay of `exec`, where it touches the
+        // `n` floats `x` holds; `x` is declared before `exec`, so it outlives every replay.
+        unsafe { scale.launch(&stream, &cfg, (&mut x, f, n as u32)) }.unwrap();
     }
     let graph = stream.end_capture().unwrap();
     // Captured, not run.
@@ -52,8 +54,9 @@ fn capture_replay_and_update_arguments() {
 
     // Change the second launch's factor without instantiating again.
     let replacement = 0.5 + rng.f32().abs();
-    exec.set_kernel_args(1, scale, &cfg, (&mut x, replacement, n as u32))
-        .unwrap();
+    // SAFETY: the replays touch the `n` floats `x` holds; `x` is declared before `exec`, so it
+    // stays allocated while the graph can be replayed with these arguments.
+    unsafe { exec.set_kernel_args(1, scale, &cfg, (&mut x, replacement, n as u32)) }.unwrap();
     // SAFETY: as above.
     unsafe { exec.launch(&stream) }.unwrap();
     let updated = factors[0] * replacement * factors[2];
@@ -61,16 +64,18 @@ fn capture_replay_and_update_arguments() {
     assert_close(&x.to_vec(&stream).unwrap(), &want, 1e-5, "after update");
 
     // Updates are checked like launches.
-    let err = exec
-        .set_kernel_args(1, scale, &cfg, (&mut x, 1.0f64, n as u32))
+    // SAFETY: refused before the driver is called (an 8-byte factor for a 4-byte parameter), so
+    // the node keeps its arguments and the kernel never runs with these.
+    let err = unsafe { exec.set_kernel_args(1, scale, &cfg, (&mut x, 1.0f64, n as u32)) }
         .unwrap_err()
         .to_string();
     assert!(
         err.contains("elementwise::scale") && err.contains("[8, 8, 4]"),
         "{err}"
     );
-    let err = exec
-        .set_kernel_args(3, scale, &cfg, (&mut x, 1.0f32, n as u32))
+    // SAFETY: refused before the driver is called (node 3 of a graph of three), so no kernel
+    // ever runs with these arguments.
+    let err = unsafe { exec.set_kernel_args(3, scale, &cfg, (&mut x, 1.0f32, n as u32)) }
         .unwrap_err()
         .to_string();
     assert!(err.contains("3 kernel node(s)"), "{err}");
@@ -108,8 +113,10 @@ fn first_launch_inside_a_capture_reads_parameters_and_opts_in() {
         shared_mem_bytes: CHUNK * 4,
     };
     stream.begin_capture().unwrap();
-    sum.launch(&stream, &cfg, (&x, &mut out, n as u32, CHUNK))
-        .unwrap();
+    // SAFETY: captured, not run: at the replay block_sum reads the `n` floats of `x`, writes one
+    // float per block to `out` (`blocks` floats, the grid) and stages `CHUNK` floats in `CHUNK * 4`
+    // bytes of shared memory; `x` and `out` are declared before `exec`, so they outlive it.
+    unsafe { sum.launch(&stream, &cfg, (&x, &mut out, n as u32, CHUNK)) }.unwrap();
     let exec = stream.end_capture().unwrap().instantiate().unwrap();
     // SAFETY: `x` and `out` outlive the replay.
     unsafe { exec.launch(&stream) }.unwrap();

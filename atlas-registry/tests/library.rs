@@ -13,14 +13,18 @@ fn check_scale(registry: &AtlasRegistry) {
     let factor = rng.f32() * 3.0;
     let stream = registry.stream();
     let mut x = DeviceBuffer::from_slice(registry.ctx(), stream, &input).unwrap();
-    atlas_registry::cached_function!(registry, "elementwise", "scale")
-        .unwrap()
-        .launch(
-            stream,
-            &LaunchConfig::for_elements(n as u32, 256),
-            (&mut x, factor, n as u32),
-        )
-        .unwrap();
+    // SAFETY: `x` holds `n` floats of this registry's device, all that `scale` touches; it
+    // outlives the launch (`to_vec` below synchronizes the stream).
+    unsafe {
+        atlas_registry::cached_function!(registry, "elementwise", "scale")
+            .unwrap()
+            .launch(
+                stream,
+                &LaunchConfig::for_elements(n as u32, 256),
+                (&mut x, factor, n as u32),
+            )
+    }
+    .unwrap();
     let want: Vec<f32> = input.iter().map(|v| v * factor).collect();
     assert_close(
         &x.to_vec(stream).unwrap(),

@@ -122,13 +122,16 @@ fn scale_and_check(registry: &AtlasRegistry, rng: &mut Rng) {
     let scale = registry
         .function_cached("elementwise", "scale")
         .expect("elementwise::scale");
-    scale
-        .launch(
+    // SAFETY: `x` holds `n` floats and 61 NaNs after them; `scale` touches the first `n`. It
+    // outlives the launch (`to_vec` below synchronizes the stream).
+    unsafe {
+        scale.launch(
             stream,
             &LaunchConfig::for_elements(n as u32, 256),
             (&mut x, factor, n as u32),
         )
-        .expect("launch elementwise::scale");
+    }
+    .expect("launch elementwise::scale");
     let out = x.to_vec(stream).expect("download");
     for (i, (&got, &given)) in out.iter().zip(&input).enumerate() {
         let want = given * factor;
@@ -163,15 +166,16 @@ fn transform_and_check(registry: &AtlasRegistry, model: &str, rng: &mut Rng) {
     let x = DeviceBuffer::from_slice(registry.ctx(), stream, &input).expect("upload");
     let mut out =
         DeviceBuffer::from_slice(registry.ctx(), stream, &vec![f32::NAN; n]).expect("poison");
-    TRANSFORM
-        .get(registry)
-        .expect("model::transform")
-        .launch(
+    // SAFETY: `x` and `out` each hold `n` floats, all that transform reads and writes; both
+    // outlive the launch (`to_vec` below synchronizes the stream).
+    unsafe {
+        TRANSFORM.get(registry).expect("model::transform").launch(
             stream,
             &LaunchConfig::for_elements(n as u32, 128),
             (&x, &mut out, n as u32),
         )
-        .expect("launch model::transform");
+    }
+    .expect("launch model::transform");
     let got = out.to_vec(stream).expect("download");
     for (i, (&g, &x)) in got.iter().zip(&input).enumerate() {
         let want = transform_reference(model, x);
@@ -315,22 +319,30 @@ fn child_sticky_fault(kind: &str) {
     let scale = demo
         .function_cached("elementwise", "scale")
         .expect("elementwise::scale");
-    scale
-        .launch(
+    // SAFETY: `x` holds 256 floats, all that `scale` touches; it outlives the launch (`to_vec`
+    // below synchronizes the stream).
+    unsafe {
+        scale.launch(
             stream,
             &LaunchConfig::for_elements(256, 256),
             (&mut x, 2.0f32, 256u32),
         )
-        .expect("a good launch before the fault");
+    }
+    .expect("a good launch before the fault");
     assert_eq!(x.to_vec(stream).expect("download"), vec![2.0f32; 256]);
     let one = LaunchConfig::for_elements(1, 1);
     let bad = faults
         .function_cached("faults", kind)
         .expect("faults kernel");
     let launched = if kind == "trap" {
-        bad.launch(stream, &one, ())
+        // SAFETY: trap takes no arguments and touches no memory; it stops the grid on purpose, and
+        // this runs in a child process so that only the child's context is lost.
+        unsafe { bad.launch(stream, &one, ()) }
     } else {
-        bad.launch(stream, &one, (&x,))
+        // SAFETY: NOT in bounds, on purpose: write_far writes 2^40 floats past `x`, an illegal
+        // address that loses the context. That is the case under test, and it runs in a child
+        // process so that only the child's context is lost.
+        unsafe { bad.launch(stream, &one, (&x,)) }
     };
     // The launch is usually accepted: the fault happens on the device, after it returned.
     println!("CHILD faulting launch: {launched:?}");
@@ -346,11 +358,15 @@ fn child_sticky_fault(kind: &str) {
     record("synchronize", demo.stream_synchronize());
     record(
         "launch",
-        scale.launch(
-            stream,
-            &LaunchConfig::for_elements(256, 256),
-            (&mut x, 2.0f32, 256u32),
-        ),
+        // SAFETY: `x` holds 256 floats, all that `scale` touches, and lives to the end of this
+        // function; besides, the context is lost, so the launch is refused and never runs.
+        unsafe {
+            scale.launch(
+                stream,
+                &LaunchConfig::for_elements(256, 256),
+                (&mut x, 2.0f32, 256u32),
+            )
+        },
     );
     record("download", x.to_vec(stream).map(drop));
     record(
@@ -1170,7 +1186,9 @@ fn bad_launches_are_refused_before_the_driver_naming_the_limit() {
     ];
     for (cfg, says) in &cases {
         for e in [
-            scale.launch(stream, cfg, (&mut x, 2.0f32, n)).unwrap_err(),
+            // SAFETY: refused before the driver is called (each case breaks a device limit), so
+            // the kernel never runs; `x` holds the `n` floats it would touch anyway.
+            unsafe { scale.launch(stream, cfg, (&mut x, 2.0f32, n)) }.unwrap_err(),
             {
                 let (mut ptr, mut factor, mut len) = (x.device_ptr(), 2.0f32, n);
                 let mut params: [*mut std::ffi::c_void; 3] = [
@@ -1196,12 +1214,16 @@ fn bad_launches_are_refused_before_the_driver_naming_the_limit() {
     }
     // Wrong arguments for the kernel (when the driver can tell its parameters).
     if scale.param_sizes().expect("param sizes").is_some() {
-        let e = scale.launch(stream, &ok, (&mut x, 2.0f32)).unwrap_err();
+        // SAFETY: refused before the driver is called (two arguments for three parameters), so
+        // the kernel never runs.
+        let e = unsafe { scale.launch(stream, &ok, (&mut x, 2.0f32)) }.unwrap_err();
         assert!(
             matches!(&e, AtlasError::InvalidLaunch { reason, .. } if reason.contains("parameter")),
             "{e:?}"
         );
-        let e = scale.launch(stream, &ok, (&mut x, 2.0f64, n)).unwrap_err();
+        // SAFETY: refused before the driver is called (an 8-byte factor for a 4-byte
+        // parameter), so the kernel never runs.
+        let e = unsafe { scale.launch(stream, &ok, (&mut x, 2.0f64, n)) }.unwrap_err();
         assert!(matches!(e, AtlasError::InvalidLaunch { .. }), "{e:?}");
     }
     // None of them ran: the data is as it was.
@@ -1225,9 +1247,9 @@ fn bad_launches_are_refused_before_the_driver_naming_the_limit() {
 
     // The largest legal launch of each kind still works afterwards.
     let max_block = LaunchConfig::for_elements(n, limits.max_threads_per_block);
-    scale
-        .launch(stream, &max_block, (&mut x, 2.0f32, n))
-        .expect("a full block");
+    // SAFETY: `x` holds `n` floats, all that `scale` touches; it outlives the launch (`to_vec`
+    // below synchronizes the stream).
+    unsafe { scale.launch(stream, &max_block, (&mut x, 2.0f32, n)) }.expect("a full block");
     let doubled = x.to_vec(stream).expect("download");
     for (i, (&got, &was)) in doubled.iter().zip(&input).enumerate() {
         assert_eq!(got.to_bits(), (was * 2.0).to_bits(), "element {i}");
@@ -1279,13 +1301,16 @@ fn release_returns_errors_as_values_and_unloads_nothing_while_in_use() {
     let stream = clone.stream();
     let input = rng.f32s(777, -5.0, 5.0);
     let mut x = DeviceBuffer::from_slice(clone.ctx(), stream, &input).expect("upload");
-    function
-        .launch(
+    // SAFETY: `x` holds 777 floats, all that `scale` touches; it outlives the launch (`to_vec`
+    // below synchronizes the stream).
+    unsafe {
+        function.launch(
             stream,
             &LaunchConfig::for_elements(777, 128),
             (&mut x, -2.0f32, 777u32),
         )
-        .expect("launch through the function");
+    }
+    .expect("launch through the function");
     let out = x.to_vec(stream).expect("download");
     for (i, (&got, &was)) in out.iter().zip(&input).enumerate() {
         assert_eq!(got.to_bits(), (was * -2.0).to_bits(), "element {i}");
@@ -1376,11 +1401,15 @@ fn sixteen_threads_launch_through_one_registry_while_models_load_and_drop() {
                     factors.push(4.0);
                 }
                 for (i, &factor) in factors.iter().enumerate() {
-                    SCALE
-                        .get(registry)
-                        .expect("cached elementwise::scale")
-                        .launch(&stream, &cfg, (&mut x, factor, n as u32))
-                        .unwrap_or_else(|e| panic!("thread {t}, launch {i}: {e}"));
+                    // SAFETY: `x` holds `n` floats and 32 NaNs after them; `scale` touches the
+                    // first `n`. It outlives the launches (synchronized after the loop).
+                    unsafe {
+                        SCALE
+                            .get(registry)
+                            .expect("cached elementwise::scale")
+                            .launch(&stream, &cfg, (&mut x, factor, n as u32))
+                    }
+                    .unwrap_or_else(|e| panic!("thread {t}, launch {i}: {e}"));
                 }
                 stream.synchronize().expect("synchronize");
                 let out = x.to_vec(&stream).expect("download");
@@ -1437,11 +1466,15 @@ fn a_thousand_load_drop_cycles_keep_device_and_host_memory_flat() {
             let mut launches = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 for factor in [2.0f32, 0.5, 4.0, 0.25] {
-                    SOAK_SCALE
-                        .get(long_lived)
-                        .expect("elementwise::scale")
-                        .launch(&stream, &cfg, (&mut x, factor, n as u32))
-                        .expect("launch");
+                    // SAFETY: `x` holds `n` floats, all that `scale` touches; it outlives the
+                    // launch (the stream is synchronized after each group of four).
+                    unsafe {
+                        SOAK_SCALE
+                            .get(long_lived)
+                            .expect("elementwise::scale")
+                            .launch(&stream, &cfg, (&mut x, factor, n as u32))
+                    }
+                    .expect("launch");
                 }
                 launches += 4;
                 stream.synchronize().expect("synchronize");
@@ -1467,15 +1500,19 @@ fn a_thousand_load_drop_cycles_keep_device_and_host_memory_flat() {
             let factor = rng.f32_in(1.5, 3.0);
             let mut y = DeviceBuffer::from_slice(registry.ctx(), registry.stream(), &input)
                 .expect("upload");
-            SOAK_SCALE
-                .get(&registry)
-                .expect("elementwise::scale")
-                .launch(
-                    registry.stream(),
-                    &LaunchConfig::for_elements(n as u32, 64),
-                    (&mut y, factor, n as u32),
-                )
-                .expect("launch");
+            // SAFETY: `y` holds `n` floats, all that `scale` touches; it outlives the launch
+            // (`to_vec` below synchronizes the stream before `y` is dropped).
+            unsafe {
+                SOAK_SCALE
+                    .get(&registry)
+                    .expect("elementwise::scale")
+                    .launch(
+                        registry.stream(),
+                        &LaunchConfig::for_elements(n as u32, 64),
+                        (&mut y, factor, n as u32),
+                    )
+            }
+            .expect("launch");
             let out = y.to_vec(registry.stream()).expect("download");
             for (i, (&got, &was)) in out.iter().zip(&input).enumerate() {
                 assert_eq!(

@@ -23,7 +23,7 @@ use standin::Ending;
 standin::bodies!(
     scale_matches_cpu_reference,
     param_sizes_come_from_the_driver,
-    param_sizes_are_none_without_param_info,
+    param_sizes_come_from_the_blob_without_param_info,
     jit_error_carries_the_log,
     unknown_function_is_not_found,
     second_device_has_its_own_context,
@@ -52,7 +52,7 @@ fn typed_scale_launch_matches_the_cpu() {
 fn param_sizes_with_and_without_cu_func_get_param_info() {
     standin::run(param_sizes_come_from_the_driver, &[]);
     standin::run(
-        param_sizes_are_none_without_param_info,
+        param_sizes_come_from_the_blob_without_param_info,
         &["-DSTANDIN_NO_PARAM_INFO"],
     );
 }
@@ -78,7 +78,6 @@ fn demo() -> AtlasRegistry {
 }
 
 /// `scale` through the typed API on `registry`'s device, against the CPU.
-#[allow(unused_unsafe)] // Typed launches become `unsafe fn`; the block is ready for it.
 fn scale_on(registry: &AtlasRegistry, rng: &mut Rng) {
     let n = 1000 + (rng.next_u64() % 3000) as usize;
     let input = rng.vec(n);
@@ -121,10 +120,10 @@ fn param_sizes_come_from_the_driver() {
     assert_eq!(noop.param_sizes().unwrap(), Some(&[][..]));
 }
 
-fn param_sizes_are_none_without_param_info() {
+fn param_sizes_come_from_the_blob_without_param_info() {
     let registry = demo();
     let scale = registry.function("elementwise", "scale").unwrap();
-    assert_eq!(scale.param_sizes().unwrap(), None);
+    assert_eq!(scale.param_sizes().unwrap(), Some(&[8, 4, 4][..]));
     assert_eq!(standin::probe().count("cuFuncGetParamInfo"), 0);
 }
 
@@ -202,7 +201,7 @@ fn standin_models_the_driver_behaviour_tests_rely_on() {
 
 /// The raw driver table, with `cuInit` done and device 0's primary context current.
 fn raw_driver() -> &'static sys::CudaDriver {
-    host(0).unwrap().context().rebind().unwrap();
+    host(0).unwrap().context().bind().unwrap();
     sys::driver().unwrap()
 }
 
@@ -247,11 +246,18 @@ fn early_fail_writes_no_jit_option() {
 fn library_load_defers_the_jit_error() {
     let broken: &[u8] = b"// STANDIN_JIT_ERROR\n";
     let library = AtlasLibrary::load(&[("broken", broken)]).expect("the JIT is deferred");
+    // The failure surfaces where the driver compiles, with the JIT log.
     match library.registry(0) {
-        Err(AtlasError::Driver { call, code, .. }) => {
-            assert_eq!((call, code), ("cuLibraryGetModule", 218));
+        Err(AtlasError::ModuleLoad {
+            module,
+            code,
+            jit_log,
+            ..
+        }) => {
+            assert_eq!((module.as_str(), code), ("broken", 218));
+            assert!(jit_log.contains("standin syntax error"), "{jit_log}");
         }
-        other => panic!("expected cuLibraryGetModule to fail, got {other:?}"),
+        other => panic!("expected cuLibraryGetModule to fail with the log, got {other:?}"),
     }
     let library = AtlasLibrary::load(ptx_for_model("demo").unwrap()).unwrap();
     let registry = library.registry(0).unwrap();
@@ -259,7 +265,6 @@ fn library_load_defers_the_jit_error() {
     scale_on(&registry, &mut Rng::new());
 }
 
-#[allow(unused_unsafe)]
 fn tagged_models_keep_their_constants() {
     let mut rng = Rng::new();
     let input = rng.vec(500);
@@ -299,7 +304,6 @@ fn binary_blobs_load() {
     assert_eq!(standin::probe().count("live_modules"), 5);
 }
 
-#[allow(unused_unsafe)]
 fn shared_memory_opt_in_reaches_the_function() {
     let registry = demo();
     let probe = standin::probe();
@@ -329,7 +333,6 @@ fn shared_memory_opt_in_reaches_the_function() {
     assert_close(&sums.to_vec(stream).unwrap(), &want, 0.0, "block sums");
 }
 
-#[allow(unused_unsafe)]
 fn kernel_fault_loses_the_context() {
     let registry = AtlasRegistry::load(0, ptx_for_model("faults").unwrap()).unwrap();
     let trap = registry.function("faults", "trap").unwrap();
@@ -353,7 +356,7 @@ fn contexts_are_per_thread() {
     let probe = standin::probe();
     let registry = demo();
     let primary = registry.ctx().raw();
-    registry.ctx().rebind().unwrap();
+    registry.ctx().bind().unwrap();
     assert_eq!(probe.current_context(), primary);
     let foreign = probe.foreign_context(0);
     assert_ne!(foreign, primary);
@@ -361,7 +364,7 @@ fn contexts_are_per_thread() {
     std::thread::scope(|s| {
         s.spawn(|| assert!(probe.current_context().is_null(), "a new thread has none"));
     });
-    registry.ctx().rebind().unwrap();
+    registry.ctx().bind().unwrap();
     assert_eq!(probe.current_context(), primary);
 }
 

@@ -194,6 +194,25 @@ pub(crate) fn cases<'a>(env: &'a Env, inputs: &'a Inputs) -> Vec<Launches<'a>> {
         env.raw_function("elementwise", c"scale"),
     );
     let (noop_h, scale_h) = (handle("noop", "noop"), handle("elementwise", "scale"));
+    // The typed launches stay out of the `unsafe` block below: each argues its own contract.
+    let noop_typed = move || {
+        let noop = ok(NOOP.get(registry), "FunctionCache::get noop");
+        // SAFETY: noop takes no arguments and touches no memory.
+        ok(
+            unsafe { noop.launch(registry.stream(), &one, ()) },
+            "launch noop",
+        );
+    };
+    let scale_typed = move || {
+        let scale = ok(SCALE.get(registry), "FunctionCache::get scale");
+        let args = (&inputs.x, 1.0f32, SCALE_N);
+        // SAFETY: `inputs.x` holds `SCALE_N` floats, all that `scale` touches; `inputs` outlives
+        // every launch (main drops it last, after later groups synchronize the stream).
+        ok(
+            unsafe { scale.launch(registry.stream(), &scale_cfg, args) },
+            "launch scale",
+        );
+    };
     // SAFETY: live functions of the current context and of the
     // registry, on its live stream, with parameter arrays matching each kernel whose targets live
     // in `inputs`, which the closures borrow.
@@ -203,10 +222,7 @@ pub(crate) fn cases<'a>(env: &'a Env, inputs: &'a Inputs) -> Vec<Launches<'a>> {
                 kernel: "noop",
                 raw: Box::new(raw_launcher(env.cuda, noop_raw, one, stream, [])),
                 atlas_raw: Box::new(atlas_launcher(registry, noop_h, one, [])),
-                atlas_typed: Box::new(move || {
-                    let noop = ok(NOOP.get(registry), "FunctionCache::get noop");
-                    ok(noop.launch(registry.stream(), &one, ()), "launch noop");
-                }),
+                atlas_typed: Box::new(noop_typed),
             },
             Launches {
                 kernel: "scale",
@@ -223,14 +239,7 @@ pub(crate) fn cases<'a>(env: &'a Env, inputs: &'a Inputs) -> Vec<Launches<'a>> {
                     scale_cfg,
                     inputs.scale_params(),
                 )),
-                atlas_typed: Box::new(move || {
-                    let scale = ok(SCALE.get(registry), "FunctionCache::get scale");
-                    let args = (&inputs.x, 1.0f32, SCALE_N);
-                    ok(
-                        scale.launch(registry.stream(), &scale_cfg, args),
-                        "launch scale",
-                    );
-                }),
+                atlas_typed: Box::new(scale_typed),
             },
         ]
     };
@@ -273,7 +282,10 @@ pub(crate) fn cases<'a>(env: &'a Env, inputs: &'a Inputs) -> Vec<Launches<'a>> {
             let (_, _, n, chunk) = inputs.sum_args;
             let args = (&inputs.input, &inputs.output, n, chunk);
             ok(
-                sum.launch(registry.stream(), &sum_cfg, args),
+                // SAFETY: block_sum reads the `n` floats of `inputs.input`, writes one float per
+                // block to `inputs.output` (`SUM_BLOCKS` floats, the grid) and stages `chunk`
+                // floats in the `SUM_SHARED` bytes of `sum_cfg`; `inputs` outlives every launch.
+                unsafe { sum.launch(registry.stream(), &sum_cfg, args) },
                 "launch block_sum",
             );
         }),

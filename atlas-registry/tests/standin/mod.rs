@@ -43,7 +43,7 @@ use std::ffi::{CString, c_char, c_int, c_longlong, c_uint};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
@@ -172,8 +172,13 @@ pub(crate) fn run<F: Fn()>(body: F, variant: &[&str]) -> Child {
 
 /// As [`run`], without the assertion: how the child ended and what it wrote.
 pub(crate) fn run_any<F: Fn()>(body: F, variant: &[&str]) -> Child {
+    run_on(body, &build(variant))
+}
+
+/// As [`run_any`], with `library` as the child's driver instead of a stand-in: a real driver, or a
+/// shim in front of one (GPU tests that play an older driver).
+pub(crate) fn run_on<F: Fn()>(body: F, library: &Path) -> Child {
     let _ = body; // Only its name is needed: the child runs it.
-    let library = build(variant);
     let exe = std::env::current_exe().expect("the test binary knows its own path");
     let mut process = Command::new(exe)
         .args([
@@ -183,7 +188,7 @@ pub(crate) fn run_any<F: Fn()>(body: F, variant: &[&str]) -> Child {
             "--test-threads=1",
             "-q",
         ])
-        .env(LIBCUDA_PATH_VAR, &library)
+        .env(LIBCUDA_PATH_VAR, library)
         .env(BODY_VAR, type_name::<F>())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
