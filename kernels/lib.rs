@@ -45,11 +45,8 @@ pub type Blobs = &'static [(&'static str, &'static [u8])];
 
 /// The elementwise module (`scale`, `axpy`) as a fatbin: SASS for every architecture in
 /// [`CUBIN_ARCHS`] and the `compute_75` PTX.
-pub const ELEMENTWISE_FATBIN: &[u8] = include_bytes!(concat!(
-    env!("ATLAS_KERNEL_DIR"),
-    "/elementwise.fatbin"
-))
-.as_slice();
+pub const ELEMENTWISE_FATBIN: &[u8] =
+    include_bytes!(concat!(env!("ATLAS_KERNEL_DIR"), "/elementwise.fatbin")).as_slice();
 
 /// One model: its PTX modules and the same modules as cubins, one set per [`CUBIN_ARCHS`] entry.
 struct Model {
@@ -158,14 +155,20 @@ mod tests {
     }
 
     fn ptx_text(blob: &'static [u8]) -> &'static str {
-        let text = blob.strip_suffix(b"\0").expect("PTX is embedded NUL-terminated");
+        let text = blob
+            .strip_suffix(b"\0")
+            .expect("PTX is embedded NUL-terminated");
         std::str::from_utf8(text).expect("PTX is text")
     }
 
     /// The SM architecture of a CUDA 12 cubin (ELF ABI version 7): the low byte of `e_flags`.
     fn elf_arch(elf: &[u8]) -> u32 {
         assert_eq!(&elf[..4], b"\x7fELF", "not an ELF file");
-        assert_eq!(elf[8], 7, "not a CUDA 12 cubin (ELF ABI version {})", elf[8]);
+        assert_eq!(
+            elf[8], 7,
+            "not a CUDA 12 cubin (ELF ABI version {})",
+            elf[8]
+        );
         u32::from(elf[48])
     }
 
@@ -179,7 +182,10 @@ mod tests {
         for model in MODELS {
             let ptx = ptx_for_model(model).expect("listed model has PTX");
             for (name, text) in ptx {
-                assert!(ptx_text(text).contains(".entry"), "{model}/{name} has no kernel");
+                assert!(
+                    ptx_text(text).contains(".entry"),
+                    "{model}/{name} has no kernel"
+                );
             }
             for &sm in CUBIN_ARCHS {
                 let cubin = cubin_for_model(model, sm).expect("a cubin for every arch");
@@ -211,7 +217,10 @@ mod tests {
                     "{model}/{name}: PTX ISA 8.0 is what every CUDA 12.0+ driver can JIT; rebuild with kernels/nvrtc.py"
                 );
                 assert_eq!(code.next(), Some(".target sm_75"), "{model}/{name}");
-                assert!(!text.contains('\0'), "{model}/{name}: a NUL inside the text");
+                assert!(
+                    !text.contains('\0'),
+                    "{model}/{name}: a NUL inside the text"
+                );
             }
         }
     }
@@ -228,7 +237,16 @@ mod tests {
             }
             // Newer (Blackwell 10.0, 12.0), in between (Orin 8.7, a future 9.1), older (Volta
             // 7.0) and nonsense: no exact cubin, so the PTX.
-            for cc in [(12, 0), (10, 0), (8, 7), (9, 1), (7, 0), (0, 0), (8, 10), (u32::MAX, 9)] {
+            for cc in [
+                (12, 0),
+                (10, 0),
+                (8, 7),
+                (9, 1),
+                (7, 0),
+                (0, 0),
+                (8, 10),
+                (u32::MAX, 9),
+            ] {
                 let got = blobs_for_device(model, cc).unwrap();
                 assert!(std::ptr::eq(got, ptx), "{model} on {cc:?}: not the PTX");
             }
@@ -289,6 +307,9 @@ mod tests {
         assert!(payload.len() >= blob.len(), "{what} is too short");
         let (head, pad) = payload.split_at(blob.len());
         assert_eq!(head, blob, "{what}");
-        assert!(pad.len() < 8 && pad.iter().all(|&z| z == 0), "{what}: padding");
+        assert!(
+            pad.len() < 8 && pad.iter().all(|&z| z == 0),
+            "{what}: padding"
+        );
     }
 }
