@@ -1,6 +1,5 @@
-//! The CUDA kernels of Atlas, as the blobs each model loads, embedded so that loading a model
-//! needs no file and no compiler; built by NVRTC 12.0 so that they run on every GPU from Turing
-//! (sm_75) on under any driver of CUDA 12.0 or newer.
+//! The CUDA kernels of Atlas as embedded blobs, so that loading a model needs no file or compiler;
+//! built by NVRTC 12.0 so that they run on every GPU from sm_75 on under any CUDA 12.0+ driver.
 //!
 //! Sources are `kernels/*.cu`; `kernels/nvrtc.py` compiles them into `kernels/gen/` (committed,
 //! reproducible: `python3 kernels/nvrtc.py --check` rebuilds and compares). A model is a named set

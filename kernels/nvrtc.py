@@ -14,9 +14,10 @@ Python and pip do.
 
 Inputs, all pinned: the nvidia-cuda-nvrtc-cu12 12.0.140 wheel (x86-64 Linux, checked against its
 SHA-256), the sources and the compile options below. The wheel is fetched with pip into
-target/nvrtc-12.0.140/ and unpacked there once; later runs reuse it and take about a second. This
-script installs nothing on the system. libnvrtc is loaded with ctypes and driven through its C API
-(nvrtcCreateProgram, nvrtcCompileProgram, nvrtcGetPTX, nvrtcGetCUBIN, nvrtcGetProgramLog).
+target/nvrtc-12.0.140/ and unpacked there once; later runs reuse it and take seconds (about ten on
+two cores). This script installs nothing on the system. libnvrtc is loaded with ctypes and driven
+through its C API (nvrtcCreateProgram, nvrtcCompileProgram, nvrtcGetPTX, nvrtcGetCUBIN,
+nvrtcGetProgramLog).
 
 What it writes, per module: NAME.ptx (compute_75, PTX ISA 8.0) and NAME.sm_XY.cubin for each of
 sm_75, sm_80, sm_86, sm_89 and sm_90; elementwise.fatbin; NVRTC_VERSION. The output depends only on
@@ -183,7 +184,8 @@ class Nvrtc:
 
     def read(self, program, what):
         size = ctypes.c_size_t()
-        self.check(getattr(self.lib, f"nvrtcGet{what}Size")(program, ctypes.byref(size)), f"nvrtcGet{what}Size")
+        get_size = getattr(self.lib, f"nvrtcGet{what}Size")
+        self.check(get_size(program, ctypes.byref(size)), f"nvrtcGet{what}Size")
         buffer = ctypes.create_string_buffer(size.value)
         self.check(getattr(self.lib, f"nvrtcGet{what}")(program, buffer), f"nvrtcGet{what}")
         return buffer.raw
@@ -343,7 +345,8 @@ def main():
         stale = [p for p in args.out.iterdir() if p.name not in names and p.name.endswith(BLOB_SUFFIXES)]
         for path in stale:
             path.unlink()
-        say(f"wrote {len(names)} files to {args.out}" + (f", removed {', '.join(p.name for p in stale)}" if stale else ""))
+        removed = f", removed {', '.join(p.name for p in stale)}" if stale else ""
+        say(f"wrote {len(names)} files to {args.out}{removed}")
         return 0
     except Failure as failure:
         say(str(failure))
