@@ -1,9 +1,10 @@
 //! Chooses the kernel blobs that `kernels/lib.rs` embeds.
 //!
-//! By default those are the committed files under `kernels/gen/`. When an nvcc is available
-//! (`ATLAS_NVCC` names one, or `nvcc` is on `PATH`), the blobs are rebuilt from `kernels/*.cu` by
-//! `kernels/regen.sh` into `OUT_DIR` and embedded from there; if that build fails, the committed
-//! blobs are used and a warning says why.
+//! By default those are the committed files under `kernels/gen/`, built by `kernels/nvrtc.py`
+//! (NVRTC 12.0, reproducible): every build embeds the same bytes, whatever is installed. Only when
+//! `ATLAS_NVCC` names an nvcc are the blobs rebuilt from `kernels/*.cu` by `kernels/regen.sh` into
+//! `OUT_DIR` and embedded from there; if that build fails, the committed blobs are used and a
+//! warning says why. An nvcc on `PATH` is not used unless asked for.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -25,28 +26,18 @@ fn main() {
     }
     println!("cargo:rerun-if-changed=kernels/gen");
     println!("cargo:rerun-if-env-changed=ATLAS_NVCC");
-    println!("cargo:rerun-if-env-changed=PATH");
 
     let committed =
         Path::new(&env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
             .join("kernels/gen");
-    let dir = match find_nvcc() {
-        Some(nvcc) => rebuild(&nvcc).unwrap_or_else(|why| {
+    let dir = match env::var_os("ATLAS_NVCC").filter(|v| !v.is_empty()) {
+        Some(nvcc) => rebuild(Path::new(&nvcc)).unwrap_or_else(|why| {
             println!("cargo:warning=using the committed kernel blobs: {why}");
             committed
         }),
         None => committed,
     };
     println!("cargo:rustc-env=ATLAS_KERNEL_DIR={}", dir.display());
-}
-
-fn find_nvcc() -> Option<PathBuf> {
-    if let Some(nvcc) = env::var_os("ATLAS_NVCC").filter(|v| !v.is_empty()) {
-        return Some(PathBuf::from(nvcc));
-    }
-    env::split_paths(&env::var_os("PATH")?)
-        .map(|dir| dir.join("nvcc"))
-        .find(|candidate| candidate.is_file())
 }
 
 fn rebuild(nvcc: &Path) -> Result<PathBuf, String> {

@@ -1,8 +1,9 @@
-//! The CUDA kernels of Atlas, as the blobs each model loads.
+//! The CUDA kernels of Atlas as embedded blobs, so that loading a model needs no file or compiler;
+//! built by NVRTC 12.0 so that they run on every GPU from sm_75 on under any CUDA 12.0+ driver.
 //!
-//! Sources are `kernels/*.cu`; the PTX (compute_75) and sm_90 cubins built from them are committed
-//! under `kernels/gen/` and embedded here (`build.rs` rebuilds them when an nvcc is available).
-//! A model is a named set of `(module name, blob)` pairs, as `AtlasRegistry::load` takes it.
+//! Sources are `kernels/*.cu`; `kernels/nvrtc.py` compiles them into `kernels/gen/` (committed,
+//! reproducible: `python3 kernels/nvrtc.py --check` rebuilds and compares). A model is a named set
+//! of `(module name, blob)` pairs, as `AtlasRegistry::load` takes it.
 //!
 //! | model     | modules                                                   |
 //! |-----------|-----------------------------------------------------------|
@@ -11,126 +12,303 @@
 //! | `model_b` | `model` (`transform`: `out = in * -3 + 0.5`)              |
 //! | `faults`  | `faults` (`trap`, `write_far`: kernels that fail on purpose) |
 //!
-//! PTX written by nvcc 13 (`.version 9.0`) is JIT-compiled only by CUDA 13+ drivers; the cubins
-//! run on sm_90 devices (H100, H200) with any driver that supports them.
+//! Every model comes as PTX and as cubins for each architecture in [`CUBIN_ARCHS`]:
+//!
+//! | blob | built for | needs |
+//! |------|-----------|-------|
+//! | [`ptx_for_model`] | `compute_75`, PTX ISA 8.0 | a GPU of compute capability 7.5 or newer and a driver of CUDA 12.0 or newer, which JIT-compiles it when the module loads |
+//! | [`cubin_for_model`]`(model, sm)` | `sm_75`, `sm_80`, `sm_86`, `sm_89`, `sm_90` (SASS) | a GPU of that major compute capability with an equal or higher minor (`sm_80` runs on 8.0 and 8.6, not on 9.0), any CUDA 12.0+ driver; no JIT |
+//! | [`ELEMENTWISE_FATBIN`] | all five cubins and the PTX, in one blob | what the PTX needs: the driver takes the device's SASS when there is one and JIT-compiles the PTX otherwise |
+//!
+//! [`blobs_for_device`] chooses for a device: its own SASS when there is a cubin for exactly its
+//! compute capability (no JIT, nothing to compile at load), else the PTX.
+//!
+//! ```no_run
+//! let host = atlas_registry::host(0)?;
+//! let blobs = atlas_kernels::blobs_for_device("demo", host.compute_capability())
+//!     .expect("demo is one of MODELS");
+//! let registry = atlas_registry::AtlasRegistry::load(0, blobs)?;
+//! # Ok::<(), atlas_registry::AtlasError>(())
+//! ```
 
 /// Names of every model, in the order of the table above.
 pub const MODELS: &[&str] = &["demo", "model_a", "model_b", "faults"];
 
-macro_rules! blob {
-    ($file:literal) => {
-        include_bytes!(concat!(env!("ATLAS_KERNEL_DIR"), "/", $file)).as_slice()
-    };
+/// The architectures every model has a cubin for, as `10 * major + minor` of the compute
+/// capability: Turing (T4, RTX 20), A100, RTX 30 / A10 / A40, Ada (L4, L40, RTX 40), Hopper (H100,
+/// H200).
+pub const CUBIN_ARCHS: &[u32] = &[75, 80, 86, 89, 90];
+
+/// A model's modules: `(module name, blob)` pairs.
+pub type Blobs = &'static [(&'static str, &'static [u8])];
+
+/// The elementwise module (`scale`, `axpy`) as a fatbin: SASS for every architecture in
+/// [`CUBIN_ARCHS`] and the `compute_75` PTX.
+pub const ELEMENTWISE_FATBIN: &[u8] =
+    include_bytes!(concat!(env!("ATLAS_KERNEL_DIR"), "/elementwise.fatbin")).as_slice();
+
+/// One model: its PTX modules and the same modules as cubins, one set per [`CUBIN_ARCHS`] entry.
+struct Model {
+    name: &'static str,
+    ptx: Blobs,
+    cubins: [Blobs; CUBIN_ARCHS.len()],
 }
 
 /// PTX text, embedded with a NUL at the end, as the driver takes it (so loading copies nothing).
 macro_rules! ptx {
     ($file:literal) => {
         concat!(
-            include_str!(concat!(env!("ATLAS_KERNEL_DIR"), "/", $file)),
+            include_str!(concat!(env!("ATLAS_KERNEL_DIR"), "/", $file, ".ptx")),
             "\0"
         )
         .as_bytes()
     };
 }
 
-/// The elementwise module (`scale`, `axpy`) as a fatbin: sm_90 SASS and compute_90 PTX.
-pub const ELEMENTWISE_FATBIN: &[u8] = blob!("elementwise.fatbin");
-
-/// A model's modules: `(module name, blob)` pairs.
-pub type Blobs = &'static [(&'static str, &'static [u8])];
-
-/// Each model: its name, its PTX modules, the same modules as sm_90 cubins.
-const TABLE: &[(&str, Blobs, Blobs)] = &[
-    (
-        "demo",
-        &[
-            ("noop", ptx!("noop.ptx")),
-            ("elementwise", ptx!("elementwise.ptx")),
-            ("block_reduce", ptx!("block_reduce.ptx")),
-            ("device_global", ptx!("device_global.ptx")),
-        ],
-        &[
-            ("noop", blob!("noop.sm_90.cubin")),
-            ("elementwise", blob!("elementwise.sm_90.cubin")),
-            ("block_reduce", blob!("block_reduce.sm_90.cubin")),
-            ("device_global", blob!("device_global.sm_90.cubin")),
-        ],
-    ),
-    (
-        "model_a",
-        &[("model", ptx!("model_a.ptx"))],
-        &[("model", blob!("model_a.sm_90.cubin"))],
-    ),
-    (
-        "model_b",
-        &[("model", ptx!("model_b.ptx"))],
-        &[("model", blob!("model_b.sm_90.cubin"))],
-    ),
-    (
-        "faults",
-        &[("faults", ptx!("faults.ptx"))],
-        &[("faults", blob!("faults.sm_90.cubin"))],
-    ),
-];
-
-/// The PTX modules of `model`, as `(module name, PTX text)` pairs, each text ending in a NUL;
-/// `None` for an unknown model.
-pub fn ptx_for_model(model: &str) -> Option<Blobs> {
-    TABLE
-        .iter()
-        .find(|(name, _, _)| *name == model)
-        .map(|(_, ptx, _)| *ptx)
+macro_rules! cubin {
+    ($file:literal, $sm:literal) => {
+        include_bytes!(concat!(
+            env!("ATLAS_KERNEL_DIR"),
+            "/",
+            $file,
+            ".sm_",
+            $sm,
+            ".cubin"
+        ))
+        .as_slice()
+    };
 }
 
-/// The same modules as [`ptx_for_model`], as sm_90 cubins (H100/H200); `None` for an unknown model.
-pub fn cubin_for_model(model: &str) -> Option<Blobs> {
-    TABLE
-        .iter()
-        .find(|(name, _, _)| *name == model)
-        .map(|(_, _, cubin)| *cubin)
+/// `model!("name": "module" => "file", ...)`: a [`Model`] from `kernels/gen/file.*`. The
+/// architectures are written out in the order of [`CUBIN_ARCHS`] (a test checks each cubin's own
+/// ELF header against it).
+macro_rules! model {
+    ($name:literal: $($module:literal => $file:literal),+) => {
+        Model {
+            name: $name,
+            ptx: &[$(($module, ptx!($file))),+],
+            cubins: [
+                &[$(($module, cubin!($file, 75))),+],
+                &[$(($module, cubin!($file, 80))),+],
+                &[$(($module, cubin!($file, 86))),+],
+                &[$(($module, cubin!($file, 89))),+],
+                &[$(($module, cubin!($file, 90))),+],
+            ],
+        }
+    };
+}
+
+const TABLE: &[Model] = &[
+    model!("demo":
+        "noop" => "noop",
+        "elementwise" => "elementwise",
+        "block_reduce" => "block_reduce",
+        "device_global" => "device_global"),
+    model!("model_a": "model" => "model_a"),
+    model!("model_b": "model" => "model_b"),
+    model!("faults": "faults" => "faults"),
+];
+
+fn model(name: &str) -> Option<&'static Model> {
+    TABLE.iter().find(|m| m.name == name)
+}
+
+/// The PTX modules of `model`, as `(module name, PTX text)` pairs, each text ending in a NUL;
+/// `None` for an unknown model. PTX ISA 8.0 for `compute_75`: any GPU of compute capability 7.5 or
+/// newer, under any driver of CUDA 12.0 or newer, which JIT-compiles it at load.
+pub fn ptx_for_model(model_name: &str) -> Option<Blobs> {
+    model(model_name).map(|m| m.ptx)
+}
+
+/// The same modules as [`ptx_for_model`], as cubins for `sm` (`10 * major + minor`, one of
+/// [`CUBIN_ARCHS`]); `None` for an unknown model or an architecture without cubins.
+///
+/// SASS runs only on GPUs of the same major compute capability with an equal or higher minor:
+/// loading an `sm_80` cubin on an sm_90 device fails. [`blobs_for_device`] picks for a device.
+pub fn cubin_for_model(model_name: &str, sm: u32) -> Option<Blobs> {
+    let arch = CUBIN_ARCHS.iter().position(|&a| a == sm)?;
+    model(model_name).map(|m| m.cubins[arch])
+}
+
+/// The best blobs of `model` for a device of `compute_capability` (`(major, minor)`, as
+/// `CudaHost::compute_capability` gives it): the cubins built for exactly that architecture when
+/// there are some (no JIT at load), else the PTX. `None` only for an unknown model.
+///
+/// A device older than 7.5 gets the PTX too, and the driver refuses it at load: nothing here runs
+/// there.
+pub fn blobs_for_device(model_name: &str, compute_capability: (u32, u32)) -> Option<Blobs> {
+    let (major, minor) = compute_capability;
+    let sm = (minor < 10)
+        .then(|| major.checked_mul(10)?.checked_add(minor))
+        .flatten();
+    sm.and_then(|sm| cubin_for_model(model_name, sm))
+        .or_else(|| ptx_for_model(model_name))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn models_lists_the_table() {
+    fn names(blobs: Blobs) -> Vec<&'static str> {
+        blobs.iter().map(|(n, _)| *n).collect()
+    }
+
+    fn ptx_text(blob: &'static [u8]) -> &'static str {
+        let text = blob
+            .strip_suffix(b"\0")
+            .expect("PTX is embedded NUL-terminated");
+        std::str::from_utf8(text).expect("PTX is text")
+    }
+
+    /// The SM architecture of a CUDA 12 cubin (ELF ABI version 7): the low byte of `e_flags`.
+    fn elf_arch(elf: &[u8]) -> u32 {
+        assert_eq!(&elf[..4], b"\x7fELF", "not an ELF file");
         assert_eq!(
-            MODELS,
-            TABLE.iter().map(|(name, _, _)| *name).collect::<Vec<_>>()
+            elf[8], 7,
+            "not a CUDA 12 cubin (ELF ABI version {})",
+            elf[8]
         );
+        u32::from(elf[48])
     }
 
     #[test]
-    fn every_model_has_ptx_and_cubin_with_the_same_modules() {
+    fn models_lists_the_table() {
+        assert_eq!(MODELS, TABLE.iter().map(|m| m.name).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn every_model_has_a_cubin_for_every_arch_with_the_ptx_modules() {
         for model in MODELS {
             let ptx = ptx_for_model(model).expect("listed model has PTX");
-            let cubin = cubin_for_model(model).expect("listed model has cubins");
-            let names = |blobs: Blobs| blobs.iter().map(|(n, _)| *n).collect::<Vec<_>>();
-            assert_eq!(names(ptx), names(cubin), "{model}");
             for (name, text) in ptx {
-                let text = std::str::from_utf8(text).expect("PTX is text");
-                assert!(text.contains(".entry"), "{model}/{name} has no kernel");
+                assert!(
+                    ptx_text(text).contains(".entry"),
+                    "{model}/{name} has no kernel"
+                );
             }
-            for (name, elf) in cubin {
-                assert_eq!(&elf[..4], b"\x7fELF", "{model}/{name} is not an ELF cubin");
+            for &sm in CUBIN_ARCHS {
+                let cubin = cubin_for_model(model, sm).expect("a cubin for every arch");
+                assert_eq!(names(ptx), names(cubin), "{model} sm_{sm}");
+                for (name, elf) in cubin {
+                    assert_eq!(elf_arch(elf), sm, "{model}/{name}.sm_{sm}.cubin");
+                }
             }
         }
         assert!(ptx_for_model("no_such_model").is_none());
+        assert!(cubin_for_model("no_such_model", 90).is_none());
+        for sm in [0, 70, 87, 100, 120] {
+            assert!(cubin_for_model("demo", sm).is_none(), "sm_{sm}");
+        }
+    }
+
+    #[test]
+    fn every_ptx_is_isa_8_0_for_sm_75() {
+        for model in MODELS {
+            for (name, blob) in ptx_for_model(model).unwrap() {
+                let text = ptx_text(blob);
+                assert!(text.starts_with("//"), "{model}/{name}: no comment header");
+                let mut code = text
+                    .lines()
+                    .filter(|l| !l.is_empty() && !l.starts_with("//"));
+                assert_eq!(
+                    code.next(),
+                    Some(".version 8.0"),
+                    "{model}/{name}: PTX ISA 8.0 is what every CUDA 12.0+ driver can JIT; rebuild with kernels/nvrtc.py"
+                );
+                assert_eq!(code.next(), Some(".target sm_75"), "{model}/{name}");
+                assert!(
+                    !text.contains('\0'),
+                    "{model}/{name}: a NUL inside the text"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn blobs_for_device_takes_the_exact_cubin_else_the_ptx() {
+        for model in MODELS {
+            let ptx = ptx_for_model(model).unwrap();
+            for &sm in CUBIN_ARCHS {
+                let got = blobs_for_device(model, (sm / 10, sm % 10)).unwrap();
+                let cubin = cubin_for_model(model, sm).unwrap();
+                assert!(std::ptr::eq(got, cubin), "{model} on {sm}: not its cubins");
+                assert!(!std::ptr::eq(got, ptx));
+            }
+            // Newer (Blackwell 10.0, 12.0), in between (Orin 8.7, a future 9.1), older (Volta
+            // 7.0) and nonsense: no exact cubin, so the PTX.
+            for cc in [
+                (12, 0),
+                (10, 0),
+                (8, 7),
+                (9, 1),
+                (7, 0),
+                (0, 0),
+                (8, 10),
+                (u32::MAX, 9),
+            ] {
+                let got = blobs_for_device(model, cc).unwrap();
+                assert!(std::ptr::eq(got, ptx), "{model} on {cc:?}: not the PTX");
+            }
+        }
+        assert!(blobs_for_device("no_such_model", (9, 0)).is_none());
+        assert!(blobs_for_device("no_such_model", (12, 0)).is_none());
     }
 
     #[test]
     fn tagged_models_share_function_names_but_not_constants() {
-        let a = std::str::from_utf8(ptx_for_model("model_a").unwrap()[0].1).unwrap();
-        let b = std::str::from_utf8(ptx_for_model("model_b").unwrap()[0].1).unwrap();
+        let a = ptx_text(ptx_for_model("model_a").unwrap()[0].1);
+        let b = ptx_text(ptx_for_model("model_b").unwrap()[0].1);
         assert!(a.contains(".entry transform") && b.contains(".entry transform"));
         assert_ne!(a, b);
+        for &sm in CUBIN_ARCHS {
+            let a = cubin_for_model("model_a", sm).unwrap()[0].1;
+            let b = cubin_for_model("model_b", sm).unwrap()[0].1;
+            assert_ne!(a, b, "sm_{sm}");
+        }
     }
 
+    /// The fatbin holds the elementwise PTX and every elementwise cubin, byte for byte, each in
+    /// an uncompressed entry labelled with its architecture.
     #[test]
-    fn fatbin_has_its_magic() {
-        assert_eq!(&ELEMENTWISE_FATBIN[..4], &0xBA55_ED50u32.to_le_bytes());
+    fn fatbin_holds_the_elementwise_ptx_and_every_cubin() {
+        let b = ELEMENTWISE_FATBIN;
+        let u16_at = |at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
+        let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap()) as usize;
+        assert_eq!(u32_at(0), 0xBA55_ED50);
+        assert_eq!((u16_at(4), u16_at(6)), (1, 16));
+        assert_eq!(16 + u64_at(8), b.len());
+        let mut entries = Vec::new();
+        let mut at = 16;
+        while at < b.len() {
+            let (kind, header, size) = (u16_at(at), u32_at(at + 4) as usize, u64_at(at + 8));
+            assert_eq!(u32_at(at + 16), 0, "entry at {at} is compressed");
+            let payload = &b[at + header..at + header + size];
+            entries.push((kind, u32_at(at + 28), payload));
+            at += header + size;
+        }
+        assert_eq!(at, b.len());
+        let ptx = ptx_for_model("demo").unwrap()[1];
+        assert_eq!(ptx.0, "elementwise");
+        let (kind, arch, payload) = entries[0];
+        assert_eq!((kind, arch), (1, 75), "the PTX entry comes first");
+        assert_padded(payload, ptx.1, "the PTX entry");
+        assert_eq!(entries.len(), 1 + CUBIN_ARCHS.len());
+        for (&(kind, arch, payload), &sm) in entries[1..].iter().zip(CUBIN_ARCHS) {
+            let elf = cubin_for_model("demo", sm).unwrap()[1].1;
+            assert_eq!((kind, arch), (2, sm));
+            assert_padded(payload, elf, &format!("the sm_{sm} entry"));
+        }
+    }
+
+    /// `payload` is `blob` followed by fewer than 8 zero bytes.
+    fn assert_padded(payload: &[u8], blob: &[u8], what: &str) {
+        assert!(payload.len() >= blob.len(), "{what} is too short");
+        let (head, pad) = payload.split_at(blob.len());
+        assert_eq!(head, blob, "{what}");
+        assert!(
+            pad.len() < 8 && pad.iter().all(|&z| z == 0),
+            "{what}: padding"
+        );
     }
 }

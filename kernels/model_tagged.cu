@@ -1,7 +1,7 @@
 // One source built once per model with different constants and the same function names, so a
 // caller can tell from the results whose kernel ran.
 //
-// kernels/regen.sh builds it as model_a (MODEL_SCALE 2, MODEL_OFFSET 1) and model_b
+// kernels/nvrtc.py builds it as model_a (MODEL_SCALE 2, MODEL_OFFSET 1) and model_b
 // (MODEL_SCALE -3, MODEL_OFFSET 0.5).
 #ifndef MODEL_SCALE
 #error "build with -DMODEL_SCALE=... -DMODEL_OFFSET=..."

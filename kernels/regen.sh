@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
-# Regenerates the kernel blobs from the CUDA C++ sources beside this script.
+# Builds the kernel blobs with nvcc instead of NVRTC: the same files as kernels/nvrtc.py, for
+# trying a kernel change on a machine with a CUDA toolkit. The committed blobs come from
+# kernels/nvrtc.py; build.rs calls this script only when ATLAS_NVCC names an nvcc.
 #
-#   kernels/regen.sh [OUT_DIR]      (default: kernels/gen)
+#   kernels/regen.sh OUT_DIR
 #
-# For every module: PTX for compute_75 (JIT-compiled by the driver on any GPU from Turing on) and a
-# cubin for sm_90 (H100/H200). The elementwise module also gets a fatbin (sm_90 SASS + compute_90 PTX).
-# model_tagged.cu is built twice, as model_a and model_b, with different constants.
-# NVCC (or ATLAS_NVCC) names the compiler; default: nvcc on PATH.
+# For every module: PTX for compute_75, cubins for sm_75, sm_80, sm_86, sm_89 and sm_90; the
+# elementwise module also gets a fatbin (those cubins and the PTX). model_tagged.cu is built twice,
+# as model_a and model_b, with different constants. NVCC (or ATLAS_NVCC) names the compiler.
 #
-# PTX written by nvcc 13.x carries `.version 9.0`, which only CUDA 13+ drivers JIT.
+# The PTX ISA version follows the nvcc: 12.0 writes 8.0, as committed; nvcc 13 writes 9.0, which
+# only CUDA 13+ drivers JIT. The tests of atlas-kernels check what the committed blobs promise
+# (PTX ISA 8.0, uncompressed fatbin entries that are the cubins byte for byte); blobs from another
+# nvcc can fail them, and the failure says which promise they break.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-out=${1:-$here/gen}
+out=${1:?usage: kernels/regen.sh OUT_DIR}
 nvcc=${NVCC:-${ATLAS_NVCC:-nvcc}}
 mkdir -p "$out"
 flags=(-O3 -std=c++17)
+archs=(75 80 86 89 90)
 
 build() { # NAME SOURCE [DEFINES...]
   local name=$1 src=$here/$2; shift 2
   "$nvcc" "${flags[@]}" "$@" -ptx -arch=compute_75 -o "$out/$name.ptx" "$src"
-  "$nvcc" "${flags[@]}" "$@" -cubin -arch=sm_90 -o "$out/$name.sm_90.cubin" "$src"
+  for sm in "${archs[@]}"; do
+    "$nvcc" "${flags[@]}" "$@" -cubin -arch="sm_$sm" -o "$out/$name.sm_$sm.cubin" "$src"
+  done
 }
 
 build noop noop.cu
@@ -29,6 +36,7 @@ build device_global device_global.cu
 build faults faults.cu
 build model_a model_tagged.cu -DMODEL_SCALE=2 -DMODEL_OFFSET=1
 build model_b model_tagged.cu -DMODEL_SCALE=-3 -DMODEL_OFFSET=0.5
-"$nvcc" "${flags[@]}" -fatbin -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
-  -o "$out/elementwise.fatbin" "$here/elementwise.cu"
+gencode=(-gencode arch=compute_75,code=compute_75)
+for sm in "${archs[@]}"; do gencode+=(-gencode "arch=compute_$sm,code=sm_$sm"); done
+"$nvcc" "${flags[@]}" -fatbin "${gencode[@]}" -o "$out/elementwise.fatbin" "$here/elementwise.cu"
 "$nvcc" --version | tail -n 2 > "$out/NVCC_VERSION"

@@ -10,11 +10,19 @@ use atlas_registry::{AtlasRegistry, DeviceBuffer, FunctionCache, LaunchConfig};
 static SCALE: FunctionCache = FunctionCache::new("elementwise", "scale");
 
 fn run() -> atlas_registry::Result<()> {
-    let blobs = atlas_kernels::ptx_for_model("demo").expect("the demo model is built in");
+    // The device's own SASS when atlas-kernels has cubins for its architecture, else the PTX.
+    let host = atlas_registry::host(0)?;
+    let (major, minor) = host.compute_capability();
+    let blobs = atlas_kernels::blobs_for_device("demo", (major, minor))
+        .expect("the demo model is built in");
     let registry = AtlasRegistry::load(0, blobs)?;
+    let kind = registry
+        .module_kind("elementwise")
+        .map(|kind| format!("{kind:?}"))
+        .unwrap_or_default();
     println!(
-        "device 0: {}; modules {:?}",
-        registry.host().name(),
+        "device 0: {} (sm_{major}{minor}); the demo model as {kind}: modules {:?}",
+        host.name(),
         registry.module_names().collect::<Vec<_>>()
     );
 

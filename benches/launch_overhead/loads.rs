@@ -8,7 +8,7 @@ use atlas_registry::{AtlasLibrary, AtlasRegistry, LaunchConfig, device_count, re
 use atlas_sys::{CUcontext, CUfunction, CUmodule};
 use criterion::{BenchmarkId, Criterion, SamplingMode};
 
-use crate::{Env, NOOP, PairedCriterion, check, ok, paired, sym};
+use crate::{Env, NOOP, PairedCriterion, check, device_sm, ok, paired, sym};
 
 /// The demo model's PTX, checked to end in a NUL as the driver takes it (`atlas-kernels` embeds
 /// it so), so that the raw loads can hand it over as it is.
@@ -131,22 +131,14 @@ pub(crate) fn replaced(c: &mut Criterion, env: &Env) {
 pub(crate) fn model_load(c: &mut Criterion, pc: &mut PairedCriterion, env: &Env) {
     let load = sym!(env.cuda, cuModuleLoadData);
     let unload = sym!(env.cuda, cuModuleUnload);
-    let ptx = demo_ptx();
-    let cubin = atlas_kernels::cubin_for_model("demo").expect("the demo model has cubins");
-    // The sm_90 cubins load only on sm_90 devices: try once, skip them elsewhere.
-    let cubin_loads = match AtlasRegistry::load(0, cubin) {
-        Ok(probe) => {
-            ok(release(probe), "releasing the demo cubins");
-            true
-        }
-        Err(e) => {
-            eprintln!("launch_overhead: skipping model_load/demo_cubin: {e}");
-            false
-        }
-    };
-    let mut cases = vec![("demo_ptx", ptx)];
-    if cubin_loads {
-        cases.push(("demo_cubin", cubin));
+    let mut cases = vec![("demo_ptx", demo_ptx())];
+    // The device's own SASS: PTX against cubin is the point of this group.
+    let sm = device_sm(env);
+    match atlas_kernels::cubin_for_model("demo", sm) {
+        Some(cubin) => cases.push(("demo_cubin", cubin)),
+        None => eprintln!(
+            "launch_overhead: skipping model_load/demo_cubin: atlas-kernels has no sm_{sm} cubins"
+        ),
     }
 
     let mut group = c.benchmark_group("model_load");
@@ -205,6 +197,8 @@ fn timed(mut run: impl FnMut()) -> Duration {
 /// and, in `load_all_devices_paired`, as the ratio one_library / registry_per_device pair by pair.
 pub(crate) fn library_load(c: &mut Criterion, pc: &mut PairedCriterion) {
     let devices = ok(device_count(), "device_count");
+    // One load for every device: the PTX, which each device JIT-compiles for itself (the devices
+    // of one machine need not share an architecture).
     let blobs = demo_ptx();
     let ordinals: Vec<usize> = (0..devices).collect();
     for &ordinal in &ordinals {

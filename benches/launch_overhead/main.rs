@@ -94,7 +94,8 @@ fn atlas_failed(what: &str, e: &AtlasError) -> ! {
     panic!("launch_overhead: {what}: {e}")
 }
 
-/// What every group shares: the demo model loaded once from PTX, and the driver table.
+/// What every group shares: the demo model loaded once (the device's own cubins when
+/// atlas-kernels has them, else the PTX), and the driver table.
 struct Env {
     registry: AtlasRegistry,
     cuda: &'static CudaDriver,
@@ -102,10 +103,12 @@ struct Env {
 
 impl Env {
     fn new() -> Self {
-        let ptx = atlas_kernels::ptx_for_model("demo").expect("the demo model has PTX blobs");
+        let host = ok(atlas_registry::host(0), "creating device 0's host");
+        let blobs = atlas_kernels::blobs_for_device("demo", host.compute_capability())
+            .expect("demo is a model of atlas-kernels");
         let registry = ok(
-            AtlasRegistry::load(0, ptx),
-            "loading the demo PTX on device 0",
+            AtlasRegistry::load(0, blobs),
+            "loading the demo model on device 0",
         );
         let cuda = atlas_sys::driver().unwrap_or_else(|e| panic!("launch_overhead setup: {e}"));
         // The raw calls below use the primary context that Atlas holds: make it current here.
@@ -190,6 +193,12 @@ fn main() {
 
     c.final_summary();
     paired.final_summary();
+}
+
+/// Device 0's architecture as atlas-kernels names its cubins: `10 * major + minor`.
+fn device_sm(env: &Env) -> u32 {
+    let (major, minor) = env.registry.host().compute_capability();
+    major.saturating_mul(10).saturating_add(minor)
 }
 
 /// A [`Criterion`] whose benches report ratios (see [`paired`]).
