@@ -5,7 +5,7 @@ mod common;
 
 use std::ffi::c_void;
 
-use atlas_kernels::{ELEMENTWISE_FATBIN, cubin_for_model, ptx_for_model};
+use atlas_kernels::{ELEMENTWISE_FATBIN, ptx_for_model};
 use atlas_registry::{
     AtlasError, AtlasRegistry, BlobKind, CudaStream, DeviceBuffer, FunctionCache, LaunchConfig,
     NotFoundKind, cached_function, release,
@@ -46,7 +46,7 @@ fn loads_ptx_cubin_and_fatbin() {
     assert_eq!(ptx.module_kind("elementwise"), Some(BlobKind::Ptx));
     check_scale(&ptx, "elementwise", ptx.stream());
 
-    let cubin = AtlasRegistry::load(0, cubin_for_model("demo").unwrap()).unwrap();
+    let cubin = AtlasRegistry::load(0, common::device_cubins("demo")).unwrap();
     assert_eq!(cubin.module_kind("elementwise"), Some(BlobKind::Cubin));
     check_scale(&cubin, "elementwise", cubin.stream());
 
@@ -296,7 +296,7 @@ fn model_a_then_model_b_gives_b_results() {
 fn two_models_alive_at_once_each_give_their_own() {
     let input = Rng::new().vec(N);
     let a = AtlasRegistry::load(0, ptx_for_model("model_a").unwrap()).unwrap();
-    let b = AtlasRegistry::load(0, cubin_for_model("model_b").unwrap()).unwrap();
+    let b = AtlasRegistry::load(0, common::device_cubins("model_b")).unwrap();
     for _ in 0..3 {
         assert_close(
             &transform(&a, &input),
@@ -334,7 +334,7 @@ fn one_call_site_alternates_models_while_they_are_dropped_and_reloaded() {
         if i % 1000 == 999 {
             // Drop and reload both models: the call site must follow the new registries.
             a = AtlasRegistry::load(0, ptx_for_model("model_a").unwrap()).unwrap();
-            b = AtlasRegistry::load(0, cubin_for_model("model_b").unwrap()).unwrap();
+            b = AtlasRegistry::load(0, common::device_cubins("model_b")).unwrap();
         }
         let (registry, want, name) = if i % 2 == 0 {
             (&a, &want_a, "A")

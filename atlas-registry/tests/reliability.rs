@@ -741,7 +741,9 @@ fn every_prefix_of_the_real_blobs_is_classified_without_panic() {
     let mut blobs: Vec<&[u8]> = vec![ELEMENTWISE_FATBIN];
     for model in atlas_kernels::MODELS {
         blobs.extend(ptx_for_model(model).unwrap().iter().map(|(_, b)| *b));
-        blobs.extend(cubin_for_model(model).unwrap().iter().map(|(_, b)| *b));
+        for sm in atlas_kernels::CUBIN_ARCHS {
+            blobs.extend(cubin_for_model(model, *sm).unwrap().iter().map(|(_, b)| *b));
+        }
     }
     for blob in blobs {
         for len in 0..=blob.len() {
@@ -750,7 +752,7 @@ fn every_prefix_of_the_real_blobs_is_classified_without_panic() {
     }
     assert_eq!(sniff(ELEMENTWISE_FATBIN), BlobKind::Fatbin);
     assert_eq!(
-        sniff(cubin_for_model("demo").unwrap()[0].1),
+        sniff(cubin_for_model("demo", 90).unwrap()[0].1),
         BlobKind::Cubin
     );
     assert_eq!(sniff(ptx_for_model("demo").unwrap()[0].1), BlobKind::Ptx);
@@ -903,7 +905,11 @@ fn bad_blobs_and_names_are_typed_errors_and_the_registry_keeps_working() {
     let registry = load("demo");
     scale_and_check(&registry, &mut rng);
     let ptx = blob_of(ptx_for_model("demo").unwrap(), "elementwise");
-    let cubin = blob_of(cubin_for_model("demo").unwrap(), "elementwise");
+    let (major, minor) = registry.host().compute_capability();
+    let cubin = blob_of(
+        cubin_for_model("demo", major * 10 + minor).unwrap(),
+        "elementwise",
+    );
 
     // An empty blob, PTX with a NUL inside: refused before the driver, naming the module.
     let e = load_err(&[("empty_mod", &b""[..])]);

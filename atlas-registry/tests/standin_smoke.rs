@@ -297,7 +297,7 @@ fn tagged_models_keep_their_constants() {
 
 /// Cubins and fatbins load too: the stand-in reads only as far as their headers say.
 fn binary_blobs_load() {
-    let cubins = AtlasRegistry::load(0, cubin_for_model("demo").unwrap()).unwrap();
+    let cubins = AtlasRegistry::load(0, cubin_for_model("demo", 90).unwrap()).unwrap();
     scale_on(&cubins, &mut Rng::new());
     let fatbin = AtlasRegistry::load(0, &[("elementwise", ELEMENTWISE_FATBIN)]).unwrap();
     scale_on(&fatbin, &mut Rng::new());

@@ -54,3 +54,10 @@ pub fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
         );
     }
 }
+
+/// The cubins of `model` for device 0's own architecture (the GPU tests' device).
+pub fn device_cubins(model: &str) -> atlas_kernels::Blobs {
+    let (major, minor) = atlas_registry::host(0).expect("a GPU").compute_capability();
+    atlas_kernels::cubin_for_model(model, major * 10 + minor)
+        .unwrap_or_else(|| panic!("no cubins of {model} for sm_{major}{minor}"))
+}
