@@ -371,7 +371,11 @@ fn section_header_fields_are_checked() {
             image.set(image.header_of(0) + SH_TYPE, &1u32.to_le_bytes());
             image.b
         },
-        &["section 0 has type 0x1"],
+        &["section 0 has a non-zero byte at offset 4 of its header"],
+    );
+    assert_refused(
+        &broken(".nv.constant0.scale", SH_FLAGS, &0x842u64.to_le_bytes()),
+        &["section 17 (.nv.constant0.scale): flagged compressed (SHF_COMPRESSED)"],
     );
     // A section header with an unknown type and flags but sound offsets is not the checks' call.
     assert_eq!(
@@ -435,6 +439,17 @@ fn symbols_are_checked() {
     assert_refused(
         &broken(9, 16, &u64::MAX.to_le_bytes()),
         &["symbol 9 (axpy): value 0"],
+    );
+    assert_refused(&broken(0, 0, &[1]), &["symbol 0 is not all zeros"]);
+    assert_refused(
+        &broken(9, 4, &[0x32]),
+        &["symbol 9 (axpy): binding 3 and type 2 (st_info): one of them is reserved"],
+    );
+    assert_refused(&broken(9, 4, &[0x18]), &["binding 1 and type 8"]);
+    assert_eq!(
+        check(&broken(9, 4, &[0xd2])),
+        Ok(BlobKind::Cubin),
+        "a processor binding"
     );
     // Undefined, absolute and common symbols are fine.
     for shndx in [0u16, 0xfff1, 0xfff2] {

@@ -35,11 +35,12 @@ pub(super) mod cuda;
 use std::borrow::Cow;
 
 use object::elf::{
-    ELFCLASS64, ELFDATA2LSB, EM_AMDGPU, EM_CUDA, ET_DYN, ET_EXEC, ET_REL, EV_CURRENT, PT_LOAD,
-    SHF_INFO_LINK, SHN_ABS, SHN_COMMON, SHN_HIPROC, SHN_LOPROC, SHN_LORESERVE, SHN_UNDEF,
-    SHN_XINDEX, SHT_DYNAMIC, SHT_DYNSYM, SHT_GNU_HASH, SHT_GNU_VERSYM, SHT_GROUP, SHT_HASH,
-    SHT_NOBITS, SHT_NOTE, SHT_NULL, SHT_REL, SHT_RELA, SHT_STRTAB, SHT_SYMTAB, SHT_SYMTAB_SHNDX,
-    STT_FUNC, STT_OBJECT,
+    ELFCLASS64, ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD, ELFDATA2LSB, EM_AMDGPU, EM_CUDA, ET_DYN,
+    ET_EXEC, ET_REL, EV_CURRENT, PT_LOAD, SHF_COMPRESSED, SHF_INFO_LINK, SHN_ABS, SHN_COMMON,
+    SHN_HIPROC, SHN_LOPROC, SHN_LORESERVE, SHN_UNDEF, SHN_XINDEX, SHT_DYNAMIC, SHT_DYNSYM,
+    SHT_GNU_HASH, SHT_GNU_VERSYM, SHT_GROUP, SHT_HASH, SHT_NOBITS, SHT_NOTE, SHT_NULL, SHT_REL,
+    SHT_RELA, SHT_STRTAB, SHT_SYMTAB, SHT_SYMTAB_SHNDX, STB_LOOS, STB_WEAK, STT_FUNC, STT_LOOS,
+    STT_OBJECT, STT_TLS,
 };
 
 use super::read::{Check, Size, bytes_at, fits, past_end, u8_at, u16_at, u32_at, u64_at};
@@ -122,6 +123,9 @@ struct Symbols<'a> {
 #[derive(Debug, Clone, Copy)]
 struct Symbol {
     name: u32,
+    /// `STB_*`, the high nibble of `st_info`.
+    binding: u8,
+    /// `STT_*`, the low nibble of `st_info`.
     kind: u8,
     shndx: u16,
     value: u64,
@@ -131,9 +135,11 @@ struct Symbol {
 impl Symbols<'_> {
     fn get(&self, n: u64) -> Option<Symbol> {
         let at = n.checked_mul(SYMBOL_SIZE)?;
+        let info = u8_at(self.data, at + 4)?;
         Some(Symbol {
             name: u32_at(self.data, at)?,
-            kind: u8_at(self.data, at + 4)? & 0xf,
+            binding: info >> 4,
+            kind: info & 0xf,
             shndx: u16_at(self.data, at + 6)?,
             value: u64_at(self.data, at + 8)?,
             size: u64_at(self.data, at + 16)?,
@@ -405,11 +411,12 @@ impl<'a> Elf<'a> {
         if self.shnum == 0 {
             return Ok(());
         }
-        let null = self.section(0)?;
-        if null.kind != SHT_NULL {
+        // Extended numbering keeps counts in section 0; without it section 0 is all zeros.
+        let null = bytes_at(self.b, self.shoff, SECTION_HEADER_SIZE).unwrap_or_default();
+        if let Some(at) = null.iter().position(|&b| b != 0) {
             return Err(format!(
-                "section 0 has type {:#x}; the first section of an ELF file is the null section",
-                null.kind
+                "section 0 has a non-zero byte at offset {at} of its header; the first section \
+                 of an ELF file is the null section, all zeros"
             ));
         }
         // First what every section must be on its own, so that the checks that follow links can
@@ -448,6 +455,9 @@ impl<'a> Elf<'a> {
                     s.info,
                     self.shnum
                 ));
+            }
+            if s.flag(SHF_COMPRESSED) {
+                self.check_compressed(i, &s, data)?;
             }
             if s.kind == SHT_STRTAB && data.last() != Some(&0) {
                 return Err(format!(
@@ -524,6 +534,25 @@ impl<'a> Elf<'a> {
         self.data(index, &table)
     }
 
+    /// A compressed section (`SHF_COMPRESSED`) starts with a header saying how (`Elf64_Chdr`:
+    /// `u32 type, u32 reserved, u64 size, u64 alignment`), which a reader follows.
+    fn check_compressed(&self, i: u32, s: &Section, data: &[u8]) -> Check {
+        const CHDR_SIZE: u64 = 24;
+        let kind = u32_at(data, 0);
+        if s.kind == SHT_NOBITS
+            || (data.len() as u64) < CHDR_SIZE
+            || !matches!(kind, Some(ELFCOMPRESS_ZLIB | ELFCOMPRESS_ZSTD))
+            || u64_at(data, 8) == Some(0)
+        {
+            return Err(format!(
+                "{}: flagged compressed (SHF_COMPRESSED) without a zlib or zstd compression \
+                 header",
+                self.label(i, s)
+            ));
+        }
+        Ok(())
+    }
+
     fn check_symbols(&self, i: u32, s: &Section) -> Check {
         let table = self.symbols(i, s, i)?;
         let strings = self.strings(i, s, s.link)?;
@@ -533,6 +562,13 @@ impl<'a> Elf<'a> {
                 self.label(i, s),
                 s.info,
                 table.count
+            ));
+        }
+        let null = bytes_at(table.data, 0, SYMBOL_SIZE).unwrap_or_default();
+        if null.iter().any(|&b| b != 0) {
+            return Err(format!(
+                "{}: symbol 0 is not all zeros, as the undefined symbol is",
+                self.label(i, s)
             ));
         }
         for n in 0..table.count {
@@ -557,6 +593,18 @@ impl<'a> Elf<'a> {
                     String::from_utf8_lossy(name.get(..end).unwrap_or_default())
                 )
             };
+            // Bindings 3-9 and types 7-9 are reserved by the ELF standard; above them each OS and
+            // processor has its own.
+            if (STB_WEAK < sym.binding && sym.binding < STB_LOOS)
+                || (STT_TLS < sym.kind && sym.kind < STT_LOOS)
+            {
+                return Err(format!(
+                    "{}: binding {} and type {} (st_info): one of them is reserved",
+                    what(),
+                    sym.binding,
+                    sym.kind
+                ));
+            }
             match sym.shndx {
                 SHN_UNDEF | SHN_ABS | SHN_COMMON => {}
                 SHN_XINDEX => {
