@@ -65,7 +65,11 @@ fn say(line: &str) {
 #[test]
 fn committed_blobs_pass_validation() {
     let corpus = corpus();
-    assert_eq!(corpus.len(), 15, "7 cubins, 7 PTX modules, 1 fatbin");
+    assert_eq!(
+        corpus.len(),
+        16,
+        "7 cubins, 7 PTX modules, the fatbin, elementwise.ptx in a fatbin made by the test"
+    );
     for source in &corpus {
         let expected = match source.kind {
             Kind::Cubin => BlobKind::Cubin,
@@ -128,6 +132,7 @@ fn mutants_replay_from_their_seed() {
         "NUL inserted",
         "line at",
         ".target set",
+        "PTX entry at 16",
     ] {
         assert!(
             mutants.iter().any(|m| m.what.contains(sort)),
@@ -437,19 +442,27 @@ fn fuzz_mutants_load_without_crashing() {
     let devices = device_count().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
     assert!(devices > 0, "{NEEDS_GPU}: the driver reports no device");
     let corpus = corpus();
-    // The unmutated blobs load through both doors: otherwise every mutant would count as a clean
-    // error and the test would prove nothing.
+    // The committed blobs load through both doors: otherwise every mutant would count as a clean
+    // error and the test would prove nothing. (Whether the fatbin made here loads is reported.)
     for source in &corpus {
         for (door, load) in ["AtlasRegistry::load", "AtlasLibrary::load"]
             .iter()
             .zip(load_both(source.blob))
         {
-            assert!(
-                matches!(load, Load::Loaded),
-                "{} does not load through {door}: {}",
-                source.name,
-                load.describe()
-            );
+            if source.committed {
+                assert!(
+                    matches!(load, Load::Loaded),
+                    "{} does not load through {door}: {}",
+                    source.name,
+                    load.describe()
+                );
+            } else {
+                say(&format!(
+                    "unmutated {} through {door}: {}",
+                    source.name,
+                    load.describe()
+                ));
+            }
         }
     }
 

@@ -66,6 +66,8 @@ pub struct Source {
     pub name: String,
     pub kind: Kind,
     pub blob: &'static [u8],
+    /// Committed (rather than made by the fuzzer from a committed blob).
+    pub committed: bool,
 }
 
 /// Every committed blob of `atlas_kernels`, in a fixed order: the cubins and PTX of every model,
@@ -82,6 +84,7 @@ pub fn corpus() -> Vec<Source> {
                     name: format!("{model}/{module}.{ext}"),
                     kind,
                     blob,
+                    committed: true,
                 });
             }
         }
@@ -90,8 +93,64 @@ pub fn corpus() -> Vec<Source> {
         name: "elementwise.fatbin".into(),
         kind: Kind::Fatbin,
         blob: ELEMENTWISE_FATBIN,
+        committed: true,
+    });
+    // The committed fatbin's PTX is compressed, so the driver's reading of plain PTX inside a
+    // fatbin (where random text once crashed it) needs a fatbin made here.
+    let ptx = ptx_for_model("demo")
+        .unwrap_or_default()
+        .iter()
+        .find(|(module, _)| *module == "elementwise")
+        .map_or(&b""[..], |(_, blob)| blob);
+    corpus.push(Source {
+        name: "elementwise.ptx in a made fatbin".into(),
+        kind: Kind::Fatbin,
+        blob: Vec::leak(ptx_fatbin(ptx)),
+        committed: false,
     });
     corpus
+}
+
+/// `ptx` (NUL-terminated) as the one entry of a fatbin, uncompressed, laid out as nvcc lays out
+/// entries (see `atlas-registry/src/blob/fatbin.rs`): the version and architecture come from its
+/// `.version` and `.target` lines.
+pub fn ptx_fatbin(ptx: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(ptx);
+    let directive = |name: &str| {
+        text.lines()
+            .find_map(|line| line.trim_start().strip_prefix(name))
+            .map(|rest| rest.trim().to_string())
+            .unwrap_or_default()
+    };
+    let version = directive(".version");
+    let (major, minor) = version.split_once('.').unwrap_or(("0", "0"));
+    let target = directive(".target");
+    let arch: u64 = target
+        .trim_start_matches("sm_")
+        .trim_start_matches("compute_")
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let payload = ptx.len().div_ceil(8) * 8;
+    let mut b = vec![0u8; 16 + 64];
+    put(&mut b, 0, 4, 0xBA55_ED50);
+    put(&mut b, 4, 2, 1);
+    put(&mut b, 6, 2, 16);
+    put(&mut b, 8, 8, (64 + payload) as u64);
+    let entry = 16;
+    put(&mut b, entry, 2, 1); // PTX
+    put(&mut b, entry + 2, 2, 0x0101);
+    put(&mut b, entry + 4, 4, 64);
+    put(&mut b, entry + 8, 8, payload as u64);
+    put(&mut b, entry + 20, 4, 64); // as nvcc writes for PTX entries
+    put(&mut b, entry + 24, 2, minor.parse().unwrap_or(0));
+    put(&mut b, entry + 26, 2, major.parse().unwrap_or(0));
+    put(&mut b, entry + 28, 4, arch);
+    put(&mut b, entry + 40, 8, 0x11); // 64-bit, Linux, not compressed
+    b.extend_from_slice(ptx);
+    b.resize(16 + 64 + payload, 0);
+    b
 }
 
 /// A mutated blob and how it was made.
@@ -358,7 +417,7 @@ fn mutate_elf_blob(rng: &mut Rng, b: &mut Vec<u8>, base: usize) -> String {
             let (at, width, name) = ELF_HEADER_FIELDS[rng.index(ELF_HEADER_FIELDS.len())];
             elf(set_field(rng, b, base + at, width, map.shnum, name))
         }
-        30..58 => {
+        30..58 if !map.sections.is_empty() => {
             let i = rng.index(map.sections.len());
             let (at, width, name) = SECTION_FIELDS[rng.index(SECTION_FIELDS.len())];
             let name = format!("section {i} {name}");
@@ -516,6 +575,15 @@ fn fatbin_entries(b: &[u8]) -> Vec<(usize, usize, u64)> {
 
 fn mutate_fatbin(rng: &mut Rng, b: &mut Vec<u8>) -> String {
     let entries = fatbin_entries(b);
+    // A plain PTX entry: its text is edited as PTX is.
+    let plain_ptx = entries.iter().copied().find(|&(at, _, kind)| {
+        kind == 1 && get(b, at + 40, 8).is_some_and(|flags| flags & 0xb000 == 0)
+    });
+    if let Some((at, size, _)) = plain_ptx
+        && rng.chance(40)
+    {
+        return edit_fatbin_ptx(rng, b, at, size);
+    }
     match rng.below(100) {
         0..15 => generic(rng, b),
         15..25 => {
@@ -562,6 +630,41 @@ fn mutate_fatbin(rng: &mut Rng, b: &mut Vec<u8>) -> String {
             }
         }
     }
+}
+
+/// Edits the text of the plain PTX entry at `at` (header `size` bytes) and lays the fatbin out
+/// again around it: the entry's payload size and the fatbin's body size follow the new text,
+/// which ends in a NUL unless the edit is to drop it.
+fn edit_fatbin_ptx(rng: &mut Rng, b: &mut Vec<u8>, at: usize, size: usize) -> String {
+    let (Some(payload), Some(body)) = (get(b, at + 8, 8), get(b, 8, 8)) else {
+        return flip_bytes(rng, b);
+    };
+    let start = at + size;
+    let Some(end) = usize::try_from(payload)
+        .ok()
+        .and_then(|p| start.checked_add(p))
+    else {
+        return flip_bytes(rng, b);
+    };
+    let Some(old) = b.get(start..end) else {
+        return flip_bytes(rng, b);
+    };
+    let mut text = old.to_vec();
+    while text.last() == Some(&0) {
+        text.pop();
+    }
+    let mut what = edit_ptx(rng, &mut text);
+    if rng.chance(10) {
+        what.push_str(", without its NUL");
+    } else {
+        text.push(0);
+    }
+    text.resize(text.len().div_ceil(8) * 8, 0);
+    let new = text.len() as u64;
+    b.splice(start..end, text);
+    put(b, at + 8, 8, new);
+    put(b, 8, 8, body.wrapping_add(new).wrapping_sub(payload));
+    format!("PTX entry at {at}: {what}")
 }
 
 // ---------------------------------------------------------------------------------------------
