@@ -319,6 +319,8 @@ fn run_batch(start: u64, end: u64, corpus: &[mutate::Source]) -> Tally {
                 "--test-threads=1",
             ])
             .env(CHILD_ENV, format!("{next}..{end}"))
+            // Every mutant is new: caching JIT results would only write them to disk.
+            .env("CUDA_CACHE_DISABLE", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
