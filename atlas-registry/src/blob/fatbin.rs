@@ -211,7 +211,8 @@ fn check_entry(b: &[u8], entry: &Entry) -> Check {
     match entry.kind {
         KIND_ELF => elf::check(payload, "ELF payload", Machines::Cuda),
         _ => {
-            // The driver reads PTX as a C string: it must end inside the payload.
+            // PTX is stored NUL-terminated (the committed fatbin's PTX entry decompresses to
+            // text ending in a NUL) and read as a C string: it must end inside the payload.
             if payload.contains(&0) {
                 Ok(())
             } else {
