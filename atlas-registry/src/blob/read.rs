@@ -36,6 +36,17 @@ pub(super) fn u64_at(b: &[u8], at: u64) -> Option<u64> {
     array_at(b, at).map(u64::from_le_bytes)
 }
 
+/// The `N` bytes of `record` at `at`, for records of a fixed size read once with [`bytes_at`]: with
+/// constant offsets inside the record the compiler drops every check. Zeros outside it (never, for
+/// the records and offsets this crate uses).
+pub(super) fn field<const R: usize, const N: usize>(record: &[u8; R], at: usize) -> [u8; N] {
+    let mut out = [0; N];
+    if let Some(bytes) = at.checked_add(N).and_then(|end| record.get(at..end)) {
+        out.copy_from_slice(bytes);
+    }
+    out
+}
+
 /// `offset + size <= limit`, in checked arithmetic.
 pub(super) fn fits(offset: u64, size: u64, limit: u64) -> bool {
     offset.checked_add(size).is_some_and(|end| end <= limit)

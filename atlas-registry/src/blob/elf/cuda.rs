@@ -194,15 +194,14 @@ impl<'a> Iterator for Records<'a> {
         }
         // Whatever happens, this is the last record unless it is well formed.
         self.at = len;
-        let Some(header) = bytes_at(self.data, at, 4) else {
+        let Some(&[format, attribute, h0, h1]) = bytes_at(self.data, at, 4) else {
             return Some(Err(format!(
                 "the attribute record at offset {at}: its 4-byte header is past the end of the \
                  {}-byte section",
                 Size(len)
             )));
         };
-        let (format, attribute) = (u8_at(header, 0)?, u8_at(header, 1)?);
-        let half = u16_at(header, 2)?;
+        let half = u16::from_le_bytes([h0, h1]);
         let value: &[u8] = match format {
             EIFMT_NVAL | EIFMT_BVAL | EIFMT_HVAL => &[],
             EIFMT_SVAL => match bytes_at(self.data, at + 4, u64::from(half)) {
@@ -243,27 +242,27 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symtab: u32) -> Check {
         0 => None,
         index => Some(elf.section(index).map_err(in_section)?),
     };
+    let about = |record: Record<'_>, e: String| {
+        in_section(format!(
+            "the attribute record at offset {} (attribute {:#04x}): {e}",
+            record.at, record.attribute
+        ))
+    };
     let mut params = 0u64;
     let mut param_bank = None;
+    // The parameter descriptions are checked against the count and the bank size once all
+    // records are read: the highest ordinal, and the parameter that ends furthest.
+    let mut highest: Option<(Record<'_>, u64)> = None;
+    let mut furthest: Option<(Record<'_>, u64, u64, u64)> = None;
     for record in Records::new(data) {
         let record = record.map_err(in_section)?;
-        match (record.attribute, record.format) {
-            (EIATTR_KPARAM_INFO, EIFMT_SVAL) => params += 1,
-            (EIATTR_CBANK_PARAM_SIZE, EIFMT_HVAL) => param_bank = Some(u64::from(record.half)),
-            _ => {}
+        if record.attribute == EIATTR_CBANK_PARAM_SIZE && record.format == EIFMT_HVAL {
+            param_bank = Some(u64::from(record.half));
         }
-    }
-    // Well formed, all of them (checked just above).
-    for record in Records::new(data).flatten() {
         if record.format != EIFMT_SVAL {
             continue;
         }
-        let what = |e: String| {
-            in_section(format!(
-                "the attribute record at offset {} (attribute {:#04x}): {e}",
-                record.at, record.attribute
-            ))
-        };
+        let what = |e: String| about(record, e);
         let symbol = |n: u64| -> Check<u64> {
             let index = record.word(n).ok_or_else(|| {
                 what(format!("{} bytes hold no symbol index", record.value.len()))
@@ -315,20 +314,15 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symtab: u32) -> Check {
                         record.value.len()
                     )));
                 };
+                params += 1;
                 let (ordinal, offset) = (u64::from(position & 0xffff), u64::from(position >> 16));
                 let size = u64::from(flags >> 18);
-                if ordinal >= params {
-                    return Err(what(format!(
-                        "parameter ordinal {ordinal}, but the kernel has {params} parameters"
-                    )));
+                if highest.is_none_or(|(_, o)| ordinal > o) {
+                    highest = Some((record, ordinal));
                 }
-                if let Some(bank) = param_bank
-                    && !fits(offset, size, bank)
-                {
-                    return Err(what(format!(
-                        "parameter {ordinal} at offset {offset} + size {size} is past the \
-                         kernel's {bank} bytes of parameters"
-                    )));
+                let end = offset.saturating_add(size);
+                if furthest.is_none_or(|(_, _, o, s)| end > o.saturating_add(s)) {
+                    furthest = Some((record, ordinal, offset, size));
                 }
             }
             EIATTR_EXIT_INSTR_OFFSETS => {
@@ -347,6 +341,25 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symtab: u32) -> Check {
             }
             _ => {}
         }
+    }
+    if let Some((record, ordinal)) = highest
+        && ordinal >= params
+    {
+        return Err(about(
+            record,
+            format!("parameter ordinal {ordinal}, but the kernel has {params} parameters"),
+        ));
+    }
+    if let (Some((record, ordinal, offset, size)), Some(bank)) = (furthest, param_bank)
+        && !fits(offset, size, bank)
+    {
+        return Err(about(
+            record,
+            format!(
+                "parameter {ordinal} at offset {offset} + size {size} is past the kernel's \
+                 {bank} bytes of parameters"
+            ),
+        ));
     }
     Ok(())
 }

@@ -43,7 +43,7 @@ use object::elf::{
     STT_OBJECT, STT_TLS,
 };
 
-use super::read::{Check, Size, bytes_at, fits, past_end, u8_at, u16_at, u32_at, u64_at};
+use super::read::{Check, Size, bytes_at, field, fits, past_end, u8_at, u16_at, u32_at, u64_at};
 
 /// The first bytes of every ELF file.
 pub(super) const MAGIC: &[u8] = b"\x7fELF";
@@ -89,10 +89,9 @@ struct Section {
 }
 
 impl Section {
-    fn read(h: &[u8]) -> Self {
-        // `h` is one whole 64-byte header, so every read succeeds; 0 is never used.
-        let u32_ = |at| u32_at(h, at).unwrap_or(0);
-        let u64_ = |at| u64_at(h, at).unwrap_or(0);
+    fn read(h: &[u8; SECTION_HEADER_SIZE as usize]) -> Self {
+        let u32_ = |at| u32::from_le_bytes(field(h, at));
+        let u64_ = |at| u64::from_le_bytes(field(h, at));
         Self {
             name: u32_(0),
             kind: u32_(4),
@@ -135,14 +134,16 @@ struct Symbol {
 impl Symbols<'_> {
     fn get(&self, n: u64) -> Option<Symbol> {
         let at = n.checked_mul(SYMBOL_SIZE)?;
-        let info = u8_at(self.data, at + 4)?;
+        let entry: &[u8; SYMBOL_SIZE as usize] =
+            bytes_at(self.data, at, SYMBOL_SIZE)?.try_into().ok()?;
+        let [info] = field(entry, 4);
         Some(Symbol {
-            name: u32_at(self.data, at)?,
+            name: u32::from_le_bytes(field(entry, 0)),
             binding: info >> 4,
             kind: info & 0xf,
-            shndx: u16_at(self.data, at + 6)?,
-            value: u64_at(self.data, at + 8)?,
-            size: u64_at(self.data, at + 16)?,
+            shndx: u16::from_le_bytes(field(entry, 6)),
+            value: u64::from_le_bytes(field(entry, 8)),
+            size: u64::from_le_bytes(field(entry, 16)),
         })
     }
 }
@@ -336,6 +337,7 @@ impl<'a> Elf<'a> {
             .checked_mul(SECTION_HEADER_SIZE)
             .and_then(|at| at.checked_add(self.shoff))
             .and_then(|at| bytes_at(self.b, at, SECTION_HEADER_SIZE))
+            .and_then(|h| h.try_into().ok())
             .map(Section::read)
             .ok_or_else(|| format!("section {i}: its header is outside the image"))
     }
