@@ -156,7 +156,7 @@ mod registry;
 mod stream;
 
 pub use args::{KernelArgs, KernelParam};
-pub use blob::{BlobKind, sniff};
+pub use blob::{BlobKind, sniff, validate_blob};
 pub use cache::FunctionCache;
 pub use context::CudaContext;
 pub use error::{

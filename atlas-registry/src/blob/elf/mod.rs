@@ -1,0 +1,784 @@
+//! ELF images: the structure that every reader of one walks, checked before the driver walks it.
+//!
+//! The driver's ELF reader trusts what it reads: a section header whose name, offset, size, link
+//! or info points elsewhere, a symbol or relocation naming a section or symbol that does not exist,
+//! crashes the process inside `cuModuleLoadData` (measured on an H200 with single-byte changes to
+//! real cubins). So every offset, size and index that a reader follows is checked here first:
+//!
+//! - the header: 64-bit, little-endian, version 1, a GPU machine, a known file type, and the
+//!   header and table entry sizes of ELF64;
+//! - the program header table and the section header table lie inside the image (after the ELF
+//!   header), and so does every segment's file image and every section's bytes (except `NOBITS`);
+//! - the section name table exists and ends in a NUL, and every section name starts inside it;
+//!   every string table ends in a NUL, so every name in one is terminated inside it;
+//! - every `sh_link` is a section, and names a section of the right type where the type of the
+//!   section says what it links to (symbol table → string table; relocations, hash tables,
+//!   groups → symbol table; dynamic section → string table); an `sh_info` flagged as a section
+//!   index (`SHF_INFO_LINK`) is a section;
+//! - symbol tables have 24-byte entries, each name inside the string table and each section index
+//!   a section (or undefined, absolute, common);
+//! - relocations have 16- or 24-byte entries, each naming a symbol of the linked table, and,
+//!   where offsets are section offsets (cubins, relocatable files), an offset inside the section
+//!   that `sh_info` names;
+//! - notes lie inside their section.
+//!
+//! NVIDIA's own sections of a cubin are checked in [`cuda`]. What is not checked: instruction
+//! bytes, and the meaning of values that are not offsets, sizes or indexes.
+//!
+//! The numbers of the ELF standard come from `object::elf`. The reading is our own: `object`'s
+//! readers cast the image to its header types, which needs the image aligned for them (its
+//! `unaligned` feature is off), while blobs come from `include_bytes!` and from inside fatbins and
+//! bundles at any address; and a refusal here must say which section and which field is wrong.
+
+pub(super) mod cuda;
+
+use std::borrow::Cow;
+
+use object::elf::{
+    ELFCLASS64, ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD, ELFDATA2LSB, EM_AMDGPU, EM_CUDA, ET_DYN,
+    ET_EXEC, ET_REL, EV_CURRENT, PT_LOAD, SHF_COMPRESSED, SHF_INFO_LINK, SHN_ABS, SHN_COMMON,
+    SHN_HIPROC, SHN_LOPROC, SHN_LORESERVE, SHN_UNDEF, SHN_XINDEX, SHT_DYNAMIC, SHT_DYNSYM,
+    SHT_GNU_HASH, SHT_GNU_VERSYM, SHT_GROUP, SHT_HASH, SHT_NOBITS, SHT_NOTE, SHT_NULL, SHT_REL,
+    SHT_RELA, SHT_STRTAB, SHT_SYMTAB, SHT_SYMTAB_SHNDX, STB_LOOS, STB_WEAK, STT_FUNC, STT_LOOS,
+    STT_OBJECT, STT_TLS,
+};
+
+use super::read::{Check, Size, bytes_at, field, fits, past_end, u8_at, u16_at, u32_at, u64_at};
+
+/// The first bytes of every ELF file.
+pub(super) const MAGIC: &[u8] = b"\x7fELF";
+
+const HEADER_SIZE: u64 = 64;
+const PROGRAM_HEADER_SIZE: u64 = 56;
+const SECTION_HEADER_SIZE: u64 = 64;
+const SYMBOL_SIZE: u64 = 24;
+const REL_SIZE: u64 = 16;
+const RELA_SIZE: u64 = 24;
+/// `e_phnum` meaning "more than fit here": extended numbering, which GPU code never needs.
+const PN_XNUM: u16 = 0xffff;
+
+/// Which machines an ELF image may be built for, where it was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Machines {
+    /// A module blob or a clang offload-bundle entry: an NVIDIA cubin (`EM_CUDA`) or an AMD GPU
+    /// code object (`EM_AMDGPU`, for the SCALE/HIP toolchain).
+    Gpu,
+    /// An entry of an NVIDIA fatbin: a cubin only.
+    Cuda,
+}
+
+/// Checks the ELF image `b`, which is the `whole` ("blob", "ELF payload") named in refusals.
+pub(super) fn check(b: &[u8], whole: &str, machines: Machines) -> Check {
+    let elf = Elf::parse(b, whole, machines)?;
+    elf.check_program_headers()?;
+    elf.check_sections()
+}
+
+/// A section header, as read.
+#[derive(Debug, Clone, Copy)]
+struct Section {
+    name: u32,
+    kind: u32,
+    flags: u64,
+    offset: u64,
+    size: u64,
+    link: u32,
+    info: u32,
+    align: u64,
+    entsize: u64,
+}
+
+impl Section {
+    fn read(h: &[u8; SECTION_HEADER_SIZE as usize]) -> Self {
+        let u32_ = |at| u32::from_le_bytes(field(h, at));
+        let u64_ = |at| u64::from_le_bytes(field(h, at));
+        Self {
+            name: u32_(0),
+            kind: u32_(4),
+            flags: u64_(8),
+            offset: u64_(24),
+            size: u64_(32),
+            link: u32_(40),
+            info: u32_(44),
+            align: u64_(48),
+            entsize: u64_(56),
+        }
+    }
+
+    fn flag(&self, flag: u32) -> bool {
+        self.flags & u64::from(flag) != 0
+    }
+}
+
+/// A symbol table, checked for shape (type, entry size, bytes inside the image).
+#[derive(Debug, Clone, Copy)]
+struct Symbols<'a> {
+    index: u32,
+    data: &'a [u8],
+    count: u64,
+}
+
+/// A symbol, as read.
+#[derive(Debug, Clone, Copy)]
+struct Symbol {
+    name: u32,
+    /// `STB_*`, the high nibble of `st_info`.
+    binding: u8,
+    /// `STT_*`, the low nibble of `st_info`.
+    kind: u8,
+    shndx: u16,
+    value: u64,
+    size: u64,
+}
+
+impl Symbols<'_> {
+    fn get(&self, n: u64) -> Option<Symbol> {
+        let at = n.checked_mul(SYMBOL_SIZE)?;
+        let entry: &[u8; SYMBOL_SIZE as usize] =
+            bytes_at(self.data, at, SYMBOL_SIZE)?.try_into().ok()?;
+        let [info] = field(entry, 4);
+        Some(Symbol {
+            name: u32::from_le_bytes(field(entry, 0)),
+            binding: info >> 4,
+            kind: info & 0xf,
+            shndx: u16::from_le_bytes(field(entry, 6)),
+            value: u64::from_le_bytes(field(entry, 8)),
+            size: u64::from_le_bytes(field(entry, 16)),
+        })
+    }
+}
+
+/// An ELF image whose header, section header table and section name table have been checked.
+struct Elf<'a> {
+    b: &'a [u8],
+    whole: &'a str,
+    cuda: bool,
+    file_type: u16,
+    phoff: u64,
+    phnum: u16,
+    shoff: u64,
+    shnum: u32,
+    /// The bytes of the section name table, ending in a NUL.
+    names: &'a [u8],
+}
+
+impl<'a> Elf<'a> {
+    fn parse(b: &'a [u8], whole: &'a str, machines: Machines) -> Check<Self> {
+        let len = b.len() as u64;
+        if len < HEADER_SIZE {
+            return Err(format!(
+                "truncated ELF: {} bytes, shorter than its 64-byte header",
+                Size(len)
+            ));
+        }
+        // The 64 header bytes are there (checked above): these reads all succeed.
+        let byte = |at| u8_at(b, at).unwrap_or(0);
+        let half = |at| u16_at(b, at).unwrap_or(0);
+        let word = |at| u64_at(b, at).unwrap_or(0);
+        if byte(4) != ELFCLASS64 {
+            return Err(format!(
+                "not a 64-bit ELF file (EI_CLASS {}), as GPU code objects are",
+                byte(4)
+            ));
+        }
+        if byte(5) != ELFDATA2LSB {
+            return Err(format!(
+                "not a little-endian ELF file (EI_DATA {}), as GPU code objects are",
+                byte(5)
+            ));
+        }
+        let version = u32_at(b, 20).unwrap_or(0);
+        if byte(6) != EV_CURRENT || version != u32::from(EV_CURRENT) {
+            return Err(format!("ELF version {} (header {version}), not 1", byte(6)));
+        }
+        let machine = half(18);
+        let cuda = match (machine, machines) {
+            (EM_CUDA, _) => true,
+            (EM_AMDGPU, Machines::Gpu) => false,
+            (EM_AMDGPU, Machines::Cuda) => {
+                return Err(format!(
+                    "an ELF file for machine {EM_AMDGPU} (AMD GPU) inside an NVIDIA fatbin"
+                ));
+            }
+            (other, Machines::Gpu) => {
+                return Err(format!(
+                    "an ELF file for machine {other}, not CUDA ({EM_CUDA}) or AMD GPU ({EM_AMDGPU})"
+                ));
+            }
+            (other, Machines::Cuda) => {
+                return Err(format!(
+                    "an ELF file for machine {other}, not CUDA ({EM_CUDA})"
+                ));
+            }
+        };
+        let file_type = half(16);
+        if !matches!(file_type, ET_REL | ET_EXEC | ET_DYN) {
+            return Err(format!(
+                "ELF file type {file_type} is not relocatable ({ET_REL}), executable ({ET_EXEC}) \
+                 or shared ({ET_DYN})"
+            ));
+        }
+        if u64::from(half(52)) != HEADER_SIZE {
+            return Err(format!(
+                "e_ehsize is {}, not the {HEADER_SIZE} bytes of an ELF64 header",
+                half(52)
+            ));
+        }
+
+        let (phoff, phnum) = (word(32), half(56));
+        if phnum > 0 {
+            if phnum == PN_XNUM {
+                return Err(
+                    "extended program header numbering (e_phnum 0xffff) is not supported".into(),
+                );
+            }
+            if u64::from(half(54)) != PROGRAM_HEADER_SIZE {
+                return Err(format!(
+                    "e_phentsize is {}, not the {PROGRAM_HEADER_SIZE} bytes of an ELF64 program header",
+                    half(54)
+                ));
+            }
+            check_table(
+                "program header table",
+                phoff,
+                phnum,
+                PROGRAM_HEADER_SIZE,
+                b,
+                whole,
+            )?;
+        }
+
+        let (shoff, shnum, shstrndx) = (word(40), half(60), half(62));
+        if shnum == 0 {
+            if shoff != 0 {
+                return Err(format!(
+                    "extended section numbering (e_shnum 0, e_shoff {shoff}) is not supported"
+                ));
+            }
+            if cuda {
+                return Err("a CUDA cubin without a section header table".into());
+            }
+            return Ok(Self {
+                b,
+                whole,
+                cuda,
+                file_type,
+                phoff,
+                phnum,
+                shoff,
+                shnum: 0,
+                names: &[],
+            });
+        }
+        if shnum >= SHN_LORESERVE {
+            return Err(format!(
+                "e_shnum {shnum} is in the reserved range (0xff00 and above)"
+            ));
+        }
+        if u64::from(half(58)) != SECTION_HEADER_SIZE {
+            return Err(format!(
+                "e_shentsize is {}, not the {SECTION_HEADER_SIZE} bytes of an ELF64 section header",
+                half(58)
+            ));
+        }
+        check_table(
+            "section header table",
+            shoff,
+            shnum,
+            SECTION_HEADER_SIZE,
+            b,
+            whole,
+        )?;
+        let mut elf = Self {
+            b,
+            whole,
+            cuda,
+            file_type,
+            phoff,
+            phnum,
+            shoff,
+            shnum: u32::from(shnum),
+            names: &[],
+        };
+        if shstrndx == SHN_UNDEF || shstrndx >= shnum {
+            return Err(format!(
+                "e_shstrndx {shstrndx} is not one of the {shnum} sections: no section name table"
+            ));
+        }
+        let index = u32::from(shstrndx);
+        let table = elf.section(index)?;
+        let what = || format!("section {index} (the section name table, e_shstrndx)");
+        if table.kind != SHT_STRTAB {
+            return Err(format!(
+                "{}: type {:#x}, not a string table",
+                what(),
+                table.kind
+            ));
+        }
+        let names = bytes_at(b, table.offset, table.size)
+            .ok_or_else(|| past_end(&what(), table.offset, table.size, b.len(), whole))?;
+        if names.last() != Some(&0) {
+            return Err(format!("{}: does not end with a NUL byte", what()));
+        }
+        elf.names = names;
+        Ok(elf)
+    }
+
+    /// Section header `i`, which must be one of the table's (else a refusal).
+    fn section(&self, i: u32) -> Check<Section> {
+        if i >= self.shnum {
+            return Err(format!(
+                "section index {i} is not one of the {} sections",
+                self.shnum
+            ));
+        }
+        // The table lies inside the image (checked in `parse`): offset and read both succeed.
+        u64::from(i)
+            .checked_mul(SECTION_HEADER_SIZE)
+            .and_then(|at| at.checked_add(self.shoff))
+            .and_then(|at| bytes_at(self.b, at, SECTION_HEADER_SIZE))
+            .and_then(|h| h.try_into().ok())
+            .map(Section::read)
+            .ok_or_else(|| format!("section {i}: its header is outside the image"))
+    }
+
+    /// A section's name, for refusals; a name offset outside the name table reads as empty.
+    fn name(&self, s: &Section) -> Cow<'a, str> {
+        let tail = usize::try_from(s.name)
+            .ok()
+            .and_then(|at| self.names.get(at..))
+            .unwrap_or_default();
+        let end = tail.iter().position(|&c| c == 0).unwrap_or(tail.len());
+        String::from_utf8_lossy(tail.get(..end).unwrap_or_default())
+    }
+
+    /// `section 12 (.nv.info.scale)`, for refusals.
+    fn label(&self, i: u32, s: &Section) -> String {
+        format!("section {i} ({})", self.name(s))
+    }
+
+    /// `section 12 (.nv.info.scale)` for a section known only by its index.
+    fn label_of(&self, i: u32) -> String {
+        match self.section(i) {
+            Ok(s) => self.label(i, &s),
+            Err(_) => format!("section {i}"),
+        }
+    }
+
+    /// The bytes of section `i`: empty for `NOBITS` and null sections, a refusal when they do not
+    /// lie inside the image.
+    fn data(&self, i: u32, s: &Section) -> Check<&'a [u8]> {
+        if matches!(s.kind, SHT_NOBITS | SHT_NULL) {
+            return Ok(&[]);
+        }
+        bytes_at(self.b, s.offset, s.size).ok_or_else(|| {
+            past_end(
+                &self.label(i, s),
+                s.offset,
+                s.size,
+                self.b.len(),
+                self.whole,
+            )
+        })
+    }
+
+    fn check_program_headers(&self) -> Check {
+        for i in 0..u64::from(self.phnum) {
+            // The table lies inside the image (checked in `parse`).
+            let at = self.phoff + i * PROGRAM_HEADER_SIZE;
+            let h = bytes_at(self.b, at, PROGRAM_HEADER_SIZE).unwrap_or_default();
+            let (kind, offset) = (u32_at(h, 0).unwrap_or(0), u64_at(h, 8).unwrap_or(0));
+            let (file_size, memory_size) = (u64_at(h, 32).unwrap_or(0), u64_at(h, 40).unwrap_or(0));
+            let what = || format!("program header {i} (type {kind:#x})");
+            if file_size > 0 && !fits(offset, file_size, self.b.len() as u64) {
+                return Err(past_end(
+                    &what(),
+                    offset,
+                    file_size,
+                    self.b.len(),
+                    self.whole,
+                ));
+            }
+            if kind == PT_LOAD && file_size > memory_size {
+                return Err(format!(
+                    "{}: {file_size} bytes in the file but {memory_size} in memory",
+                    what()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_sections(&self) -> Check {
+        if self.shnum == 0 {
+            return Ok(());
+        }
+        // Extended numbering keeps counts in section 0; without it section 0 is all zeros.
+        let null = bytes_at(self.b, self.shoff, SECTION_HEADER_SIZE).unwrap_or_default();
+        if let Some(at) = null.iter().position(|&b| b != 0) {
+            return Err(format!(
+                "section 0 has a non-zero byte at offset {at} of its header; the first section \
+                 of an ELF file is the null section, all zeros"
+            ));
+        }
+        // First what every section must be on its own, so that the checks that follow links can
+        // rely on the sections they reach.
+        let mut symtab = None;
+        for i in 1..self.shnum {
+            let s = self.section(i)?;
+            if s.name as usize >= self.names.len() {
+                return Err(format!(
+                    "section {i}: its name offset {} is outside the {}-byte section name table",
+                    s.name,
+                    Size(self.names.len() as u64)
+                ));
+            }
+            let data = self.data(i, &s)?;
+            if s.align > 1 && !s.align.is_power_of_two() {
+                return Err(format!(
+                    "{}: alignment {} is not a power of two",
+                    self.label(i, &s),
+                    s.align
+                ));
+            }
+            if s.link >= self.shnum {
+                return Err(format!(
+                    "{}: sh_link {} is not one of the {} sections",
+                    self.label(i, &s),
+                    s.link,
+                    self.shnum
+                ));
+            }
+            if s.flag(SHF_INFO_LINK) && (s.info == 0 || s.info >= self.shnum) {
+                return Err(format!(
+                    "{}: sh_info {} is flagged as a section index (SHF_INFO_LINK) but is not one \
+                     of the {} sections",
+                    self.label(i, &s),
+                    s.info,
+                    self.shnum
+                ));
+            }
+            if s.flag(SHF_COMPRESSED) {
+                self.check_compressed(i, &s, data)?;
+            }
+            if s.kind == SHT_STRTAB && data.last() != Some(&0) {
+                return Err(format!(
+                    "{}: the string table does not end with a NUL byte",
+                    self.label(i, &s)
+                ));
+            }
+            if s.kind == SHT_SYMTAB && symtab.is_none() {
+                symtab = Some(i);
+            }
+        }
+        let symtab = match (symtab, self.cuda) {
+            (Some(symtab), _) => symtab,
+            (None, true) => return Err("a CUDA cubin without a symbol table (.symtab)".into()),
+            (None, false) => 0,
+        };
+        for i in 1..self.shnum {
+            let s = self.section(i)?;
+            match s.kind {
+                SHT_SYMTAB | SHT_DYNSYM => self.check_symbols(i, &s)?,
+                SHT_REL | SHT_RELA => self.check_relocations(i, &s)?,
+                SHT_HASH | SHT_GNU_HASH | SHT_GNU_VERSYM | SHT_GROUP | SHT_SYMTAB_SHNDX => {
+                    self.symbols(i, &s, s.link)?;
+                }
+                SHT_DYNAMIC => {
+                    self.strings(i, &s, s.link)?;
+                }
+                SHT_NOTE => self.check_notes(i, &s)?,
+                _ => {}
+            }
+            if self.cuda {
+                cuda::check_section(self, i, &s, symtab)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The symbol table `index` that section `i` links to: a symbol table with 24-byte entries.
+    fn symbols(&self, i: u32, s: &Section, index: u32) -> Check<Symbols<'a>> {
+        let table = self.section(index)?;
+        if !matches!(table.kind, SHT_SYMTAB | SHT_DYNSYM) {
+            return Err(format!(
+                "{}: links to {}, which is not a symbol table",
+                self.label(i, s),
+                self.label(index, &table)
+            ));
+        }
+        if table.entsize != SYMBOL_SIZE || !table.size.is_multiple_of(SYMBOL_SIZE) {
+            return Err(format!(
+                "{}: entry size {} and size {}: a symbol table has whole {SYMBOL_SIZE}-byte entries",
+                self.label(index, &table),
+                table.entsize,
+                table.size
+            ));
+        }
+        Ok(Symbols {
+            index,
+            data: self.data(index, &table)?,
+            count: table.size / SYMBOL_SIZE,
+        })
+    }
+
+    /// The string table `index` that section `i` links to (ending in a NUL: checked for every
+    /// string table before links are followed).
+    fn strings(&self, i: u32, s: &Section, index: u32) -> Check<&'a [u8]> {
+        let table = self.section(index)?;
+        if table.kind != SHT_STRTAB {
+            return Err(format!(
+                "{}: links to {}, which is not a string table",
+                self.label(i, s),
+                self.label(index, &table)
+            ));
+        }
+        self.data(index, &table)
+    }
+
+    /// A compressed section (`SHF_COMPRESSED`) starts with a header saying how (`Elf64_Chdr`:
+    /// `u32 type, u32 reserved, u64 size, u64 alignment`), which a reader follows.
+    fn check_compressed(&self, i: u32, s: &Section, data: &[u8]) -> Check {
+        const CHDR_SIZE: u64 = 24;
+        let kind = u32_at(data, 0);
+        if s.kind == SHT_NOBITS
+            || (data.len() as u64) < CHDR_SIZE
+            || !matches!(kind, Some(ELFCOMPRESS_ZLIB | ELFCOMPRESS_ZSTD))
+            || u64_at(data, 8) == Some(0)
+        {
+            return Err(format!(
+                "{}: flagged compressed (SHF_COMPRESSED) without a zlib or zstd compression \
+                 header",
+                self.label(i, s)
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_symbols(&self, i: u32, s: &Section) -> Check {
+        let table = self.symbols(i, s, i)?;
+        let strings = self.strings(i, s, s.link)?;
+        if u64::from(s.info) > table.count {
+            return Err(format!(
+                "{}: sh_info {} (its first global symbol) is past its {} symbols",
+                self.label(i, s),
+                s.info,
+                table.count
+            ));
+        }
+        let null = bytes_at(table.data, 0, SYMBOL_SIZE).unwrap_or_default();
+        if null.iter().any(|&b| b != 0) {
+            return Err(format!(
+                "{}: symbol 0 is not all zeros, as the undefined symbol is",
+                self.label(i, s)
+            ));
+        }
+        for n in 0..table.count {
+            let sym = table
+                .get(n)
+                .ok_or_else(|| format!("{}: symbol {n} cannot be read", self.label(i, s)))?;
+            if sym.name as usize >= strings.len() {
+                return Err(format!(
+                    "{}: symbol {n}: its name offset {} is outside the {}-byte string table {}",
+                    self.label(i, s),
+                    sym.name,
+                    Size(strings.len() as u64),
+                    self.label_of(s.link)
+                ));
+            }
+            let what = || {
+                let name = strings.get(sym.name as usize..).unwrap_or_default();
+                let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
+                format!(
+                    "{}: symbol {n} ({})",
+                    self.label(i, s),
+                    String::from_utf8_lossy(name.get(..end).unwrap_or_default())
+                )
+            };
+            // Bindings 3-9 and types 7-9 are reserved by the ELF standard; above them each OS and
+            // processor has its own.
+            if (STB_WEAK < sym.binding && sym.binding < STB_LOOS)
+                || (STT_TLS < sym.kind && sym.kind < STT_LOOS)
+            {
+                return Err(format!(
+                    "{}: binding {} and type {} (st_info): one of them is reserved",
+                    what(),
+                    sym.binding,
+                    sym.kind
+                ));
+            }
+            match sym.shndx {
+                SHN_UNDEF | SHN_ABS | SHN_COMMON => {}
+                SHN_XINDEX => {
+                    return Err(format!(
+                        "{}: extended section indexes (SHN_XINDEX) are not supported",
+                        what()
+                    ));
+                }
+                x if x < SHN_LORESERVE => {
+                    let index = u32::from(x);
+                    if index >= self.shnum {
+                        return Err(format!(
+                            "{}: section index {x} is not one of the {} sections",
+                            what(),
+                            self.shnum
+                        ));
+                    }
+                    // In a cubin every section starts at address 0, so a function's or a
+                    // variable's value and size are a range of its section, which the driver
+                    // reads. Elsewhere values are addresses.
+                    if self.cuda && matches!(sym.kind, STT_FUNC | STT_OBJECT) {
+                        let target = self.section(index)?;
+                        if !fits(sym.value, sym.size, target.size) {
+                            return Err(format!(
+                                "{}: value {} + size {} is past the end of {} ({} bytes)",
+                                what(),
+                                sym.value,
+                                sym.size,
+                                self.label(index, &target),
+                                Size(target.size)
+                            ));
+                        }
+                    }
+                }
+                // Processor-specific indexes: AMD's for LDS variables (SHN_AMDGPU_LDS).
+                x if (SHN_LOPROC..=SHN_HIPROC).contains(&x) && !self.cuda => {}
+                x => {
+                    return Err(format!("{}: section index {x:#x} is reserved", what()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_relocations(&self, i: u32, s: &Section) -> Check {
+        let (entry, kind) = if s.kind == SHT_REL {
+            (REL_SIZE, "REL")
+        } else {
+            (RELA_SIZE, "RELA")
+        };
+        if s.entsize != entry || !s.size.is_multiple_of(entry) {
+            return Err(format!(
+                "{}: entry size {} and size {}: a {kind} table has whole {entry}-byte entries",
+                self.label(i, s),
+                s.entsize,
+                s.size
+            ));
+        }
+        let data = self.data(i, s)?;
+        let symbols = self.symbols(i, s, s.link)?;
+        let target = match s.info {
+            // Dynamic relocations apply to the whole image, not to one section.
+            0 if !self.cuda => None,
+            0 => {
+                return Err(format!(
+                    "{}: sh_info 0 names no section to relocate",
+                    self.label(i, s)
+                ));
+            }
+            index => {
+                let target = self
+                    .section(index)
+                    .map_err(|e| format!("{}: the section it relocates: {e}", self.label(i, s)))?;
+                Some((index, target))
+            }
+        };
+        // In cubins and relocatable files an offset is one into the target section; in
+        // executables and shared objects it is an address.
+        let section_offsets = self.cuda || self.file_type == ET_REL;
+        for n in 0..s.size / entry {
+            // `n` is one of the table's entries, which lie inside `data`.
+            let at = n * entry;
+            let offset = u64_at(data, at).unwrap_or(0);
+            let info = u64_at(data, at + 8).unwrap_or(0);
+            let (symbol, rtype) = (info >> 32, info & 0xffff_ffff);
+            if symbol >= symbols.count {
+                return Err(format!(
+                    "{}: relocation {n}: symbol index {symbol} is past the {} symbols of {}",
+                    self.label(i, s),
+                    symbols.count,
+                    self.label_of(symbols.index)
+                ));
+            }
+            if self.cuda && !cuda::is_relocation_type(rtype) {
+                return Err(format!(
+                    "{}: relocation {n}: type {rtype:#x} is neither an R_CUDA type (below 0x100) \
+                     nor an R_MERCURY one (0x10000 to 0x100ff)",
+                    self.label(i, s)
+                ));
+            }
+            if let Some((index, target)) = target
+                && section_offsets
+            {
+                let width = if self.cuda {
+                    cuda::relocated_bytes(rtype, &target)
+                } else {
+                    1
+                };
+                if !fits(offset, width, target.size) {
+                    return Err(format!(
+                        "{}: relocation {n}: offset {offset} + {width} bytes is past the end of \
+                         {} ({} bytes)",
+                        self.label(i, s),
+                        self.label(index, &target),
+                        Size(target.size)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_notes(&self, i: u32, s: &Section) -> Check {
+        let data = self.data(i, s)?;
+        let len = data.len() as u64;
+        let align: u64 = if s.align == 8 { 8 } else { 4 };
+        let round = |n: u64| n.checked_add(align - 1).map(|n| n & !(align - 1));
+        let mut at = 0u64;
+        while at < len {
+            let too_long = || {
+                format!(
+                    "{}: the note at offset {at} runs past the end of the {}-byte section",
+                    self.label(i, s),
+                    Size(len)
+                )
+            };
+            let (Some(name_size), Some(desc_size)) = (u32_at(data, at), u32_at(data, at + 4))
+            else {
+                return Err(too_long());
+            };
+            let end = at
+                .checked_add(12 + u64::from(name_size))
+                .and_then(round)
+                .and_then(|desc| desc.checked_add(u64::from(desc_size)));
+            match end {
+                Some(end) if end <= len && u32_at(data, at + 8).is_some() => {
+                    at = round(end).unwrap_or(len);
+                }
+                _ => return Err(too_long()),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks that a table of `count` entries of `size` bytes at `offset` lies inside `b`, after its
+/// ELF header.
+fn check_table(what: &str, offset: u64, count: u16, size: u64, b: &[u8], whole: &str) -> Check {
+    let bytes = u64::from(count) * size;
+    if offset < HEADER_SIZE {
+        return Err(format!(
+            "the {what} at offset {offset} overlaps the ELF header"
+        ));
+    }
+    if !fits(offset, bytes, b.len() as u64) {
+        return Err(past_end(
+            &format!("the {what} ({count} entries)"),
+            offset,
+            bytes,
+            b.len(),
+            whole,
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,110 @@
+//! Bounds-checked little-endian reads, and the byte counts that refusals print.
+//!
+//! Every read of a blob goes through [`bytes_at`]: offsets and sizes come from the blob itself,
+//! so they are `u64`s that may be anything, and an out-of-range read is a `None`, never a panic.
+
+use std::fmt;
+
+/// Why a blob is refused: the reason of [`AtlasError::InvalidModule`](crate::AtlasError).
+/// Built only on the way out, so a blob that passes allocates nothing.
+pub(super) type Check<T = ()> = Result<T, String>;
+
+/// `len` bytes of `b` from `offset`, or `None` when any of them lies outside `b`.
+pub(super) fn bytes_at(b: &[u8], offset: u64, len: u64) -> Option<&[u8]> {
+    let start = usize::try_from(offset).ok()?;
+    let end = start.checked_add(usize::try_from(len).ok()?)?;
+    b.get(start..end)
+}
+
+fn array_at<const N: usize>(b: &[u8], at: u64) -> Option<[u8; N]> {
+    bytes_at(b, at, N as u64)?.try_into().ok()
+}
+
+pub(super) fn u8_at(b: &[u8], at: u64) -> Option<u8> {
+    array_at::<1>(b, at).map(|[x]| x)
+}
+
+pub(super) fn u16_at(b: &[u8], at: u64) -> Option<u16> {
+    array_at(b, at).map(u16::from_le_bytes)
+}
+
+pub(super) fn u32_at(b: &[u8], at: u64) -> Option<u32> {
+    array_at(b, at).map(u32::from_le_bytes)
+}
+
+pub(super) fn u64_at(b: &[u8], at: u64) -> Option<u64> {
+    array_at(b, at).map(u64::from_le_bytes)
+}
+
+/// The `N` bytes of `record` at `at`, for records of a fixed size read once with [`bytes_at`]: with
+/// constant offsets inside the record the compiler drops every check. Zeros outside it (never, for
+/// the records and offsets this crate uses).
+pub(super) fn field<const R: usize, const N: usize>(record: &[u8; R], at: usize) -> [u8; N] {
+    let mut out = [0; N];
+    if let Some(bytes) = at.checked_add(N).and_then(|end| record.get(at..end)) {
+        out.copy_from_slice(bytes);
+    }
+    out
+}
+
+/// `offset + size <= limit`, in checked arithmetic.
+pub(super) fn fits(offset: u64, size: u64, limit: u64) -> bool {
+    offset.checked_add(size).is_some_and(|end| end <= limit)
+}
+
+/// A byte count with thousands separators (`5,600`), as people read sizes.
+#[derive(Clone, Copy)]
+pub(super) struct Size(pub(super) u64);
+
+impl fmt::Display for Size {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let digits = self.0.to_string();
+        for (i, digit) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
+                f.write_str(",")?;
+            }
+            write!(f, "{digit}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The refusal for `size` bytes at `offset` that do not fit in the `len`-byte `whole`.
+pub(super) fn past_end(what: &str, offset: u64, size: u64, len: usize, whole: &str) -> String {
+    format!(
+        "{what}: offset {offset} + size {size} is past the end of the {}-byte {whole} \
+         (truncated or corrupt)",
+        Size(len as u64)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_are_checked() {
+        let b = [1, 2, 3, 4, 5, 6, 7, 8, 9];
+        assert_eq!(u16_at(&b, 0), Some(0x0201));
+        assert_eq!(u64_at(&b, 1), Some(0x0908_0706_0504_0302));
+        assert_eq!(u64_at(&b, 2), None);
+        assert_eq!(u32_at(&b, u64::MAX), None);
+        assert_eq!(bytes_at(&b, 9, 0), Some(&[][..]));
+        assert_eq!(bytes_at(&b, 10, 0), None);
+        assert_eq!(bytes_at(&b, 1, u64::MAX), None);
+        assert!(fits(4, 5, 9) && !fits(4, 6, 9) && !fits(u64::MAX, 2, u64::MAX));
+    }
+
+    #[test]
+    fn sizes_have_thousands_separators() {
+        for (n, text) in [
+            (0, "0"),
+            (999, "999"),
+            (5600, "5,600"),
+            (123_456, "123,456"),
+            (1_234_567, "1,234,567"),
+        ] {
+            assert_eq!(Size(n).to_string(), text);
+        }
+    }
+}

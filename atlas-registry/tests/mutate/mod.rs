@@ -1,0 +1,791 @@
+//! Mutants of the committed blobs, for the blob fuzzer: a seed alone makes one mutant, and always
+//! the same one for the same committed blobs.
+//!
+//! A mutant is a copy of one committed blob (a cubin, the fatbin, a PTX module) with one change,
+//! or now and then two: random bytes changed, a truncation, a random tail, or a targeted change to
+//! one field of the structures a loader follows (ELF header, section headers, symbols,
+//! relocations, `.nv.info` records, fatbin headers) set to a value chosen to be interesting
+//! (0, all ones, near the old value, near the blob's length or a table's count), or an edit of
+//! PTX text. The structures are found by reading the unmutated blob; a mutation that finds none
+//! falls back to changing random bytes.
+
+#![allow(dead_code, unreachable_pub)]
+
+use atlas_kernels::{ELEMENTWISE_FATBIN, MODELS, cubin_for_model, ptx_for_model};
+
+/// SplitMix64: one 64-bit state, every seed (0 included) a good start.
+pub struct Rng(u64);
+
+impl Rng {
+    /// The generator for `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next_u64() % n }
+    }
+
+    /// Uniform in `0..n` (0 when `n` is 0).
+    pub fn index(&mut self, n: usize) -> usize {
+        self.below(n as u64) as usize
+    }
+
+    /// True `percent` times in a hundred.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    /// `n` random bytes.
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
+    }
+}
+
+/// What a committed blob is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Cubin,
+    Fatbin,
+    Ptx,
+}
+
+/// One committed blob to mutate.
+pub struct Source {
+    /// `model/module.cubin`, `elementwise.fatbin`, `model/module.ptx`.
+    pub name: String,
+    pub kind: Kind,
+    pub blob: &'static [u8],
+    /// Committed (rather than made by the fuzzer from a committed blob).
+    pub committed: bool,
+}
+
+/// Every committed blob of `atlas_kernels`, in a fixed order: the cubins and PTX of every model,
+/// and the fatbin.
+pub fn corpus() -> Vec<Source> {
+    let mut corpus = Vec::new();
+    for model in MODELS {
+        for (kind, blobs, ext) in [
+            (Kind::Cubin, cubin_for_model(model), "cubin"),
+            (Kind::Ptx, ptx_for_model(model), "ptx"),
+        ] {
+            for (module, blob) in blobs.unwrap_or_default() {
+                corpus.push(Source {
+                    name: format!("{model}/{module}.{ext}"),
+                    kind,
+                    blob,
+                    committed: true,
+                });
+            }
+        }
+    }
+    corpus.push(Source {
+        name: "elementwise.fatbin".into(),
+        kind: Kind::Fatbin,
+        blob: ELEMENTWISE_FATBIN,
+        committed: true,
+    });
+    // The committed fatbin's PTX is compressed, so the driver's reading of plain PTX inside a
+    // fatbin (where random text once crashed it) needs a fatbin made here.
+    let ptx = ptx_for_model("demo")
+        .unwrap_or_default()
+        .iter()
+        .find(|(module, _)| *module == "elementwise")
+        .map_or(&b""[..], |(_, blob)| blob);
+    corpus.push(Source {
+        name: "elementwise.ptx in a made fatbin".into(),
+        kind: Kind::Fatbin,
+        blob: Vec::leak(ptx_fatbin(ptx)),
+        committed: false,
+    });
+    corpus
+}
+
+/// `ptx` (NUL-terminated) as the one entry of a fatbin, uncompressed, laid out as nvcc lays out
+/// entries (see `atlas-registry/src/blob/fatbin.rs`): the version and architecture come from its
+/// `.version` and `.target` lines.
+pub fn ptx_fatbin(ptx: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(ptx);
+    let directive = |name: &str| {
+        text.lines()
+            .find_map(|line| line.trim_start().strip_prefix(name))
+            .map(|rest| rest.trim().to_string())
+            .unwrap_or_default()
+    };
+    let version = directive(".version");
+    let (major, minor) = version.split_once('.').unwrap_or(("0", "0"));
+    let target = directive(".target");
+    let arch: u64 = target
+        .trim_start_matches("sm_")
+        .trim_start_matches("compute_")
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let payload = ptx.len().div_ceil(8) * 8;
+    let mut b = vec![0u8; 16 + 64];
+    put(&mut b, 0, 4, 0xBA55_ED50);
+    put(&mut b, 4, 2, 1);
+    put(&mut b, 6, 2, 16);
+    put(&mut b, 8, 8, (64 + payload) as u64);
+    let entry = 16;
+    put(&mut b, entry, 2, 1); // PTX
+    put(&mut b, entry + 2, 2, 0x0101);
+    put(&mut b, entry + 4, 4, 64);
+    put(&mut b, entry + 8, 8, payload as u64);
+    put(&mut b, entry + 20, 4, 64); // as nvcc writes for PTX entries
+    put(&mut b, entry + 24, 2, minor.parse().unwrap_or(0));
+    put(&mut b, entry + 26, 2, major.parse().unwrap_or(0));
+    put(&mut b, entry + 28, 4, arch);
+    put(&mut b, entry + 40, 8, 0x11); // 64-bit, Linux, not compressed
+    b.extend_from_slice(ptx);
+    b.resize(16 + 64 + payload, 0);
+    b
+}
+
+/// A mutated blob and how it was made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mutant {
+    pub seed: u64,
+    /// The index of its source in the corpus.
+    pub source: usize,
+    /// What was changed, for people.
+    pub what: String,
+    pub bytes: Vec<u8>,
+}
+
+/// The mutant of seed `seed`.
+pub fn mutant(corpus: &[Source], seed: u64) -> Mutant {
+    let mut rng = Rng::new(seed);
+    // Cubins most (the driver's ELF reader is what crashes), the fatbin often (one blob, two
+    // layers), PTX least (text goes to a compiler, and every PTX load is a JIT compile).
+    let kind = match rng.below(100) {
+        0..55 => Kind::Cubin,
+        55..85 => Kind::Fatbin,
+        _ => Kind::Ptx,
+    };
+    let candidates: Vec<usize> = (0..corpus.len())
+        .filter(|&i| corpus[i].kind == kind)
+        .collect();
+    let source = candidates[rng.index(candidates.len())];
+    let mut bytes = corpus[source].blob.to_vec();
+    let mut what = Vec::new();
+    let rounds = if rng.chance(12) { 2 } else { 1 };
+    for _ in 0..rounds {
+        what.push(match kind {
+            Kind::Cubin => mutate_elf_blob(&mut rng, &mut bytes, 0),
+            Kind::Fatbin => mutate_fatbin(&mut rng, &mut bytes),
+            Kind::Ptx => mutate_ptx(&mut rng, &mut bytes),
+        });
+    }
+    Mutant {
+        seed,
+        source,
+        what: format!("{}: {}", corpus[source].name, what.join("; then ")),
+        bytes,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bytes
+// ---------------------------------------------------------------------------------------------
+
+fn get(b: &[u8], at: usize, width: usize) -> Option<u64> {
+    let bytes = b.get(at..at.checked_add(width)?)?;
+    Some(
+        bytes
+            .iter()
+            .rev()
+            .fold(0u64, |v, &byte| (v << 8) | u64::from(byte)),
+    )
+}
+
+fn put(b: &mut [u8], at: usize, width: usize, value: u64) -> bool {
+    let Some(bytes) = at.checked_add(width).and_then(|end| b.get_mut(at..end)) else {
+        return false;
+    };
+    for (i, byte) in bytes.iter_mut().enumerate() {
+        *byte = (value >> (8 * i)) as u8;
+    }
+    true
+}
+
+/// A value for a `width`-byte field that held `old`: the edges, near the old value, near the
+/// blob's length `len` or a count `count`, or anything.
+fn interesting(rng: &mut Rng, old: u64, width: usize, len: u64, count: u64) -> u64 {
+    let max = if width >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * width)) - 1
+    };
+    let value = match rng.below(12) {
+        0 => 0,
+        1 => 1,
+        2 => max,
+        3 => max >> 1,
+        4 => (max >> 1) + 1,
+        5 => old.wrapping_add(1 + rng.below(16)),
+        6 => old.wrapping_sub(1 + rng.below(16)),
+        7 => old ^ (1 << rng.below(8 * width as u64)),
+        8 => len.wrapping_add(rng.below(64)).wrapping_sub(32),
+        9 => count + rng.below(4),
+        10 => rng.below(len.saturating_mul(2).saturating_add(1)),
+        _ => rng.next_u64(),
+    };
+    value & max
+}
+
+/// Sets the `width`-byte field at `at` to an interesting value; says what it did.
+fn set_field(
+    rng: &mut Rng,
+    b: &mut [u8],
+    at: usize,
+    width: usize,
+    count: u64,
+    name: &str,
+) -> String {
+    let Some(old) = get(b, at, width) else {
+        return flip_bytes(rng, b);
+    };
+    let mut new = interesting(rng, old, width, b.len() as u64, count);
+    if new == old {
+        new = old ^ 1;
+    }
+    put(b, at, width, new);
+    format!("{name} at {at}: {old:#x} -> {new:#x}")
+}
+
+fn flip_bytes(rng: &mut Rng, b: &mut [u8]) -> String {
+    if b.is_empty() {
+        return "nothing to flip in an empty blob".into();
+    }
+    let n = 1 + rng.index(8);
+    let mut at = Vec::new();
+    for _ in 0..n {
+        let i = rng.index(b.len());
+        b[i] ^= 1 + rng.below(255) as u8;
+        at.push(i.to_string());
+    }
+    format!("{n} random byte(s) changed at {}", at.join(", "))
+}
+
+fn truncate(rng: &mut Rng, b: &mut Vec<u8>) -> String {
+    let len = rng.index(b.len());
+    b.truncate(len);
+    format!("truncated to {len} bytes")
+}
+
+fn garbage_tail(rng: &mut Rng, b: &mut Vec<u8>) -> String {
+    // Now and then the case measured to crash: a real ELF header, then garbage.
+    let keep = if rng.chance(30) {
+        b.len().min(64)
+    } else {
+        rng.index(b.len() + 1)
+    };
+    let tail = 1 + rng.index(4096);
+    b.truncate(keep);
+    b.extend(rng.bytes(tail));
+    format!("first {keep} bytes, then {tail} random bytes")
+}
+
+fn generic(rng: &mut Rng, b: &mut Vec<u8>) -> String {
+    match rng.below(10) {
+        0..6 => flip_bytes(rng, b),
+        6..8 => truncate(rng, b),
+        _ => garbage_tail(rng, b),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ELF
+// ---------------------------------------------------------------------------------------------
+
+/// Where an ELF image's structures are (absolute offsets in the blob).
+struct ElfMap {
+    base: usize,
+    shnum: u64,
+    sections: Vec<Sec>,
+    /// Offset and count of the first symbol table.
+    symbols: Option<(usize, u64)>,
+}
+
+struct Sec {
+    header: usize,
+    kind: u32,
+    offset: usize,
+    size: usize,
+    entsize: usize,
+}
+
+impl ElfMap {
+    fn read(b: &[u8], base: usize) -> Option<Self> {
+        let shoff = base.checked_add(usize::try_from(get(b, base + 40, 8)?).ok()?)?;
+        let shnum = get(b, base + 60, 2)?;
+        let mut sections = Vec::new();
+        for i in 0..shnum as usize {
+            let header = shoff.checked_add(i.checked_mul(64)?)?;
+            sections.push(Sec {
+                header,
+                kind: get(b, header + 4, 4)? as u32,
+                offset: base.checked_add(usize::try_from(get(b, header + 24, 8)?).ok()?)?,
+                size: usize::try_from(get(b, header + 32, 8)?).ok()?,
+                entsize: usize::try_from(get(b, header + 56, 8)?).ok()?,
+            });
+        }
+        let symbols = sections
+            .iter()
+            .find(|s| s.kind == 2 && s.entsize == 24)
+            .map(|s| (s.offset, (s.size / 24) as u64));
+        Some(Self {
+            base,
+            shnum,
+            sections,
+            symbols,
+        })
+    }
+
+    fn of_kind(&self, pick: impl Fn(&Sec) -> bool) -> Vec<&Sec> {
+        self.sections.iter().filter(|s| pick(s)).collect()
+    }
+}
+
+const ELF_HEADER_FIELDS: &[(usize, usize, &str)] = &[
+    (4, 1, "EI_CLASS"),
+    (5, 1, "EI_DATA"),
+    (6, 1, "EI_VERSION"),
+    (8, 1, "EI_ABIVERSION"),
+    (16, 2, "e_type"),
+    (18, 2, "e_machine"),
+    (20, 4, "e_version"),
+    (32, 8, "e_phoff"),
+    (40, 8, "e_shoff"),
+    (48, 4, "e_flags"),
+    (52, 2, "e_ehsize"),
+    (54, 2, "e_phentsize"),
+    (56, 2, "e_phnum"),
+    (58, 2, "e_shentsize"),
+    (60, 2, "e_shnum"),
+    (62, 2, "e_shstrndx"),
+];
+
+const SECTION_FIELDS: &[(usize, usize, &str)] = &[
+    (0, 4, "sh_name"),
+    (4, 4, "sh_type"),
+    (8, 8, "sh_flags"),
+    (24, 8, "sh_offset"),
+    (32, 8, "sh_size"),
+    (40, 4, "sh_link"),
+    (44, 4, "sh_info"),
+    (48, 8, "sh_addralign"),
+    (56, 8, "sh_entsize"),
+];
+
+const SYMBOL_FIELDS: &[(usize, usize, &str)] = &[
+    (0, 4, "st_name"),
+    (4, 1, "st_info"),
+    (5, 1, "st_other"),
+    (6, 2, "st_shndx"),
+    (8, 8, "st_value"),
+    (16, 8, "st_size"),
+];
+
+/// A change to the ELF image at `base` of `b`, or to `b` as a whole.
+fn mutate_elf_blob(rng: &mut Rng, b: &mut Vec<u8>, base: usize) -> String {
+    let Some(map) = ElfMap::read(b, base) else {
+        return generic(rng, b);
+    };
+    let elf = |what: String| {
+        if base == 0 {
+            what
+        } else {
+            format!("ELF at {base}: {what}")
+        }
+    };
+    match rng.below(100) {
+        0..20 => generic(rng, b),
+        20..30 => {
+            let (at, width, name) = ELF_HEADER_FIELDS[rng.index(ELF_HEADER_FIELDS.len())];
+            elf(set_field(rng, b, base + at, width, map.shnum, name))
+        }
+        30..58 if !map.sections.is_empty() => {
+            let i = rng.index(map.sections.len());
+            let (at, width, name) = SECTION_FIELDS[rng.index(SECTION_FIELDS.len())];
+            let name = format!("section {i} {name}");
+            let header = map.sections[i].header;
+            elf(set_field(rng, b, header + at, width, map.shnum, &name))
+        }
+        58..70 => match map.symbols {
+            Some((table, count)) if count > 0 => {
+                let n = rng.below(count);
+                let (at, width, name) = SYMBOL_FIELDS[rng.index(SYMBOL_FIELDS.len())];
+                let name = format!("symbol {n} {name}");
+                elf(set_field(
+                    rng,
+                    b,
+                    table + 24 * n as usize + at,
+                    width,
+                    map.shnum,
+                    &name,
+                ))
+            }
+            _ => generic(rng, b),
+        },
+        70..80 => {
+            let tables = map.of_kind(|s| matches!(s.kind, 4 | 9) && s.entsize > 0);
+            let Some(table) = tables.get(rng.index(tables.len())) else {
+                return generic(rng, b);
+            };
+            let count = (table.size / table.entsize).max(1);
+            let n = rng.index(count);
+            let fields: &[(usize, usize, &str)] = &[
+                (0, 8, "r_offset"),
+                (8, 4, "r_type"),
+                (12, 4, "r_sym"),
+                (16, 8, "r_addend"),
+            ];
+            let fields = if table.entsize == 16 {
+                &fields[..3]
+            } else {
+                fields
+            };
+            let (at, width, name) = fields[rng.index(fields.len())];
+            let name = format!("relocation {n} {name}");
+            let symbols = map.symbols.map_or(0, |(_, count)| count);
+            let at = table.offset + table.entsize * n + at;
+            elf(set_field(rng, b, at, width, symbols, &name))
+        }
+        _ => {
+            let infos = map.of_kind(|s| s.kind == 0x7000_0000 || s.kind == 0x7000_0086);
+            let Some(info) = infos.get(rng.index(infos.len())) else {
+                return generic(rng, b);
+            };
+            let (start, size) = (info.offset, info.size);
+            elf(mutate_record(
+                rng,
+                b,
+                start,
+                size,
+                map.symbols.map_or(0, |s| s.1),
+            ))
+        }
+    }
+}
+
+/// A change to one `.nv.info` attribute record of the section at `start`.
+fn mutate_record(rng: &mut Rng, b: &mut [u8], start: usize, size: usize, symbols: u64) -> String {
+    let mut records = Vec::new();
+    let mut at = start;
+    while at < start + size && records.len() < 256 {
+        let (Some(format), Some(half)) = (get(b, at, 1), get(b, at + 2, 2)) else {
+            break;
+        };
+        let value = if format == 4 { half as usize } else { 0 };
+        records.push((at, value));
+        at = (at + 4 + value + 3) & !3;
+    }
+    let Some(&(at, value)) = records.get(rng.index(records.len())) else {
+        return flip_bytes(rng, b);
+    };
+    match rng.below(4) {
+        0 => {
+            let old = b.get(at).copied().unwrap_or(0);
+            let format = (old + 1 + rng.below(7) as u8) % 8;
+            put(b, at, 1, u64::from(format));
+            format!(".nv.info record at {at}: format {old} -> {format}")
+        }
+        1 => set_field(rng, b, at + 1, 1, 0, ".nv.info record attribute"),
+        2 => set_field(
+            rng,
+            b,
+            at + 2,
+            2,
+            value as u64,
+            ".nv.info record value/size",
+        ),
+        _ if value >= 4 => {
+            let word = rng.index(value / 4);
+            let name = format!(".nv.info record word {word}");
+            set_field(rng, b, at + 4 + 4 * word, 4, symbols, &name)
+        }
+        _ => set_field(rng, b, at + 2, 2, 0, ".nv.info record value/size"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fatbin
+// ---------------------------------------------------------------------------------------------
+
+const FATBIN_ENTRY_FIELDS: &[(usize, usize, &str)] = &[
+    (0, 2, "kind"),
+    (2, 2, "version"),
+    (4, 4, "header size"),
+    (8, 8, "payload size"),
+    (16, 4, "compressed size"),
+    (24, 2, "minor version"),
+    (26, 2, "major version"),
+    (28, 4, "arch"),
+    (32, 4, "name offset"),
+    (36, 4, "name size"),
+    (40, 8, "flags"),
+    (48, 8, "reserved"),
+    (56, 8, "uncompressed size"),
+    (64, 4, "extension word 0"),
+    (68, 4, "extension word 1"),
+    (72, 8, "extension word 2"),
+];
+
+/// Entry offsets, header sizes and kinds of a fatbin.
+fn fatbin_entries(b: &[u8]) -> Vec<(usize, usize, u64)> {
+    let mut entries = Vec::new();
+    let (Some(header), Some(body)) = (get(b, 6, 2), get(b, 8, 8)) else {
+        return entries;
+    };
+    let end = (header as usize).saturating_add(body as usize).min(b.len());
+    let mut at = header as usize;
+    while at < end && entries.len() < 64 {
+        let (Some(kind), Some(size), Some(payload)) =
+            (get(b, at, 2), get(b, at + 4, 4), get(b, at + 8, 8))
+        else {
+            break;
+        };
+        if size < 64 {
+            break;
+        }
+        entries.push((at, size as usize, kind));
+        let Some(next) = at
+            .checked_add(size as usize)
+            .and_then(|n| n.checked_add(usize::try_from(payload).ok()?))
+        else {
+            break;
+        };
+        at = next;
+    }
+    entries
+}
+
+fn mutate_fatbin(rng: &mut Rng, b: &mut Vec<u8>) -> String {
+    let entries = fatbin_entries(b);
+    // A plain PTX entry: its text is edited as PTX is.
+    let plain_ptx = entries.iter().copied().find(|&(at, _, kind)| {
+        kind == 1 && get(b, at + 40, 8).is_some_and(|flags| flags & 0xb000 == 0)
+    });
+    if let Some((at, size, _)) = plain_ptx
+        && rng.chance(40)
+    {
+        return edit_fatbin_ptx(rng, b, at, size);
+    }
+    match rng.below(100) {
+        0..15 => generic(rng, b),
+        15..25 => {
+            let fields: &[(usize, usize, &str)] = &[
+                (4, 2, "version"),
+                (6, 2, "header size"),
+                (8, 8, "body size"),
+            ];
+            let (at, width, name) = fields[rng.index(fields.len())];
+            set_field(rng, b, at, width, 0, &format!("fatbin header {name}"))
+        }
+        25..55 => {
+            let Some(&(at, size, _)) = entries.get(rng.index(entries.len())) else {
+                return generic(rng, b);
+            };
+            let fields: Vec<_> = FATBIN_ENTRY_FIELDS
+                .iter()
+                .filter(|(offset, width, _)| offset + width <= size)
+                .collect();
+            let &(offset, width, name) = fields[rng.index(fields.len())];
+            let count = entries.len() as u64;
+            set_field(
+                rng,
+                b,
+                at + offset,
+                width,
+                count,
+                &format!("fatbin entry at {at}: {name}"),
+            )
+        }
+        _ => {
+            // The ELF inside: an uncompressed ELF entry's payload.
+            let elf = entries
+                .iter()
+                .find(|&&(at, size, kind)| {
+                    kind == 2
+                        && get(b, at + 40, 8).is_some_and(|flags| flags & 0xb000 == 0)
+                        && b.get(at + size..at + size + 4) == Some(b"\x7fELF")
+                })
+                .map(|&(at, size, _)| at + size);
+            match elf {
+                Some(base) => mutate_elf_blob(rng, b, base),
+                None => generic(rng, b),
+            }
+        }
+    }
+}
+
+/// Edits the text of the plain PTX entry at `at` (header `size` bytes) and lays the fatbin out
+/// again around it: the entry's payload size and the fatbin's body size follow the new text,
+/// which ends in a NUL unless the edit is to drop it.
+fn edit_fatbin_ptx(rng: &mut Rng, b: &mut Vec<u8>, at: usize, size: usize) -> String {
+    let (Some(payload), Some(body)) = (get(b, at + 8, 8), get(b, 8, 8)) else {
+        return flip_bytes(rng, b);
+    };
+    let start = at + size;
+    let Some(end) = usize::try_from(payload)
+        .ok()
+        .and_then(|p| start.checked_add(p))
+    else {
+        return flip_bytes(rng, b);
+    };
+    let Some(old) = b.get(start..end) else {
+        return flip_bytes(rng, b);
+    };
+    let mut text = old.to_vec();
+    while text.last() == Some(&0) {
+        text.pop();
+    }
+    let mut what = edit_ptx(rng, &mut text);
+    if rng.chance(10) {
+        what.push_str(", without its NUL");
+    } else {
+        text.push(0);
+    }
+    text.resize(text.len().div_ceil(8) * 8, 0);
+    let new = text.len() as u64;
+    b.splice(start..end, text);
+    put(b, at + 8, 8, new);
+    put(b, 8, 8, body.wrapping_add(new).wrapping_sub(payload));
+    format!("PTX entry at {at}: {what}")
+}
+
+// ---------------------------------------------------------------------------------------------
+// PTX
+// ---------------------------------------------------------------------------------------------
+
+fn mutate_ptx(rng: &mut Rng, b: &mut Vec<u8>) -> String {
+    // Edit the text; a terminating NUL stays where it is.
+    let terminated = b.last() == Some(&0);
+    if terminated {
+        b.pop();
+    }
+    let what = edit_ptx(rng, b);
+    if terminated {
+        b.push(0);
+    }
+    what
+}
+
+fn edit_ptx(rng: &mut Rng, b: &mut Vec<u8>) -> String {
+    let len = b.len();
+    let line_starts: Vec<usize> = std::iter::once(0)
+        .chain(
+            b.iter()
+                .enumerate()
+                .filter(|(_, c)| **c == b'\n')
+                .map(|(i, _)| i + 1),
+        )
+        .filter(|&i| i < len)
+        .collect();
+    let line = |rng: &mut Rng| -> (usize, usize) {
+        let n = rng.index(line_starts.len());
+        let start = line_starts.get(n).copied().unwrap_or(0);
+        let end = line_starts.get(n + 1).copied().unwrap_or(len);
+        (start, end)
+    };
+    match rng.below(10) {
+        0 => {
+            let at = rng.index(b.len() + 1);
+            b.insert(at, 0);
+            format!("NUL inserted at {at}")
+        }
+        1 => {
+            let (start, end) = line(rng);
+            b.drain(start..end);
+            format!("line at {start} deleted")
+        }
+        2 => {
+            let (start, end) = line(rng);
+            let copy = b[start..end].to_vec();
+            b.splice(start..start, copy);
+            format!("line at {start} repeated")
+        }
+        3 => {
+            // A number replaced by another (register counts, sizes, offsets, versions).
+            let digits: Vec<usize> = (0..b.len()).filter(|&i| b[i].is_ascii_digit()).collect();
+            let Some(&at) = digits.get(rng.index(digits.len())) else {
+                return flip_bytes(rng, b);
+            };
+            let end = (at..b.len())
+                .find(|&i| !b[i].is_ascii_digit())
+                .unwrap_or(b.len());
+            let number = interesting(rng, 0, 8, 1 << 20, 0).to_string();
+            b.splice(at..end, number.bytes());
+            format!("number at {at} replaced by {number}")
+        }
+        4 => {
+            let directive = if rng.chance(50) {
+                ".version"
+            } else {
+                ".target"
+            };
+            let replacement = match rng.below(4) {
+                0 => "99.9",
+                1 => "sm_1234",
+                2 => "compute_20",
+                _ => "\u{1}\u{2}",
+            };
+            let Some(at) = b
+                .windows(directive.len())
+                .position(|w| w == directive.as_bytes())
+            else {
+                return flip_bytes(rng, b);
+            };
+            let start = at + directive.len() + 1;
+            let end = (start..b.len()).find(|&i| b[i] == b'\n').unwrap_or(b.len());
+            if start <= end {
+                b.splice(start..end, replacement.bytes());
+            }
+            format!("{directive} set to {replacement:?}")
+        }
+        5 => truncate(rng, b),
+        6 => {
+            let at = rng.index(b.len() + 1);
+            let n = 1 + rng.index(64);
+            let junk = rng.bytes(n);
+            b.splice(at..at, junk);
+            format!("{n} random bytes inserted at {at}")
+        }
+        7 => {
+            let Some(at) = (!b.is_empty()).then(|| rng.index(b.len())) else {
+                return "empty text".into();
+            };
+            let c = b"{}();,.%[]<>:"[rng.index(13)];
+            b[at] = c;
+            format!("byte at {at} set to {:?}", c as char)
+        }
+        8 => {
+            let (a, _) = line(rng);
+            let (c, _) = line(rng);
+            let (first, second) = (a.min(c), a.max(c));
+            let first_end = (first..b.len())
+                .find(|&i| b[i] == b'\n')
+                .map_or(b.len(), |i| i + 1);
+            if first_end <= second {
+                let moved: Vec<u8> = b.drain(first..first_end).collect();
+                let at = second - moved.len();
+                b.splice(at..at, moved);
+            }
+            format!("line at {first} moved before the line at {second}")
+        }
+        _ => flip_bytes(rng, b),
+    }
+}
