@@ -209,6 +209,22 @@ pub enum AtlasError {
         /// What the JIT compiler wrote to its error log (empty for binaries, or when it said nothing).
         jit_log: String,
     },
+    /// A module holds no code the device can run (`CUDA_ERROR_NO_BINARY_FOR_GPU`): a cubin or
+    /// fatbin built for other architectures only.
+    #[error(
+        "module `{module}` has no code that device {device} ({arch}) can run: it holds {holds}; \
+         load a cubin built for {arch}, or PTX"
+    )]
+    NoBinaryForDevice {
+        /// The module's name in its model.
+        module: String,
+        /// What the blob holds (`sm_80 SASS`, `compute_75 PTX, sm_80 SASS`).
+        holds: String,
+        /// The device's ordinal.
+        device: usize,
+        /// The device's architecture (`sm_90`).
+        arch: String,
+    },
     /// A blob or module name was rejected before reaching the driver.
     #[error("module `{module}`: {reason}")]
     InvalidModule {

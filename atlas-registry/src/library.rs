@@ -6,11 +6,10 @@ use std::sync::Arc;
 
 use atlas_sys::{CUlibrary, CUmodule, CUresult};
 
-use crate::blob::{self, BlobKind};
-use crate::context::CudaContext;
+use crate::blob::{BlobKind, code_targets};
 use crate::driver::{cu, driver};
 use crate::error::{AtlasError, Result, report_cleanup};
-use crate::host::host;
+use crate::host::{CudaHost, host};
 use crate::module::{BlobLayouts, Module, layouts_if_needed, retry_with_log, with_jit_log};
 use crate::registry::AtlasRegistry;
 
@@ -21,10 +20,19 @@ pub(crate) struct LibraryBlob {
     kind: BlobKind,
     /// As [`Module`]'s: the blob's kernel layouts, read only when the driver cannot tell them.
     blob_layouts: Option<Arc<BlobLayouts>>,
-    /// The PTX image, NUL-terminated, kept for a PTX blob only: `cuLibraryLoadData` defers the JIT
-    /// to the first `cuLibraryGetModule`, and when that fails the image is compiled once more with
-    /// a log buffer, so that the error carries the JIT log.
-    ptx: Option<Box<[u8]>>,
+    /// What is kept of the blob to explain a failure of `cuLibraryGetModule`, where the driver
+    /// first compiles or picks code for a device.
+    kept: Kept,
+}
+
+/// What a [`LibraryBlob`] keeps of its blob.
+#[derive(Debug)]
+enum Kept {
+    /// The PTX image, NUL-terminated: when the deferred JIT fails, it is compiled once more with a
+    /// log buffer, so that the error carries the JIT log.
+    Ptx(Box<[u8]>),
+    /// For binaries, what code they hold (`sm_80 SASS`), for a device that can run none of it.
+    Targets(String),
 }
 
 // SAFETY: a CUlibrary is context-independent and usable from any thread; it is unloaded only in
@@ -46,25 +54,34 @@ impl LibraryBlob {
         self.blob_layouts.clone()
     }
 
-    /// The error for `cuLibraryGetModule` failing with `status` for module `name` in `context`
-    /// (current): for PTX, the JIT is run again with a log buffer (`cuModuleLoadDataEx`, unloaded
-    /// again at once should it succeed) so that the error is an [`AtlasError::ModuleLoad`] with the
-    /// JIT log; otherwise the driver's error.
+    /// The error for `cuLibraryGetModule` failing with `status` for module `name` on `host`'s
+    /// device (its context current): for code of other architectures, which; for PTX, the JIT is
+    /// run again with a log buffer (`cuModuleLoadDataEx`, unloaded again at once should it
+    /// succeed) so that the error is an [`AtlasError::ModuleLoad`] with the JIT log; otherwise the
+    /// driver's error.
     #[cold]
-    pub(crate) fn explain(
-        &self,
-        context: &CudaContext,
-        name: &str,
-        status: CUresult,
-    ) -> AtlasError {
+    pub(crate) fn explain(&self, host: &CudaHost, name: &str, status: CUresult) -> AtlasError {
         let plain = || {
             AtlasError::from_call(
                 "cuLibraryGetModule",
-                format!("module `{name}` on device {}", context.ordinal()),
+                format!("module `{name}` on device {}", host.ordinal()),
                 status.0,
             )
         };
-        let (Some(ptx), Ok(cuda)) = (&self.ptx, driver()) else {
+        let image = match &self.kept {
+            Kept::Ptx(ptx) => ptx,
+            Kept::Targets(holds) if status == CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU => {
+                let (major, minor) = host.compute_capability();
+                return AtlasError::NoBinaryForDevice {
+                    module: name.escape_debug().to_string(),
+                    holds: holds.clone(),
+                    device: host.ordinal(),
+                    arch: format!("sm_{major}{minor}"),
+                };
+            }
+            Kept::Targets(_) => return plain(),
+        };
+        let Ok(cuda) = driver() else {
             return plain();
         };
         let (Ok(load_ex), Ok(unload)) = (
@@ -78,7 +95,8 @@ impl LibraryBlob {
             "cuLibraryGetModule",
             name,
             status,
-            ptx,
+            image,
+            Some(host),
             &mut |image, count, options, values| {
                 // SAFETY: `image` is the checked, NUL-terminated PTX; the options and values are
                 // matching arrays of `count`; the caller made the context current.
@@ -128,15 +146,16 @@ impl AtlasLibrary {
     /// [`AtlasRegistry::load`]; a JIT failure carries the JIT log.
     #[doc(alias = "cuLibraryLoadData")]
     pub fn load(blobs: &[(&str, &[u8])]) -> Result<Self> {
-        AtlasRegistry::check_unique(blobs)?;
+        let prepared = AtlasRegistry::prepare_all(blobs)?;
         let load = atlas_sys::entry!(driver()?.cuda, cuLibraryLoadData)?;
         let mut loaded = Vec::with_capacity(blobs.len());
-        for (name, blob) in blobs {
+        for ((name, _), (kind, image)) in blobs.iter().zip(prepared) {
             let mut raw: CUlibrary = std::ptr::null_mut();
-            let kind = with_jit_log(
+            with_jit_log(
                 "cuLibraryLoadData",
                 name,
-                blob,
+                &image,
+                None,
                 &mut |image, count, options, values| {
                     // SAFETY: `image` is a checked blob (PTX NUL-terminated); the JIT options and values
                     // are matching arrays of `count`; no library options.
@@ -154,16 +173,18 @@ impl AtlasLibrary {
                     }
                 },
             )?;
+            let blob_layouts = layouts_if_needed(&image);
+            let kept = match kind {
+                BlobKind::Ptx => Kept::Ptx(image.into_owned().into_boxed_slice()),
+                _ => Kept::Targets(code_targets(&image)),
+            };
             loaded.push((
                 name.to_string(),
                 Arc::new(LibraryBlob {
                     raw,
                     kind,
-                    blob_layouts: layouts_if_needed(blob),
-                    ptx: (kind == BlobKind::Ptx)
-                        .then(|| blob::prepare(name, blob).ok())
-                        .flatten()
-                        .map(|(_, image)| image.into_owned().into_boxed_slice()),
+                    blob_layouts,
+                    kept,
                 }),
             ));
         }
@@ -185,7 +206,7 @@ impl AtlasLibrary {
         let modules = self
             .blobs
             .iter()
-            .map(|(name, blob)| Module::from_library(host.context(), name, Arc::clone(blob)))
+            .map(|(name, blob)| Module::from_library(&host, name, Arc::clone(blob)))
             .collect::<Result<Vec<_>>>()?;
         Ok(AtlasRegistry::from_modules(host, modules))
     }

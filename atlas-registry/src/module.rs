@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use atlas_sys::{CUdeviceptr, CUfunction, CUjit_option, CUmodule, CUresult};
 
-use crate::blob::{self, BlobKind};
-use crate::context::{CudaContext, ensure_bound};
+use crate::blob::{BlobKind, code_targets, plain_code, sniff};
+use crate::context::ensure_bound;
 use crate::driver::{cu, driver};
 use crate::error::{AtlasError, NotFoundKind, Result, cuda_error_text, is_sticky, report_cleanup};
 use crate::function::ParamSizes;
+use crate::host::CudaHost;
 use crate::library::LibraryBlob;
 use crate::param_layout::{KernelLayout, kernel_layouts};
 
@@ -36,12 +37,25 @@ pub(crate) type BlobLayouts = std::result::Result<Vec<KernelLayout>, String>;
 
 /// The blob's kernel layouts when the driver cannot tell them (no `cuFuncGetParamInfo`: older than
 /// CUDA 12.4, or an injection library); `None` when it can, so that nothing is parsed.
+///
+/// A fatbin's layouts come from the first of its uncompressed entries (PTX or cubin) that can be
+/// read: every entry is the same source compiled for another architecture.
 pub(crate) fn layouts_if_needed(blob: &[u8]) -> Option<Arc<BlobLayouts>> {
     let d = driver().ok()?;
     if atlas_sys::entry!(d.cuda, cuFuncGetParamInfo).is_ok() {
         return None;
     }
-    Some(Arc::new(kernel_layouts(blob).map_err(|e| e.to_string())))
+    let mut first_error = None;
+    for code in plain_code(blob) {
+        match kernel_layouts(code) {
+            Ok(layouts) => return Some(Arc::new(Ok(layouts))),
+            Err(e) => {
+                first_error.get_or_insert(e.to_string());
+            }
+        }
+    }
+    let why = first_error.unwrap_or_else(|| "it holds no uncompressed PTX or cubin".into());
+    Some(Arc::new(Err(why)))
 }
 
 // SAFETY: a CUmodule is a driver handle usable from any thread; the module is unloaded only
@@ -52,18 +66,20 @@ unsafe impl Sync for Module {}
 
 impl Module {
     /// Loads `blob` as module `name` in `context`. PTX failures carry the JIT error log.
-    pub(crate) fn load(context: &CudaContext, name: &str, blob: &[u8]) -> Result<Self> {
+    pub(crate) fn load(host: &CudaHost, name: &str, image: &[u8]) -> Result<Self> {
         let cuda = driver()?.cuda;
         let (load, load_ex) = (
             atlas_sys::entry!(cuda, cuModuleLoadData)?,
             atlas_sys::entry!(cuda, cuModuleLoadDataEx)?,
         );
+        let context = host.context();
         context.bind()?;
         let mut raw: CUmodule = std::ptr::null_mut();
-        let kind = with_jit_log(
+        with_jit_log(
             "cuModuleLoadData",
             name,
-            blob,
+            image,
+            Some(host),
             &mut |image, count, options, values| {
                 // SAFETY: `image` is a checked blob (PTX NUL-terminated); the options and their values
                 // are matching arrays of `count`; the context is current.
@@ -79,27 +95,28 @@ impl Module {
         Ok(Self {
             raw,
             name: name.to_string(),
-            kind,
+            kind: sniff(image),
             context: context.raw(),
             library: None,
-            blob_layouts: layouts_if_needed(blob),
+            blob_layouts: layouts_if_needed(image),
         })
     }
 
     /// The module of `library` in `context` (`cuLibraryGetModule`): a view of the one library
     /// load, never unloaded by itself; the library goes when its last view does.
     pub(crate) fn from_library(
-        context: &CudaContext,
+        host: &CudaHost,
         name: &str,
         library: Arc<LibraryBlob>,
     ) -> Result<Self> {
+        let context = host.context();
         context.bind()?;
         let get_module = atlas_sys::entry!(driver()?.cuda, cuLibraryGetModule)?;
         let mut raw: CUmodule = std::ptr::null_mut();
         // SAFETY: the library is loaded (the Arc keeps it), `raw` a live out-pointer, context current.
         let status = unsafe { get_module(&mut raw, library.raw()) };
         if status != CUresult::CUDA_SUCCESS {
-            return Err(library.explain(context, name, status));
+            return Err(library.explain(host, name, status));
         }
         Ok(Self {
             raw,
@@ -219,16 +236,16 @@ impl Module {
 pub(crate) type JitLoad<'a> =
     dyn FnMut(*const c_void, u32, *mut CUjit_option, *mut *mut c_void) -> CUresult + 'a;
 
-/// Checks `blob` and hands it to `load`, with no options: the load is exactly what a raw call
-/// costs. Only when it fails is the blob handed over once more, with a JIT error log buffer (see
-/// [`retry_with_log`]).
+/// Hands the checked `image` to `load`, with no options: the load is exactly what a raw call
+/// costs. Only when it fails is the image handed over once more, with a JIT error log buffer (see
+/// [`retry_with_log`]). `device` is the device the load is for, when it is known.
 pub(crate) fn with_jit_log(
     call: &'static str,
     name: &str,
-    blob: &[u8],
+    image: &[u8],
+    device: Option<&CudaHost>,
     load: &mut JitLoad<'_>,
-) -> Result<BlobKind> {
-    let (kind, image) = blob::prepare(name, blob)?;
+) -> Result<()> {
     let status = load(
         image.as_ptr().cast(),
         0,
@@ -236,21 +253,23 @@ pub(crate) fn with_jit_log(
         std::ptr::null_mut(),
     );
     if status == CUresult::CUDA_SUCCESS {
-        return Ok(kind);
+        return Ok(());
     }
-    retry_with_log(call, name, status, &image, load).map(|()| kind)
+    retry_with_log(call, name, status, image, device, load)
 }
 
 /// After a load of `image` failed with `status`: unless the context is lost (then every call
-/// fails the same way, and the blob is not at fault), loads it once more through `load` with a JIT
-/// error log buffer, so that the error is an [`AtlasError::ModuleLoad`] carrying the log. `Ok` when
-/// that second load succeeded (the caller then owns what it loaded).
+/// fails the same way, and the blob is not at fault) or the image holds no code for the device,
+/// loads it once more through `load` with a JIT error log buffer, so that the error is an
+/// [`AtlasError::ModuleLoad`] carrying the log. `Ok` when that second load succeeded (the caller
+/// then owns what it loaded).
 #[cold]
 pub(crate) fn retry_with_log(
     call: &'static str,
     name: &str,
     status: CUresult,
     image: &[u8],
+    device: Option<&CudaHost>,
     load: &mut JitLoad<'_>,
 ) -> Result<()> {
     if is_sticky(status.0) {
@@ -259,6 +278,15 @@ pub(crate) fn retry_with_log(
             format!("loading module `{name}`"),
             status.0,
         ));
+    }
+    if let (CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU, Some(host)) = (status, device) {
+        let (major, minor) = host.compute_capability();
+        return Err(AtlasError::NoBinaryForDevice {
+            module: name.escape_debug().to_string(),
+            holds: code_targets(image),
+            device: host.ordinal(),
+            arch: format!("sm_{major}{minor}"),
+        });
     }
     // Zeroed, and read only up to the length the driver reports, bounded by the buffer and cut at
     // the first NUL: on early failures the driver may write neither the log nor its length.

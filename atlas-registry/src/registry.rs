@@ -1,6 +1,7 @@
 //! [`AtlasRegistry`]: one model's loaded modules, its function handles and caches, and
 //! [`release`].
 
+use std::borrow::Cow;
 use std::ffi::c_void;
 use std::fmt;
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use atlas_sys::{CUdeviceptr, CUstream};
 
-use crate::blob::BlobKind;
+use crate::blob::{self, BlobKind};
 use crate::cache::CallSiteTable;
 use crate::context::CudaContext;
 use crate::error::{AtlasError, NotFoundKind, Result};
@@ -65,17 +66,30 @@ impl AtlasRegistry {
     #[doc(alias = "cuModuleLoadData")]
     #[doc(alias = "cuModuleLoadDataEx")]
     pub fn load(ordinal: usize, blobs: &[(&str, &[u8])]) -> Result<Self> {
-        Self::check_unique(blobs)?;
+        let prepared = Self::prepare_all(blobs)?;
         let host = host(ordinal)?;
         let modules = blobs
             .iter()
-            .map(|(name, blob)| Module::load(host.context(), name, blob))
+            .zip(&prepared)
+            .map(|((name, _), (_, image))| Module::load(&host, name, image))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self::from_modules(host, modules))
     }
 
+    /// Checks a model's names and blobs before the driver is loaded (so a bad blob is reported the
+    /// same on a machine without a GPU) and returns each blob's kind and the bytes to hand over.
+    pub(crate) fn prepare_all<'b>(
+        blobs: &[(&str, &'b [u8])],
+    ) -> Result<Vec<(BlobKind, Cow<'b, [u8]>)>> {
+        Self::check_unique(blobs)?;
+        blobs
+            .iter()
+            .map(|(name, blob)| blob::prepare(name, blob))
+            .collect()
+    }
+
     /// An error naming the first module name that appears twice.
-    pub(crate) fn check_unique(blobs: &[(&str, &[u8])]) -> Result<()> {
+    fn check_unique(blobs: &[(&str, &[u8])]) -> Result<()> {
         for (i, (name, _)) in blobs.iter().enumerate() {
             if blobs[..i].iter().any(|(earlier, _)| earlier == name) {
                 return Err(AtlasError::InvalidModule {

@@ -177,6 +177,17 @@ impl Iterator for Entries<'_> {
     }
 }
 
+/// The payloads of the fatbin's uncompressed entries (PTX text or ELF images), in order; nothing
+/// past the first malformed entry.
+pub(super) fn plain_payloads(b: &[u8]) -> impl Iterator<Item = &[u8]> {
+    entries(b)
+        .into_iter()
+        .flatten()
+        .map_while(Result::ok)
+        .filter(|entry| entry.flags & (FLAG_COMPRESSED_NV | FLAG_COMPRESSED_ZSTD) == 0)
+        .filter_map(move |entry| bytes_at(b, entry.payload_at(), entry.payload_size))
+}
+
 /// Checks a fatbin: its header, every entry's header, and what each entry holds.
 pub(super) fn check(b: &[u8]) -> Check {
     for (index, entry) in entries(b)?.enumerate() {

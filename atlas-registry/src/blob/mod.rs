@@ -30,10 +30,6 @@ use std::borrow::Cow;
 use crate::error::{AtlasError, Result};
 use read::Check;
 
-#[allow(
-    unused_imports,
-    reason = "for the loader's CUDA_ERROR_NO_BINARY_FOR_GPU message"
-)]
 pub(crate) use elf::cuda::sm_arch;
 
 /// The kind of a module blob, told from its first bytes.
@@ -83,7 +79,7 @@ pub fn sniff(blob: &[u8]) -> BlobKind {
 /// ```
 /// use atlas_registry::{BlobKind, validate_blob};
 ///
-/// let (name, cubin) = atlas_kernels::cubin_for_model("demo").unwrap()[0];
+/// let (name, cubin) = atlas_kernels::cubin_for_model("demo", 90).unwrap()[0];
 /// assert_eq!(validate_blob(name, cubin).unwrap(), BlobKind::Cubin);
 /// let e = validate_blob(name, &cubin[..cubin.len() / 2]).unwrap_err();
 /// assert!(e.to_string().contains("truncated"), "{e}");
@@ -136,12 +132,17 @@ pub(crate) fn prepare<'b>(module: &str, blob: &'b [u8]) -> Result<(BlobKind, Cow
     Ok((kind, Cow::Owned(owned)))
 }
 
+/// The code a blob holds that a reader can parse on its own: the blob itself, or for a fatbin the
+/// payload of each uncompressed entry (PTX text or an ELF image).
+pub(crate) fn plain_code(blob: &[u8]) -> Vec<&[u8]> {
+    match sniff(blob) {
+        BlobKind::Fatbin => fatbin::plain_payloads(blob).collect(),
+        _ => vec![blob],
+    }
+}
+
 /// What code `blob` holds, for messages: `sm_90 SASS` for a cubin, `sm_90 SASS, compute_90 PTX`
 /// for a fatbin, `PTX for sm_75`. Reads only what is there; never fails.
-#[allow(
-    dead_code,
-    reason = "for the loader's CUDA_ERROR_NO_BINARY_FOR_GPU message"
-)]
 pub(crate) fn code_targets(blob: &[u8]) -> String {
     match sniff(blob) {
         BlobKind::Cubin => match sm_arch(blob) {

@@ -3,13 +3,13 @@
 
 use std::borrow::Cow;
 
-use atlas_kernels::{ELEMENTWISE_FATBIN, MODELS, cubin_for_model, ptx_for_model};
+use atlas_kernels::{CUBIN_ARCHS, ELEMENTWISE_FATBIN, MODELS, cubin_for_model, ptx_for_model};
 
 use super::*;
 
 /// A blob of the demo model by module name.
 fn demo_cubin(module: &str) -> &'static [u8] {
-    cubin_for_model("demo")
+    cubin_for_model("demo", 90)
         .unwrap()
         .iter()
         .find(|(name, _)| *name == module)
@@ -123,10 +123,10 @@ const SH_ENTSIZE: usize = 56;
 fn every_committed_blob_passes() {
     let mut count = 0;
     for model in MODELS {
-        for blobs in [
-            ptx_for_model(model).unwrap(),
-            cubin_for_model(model).unwrap(),
-        ] {
+        let cubins = CUBIN_ARCHS
+            .iter()
+            .map(|&sm| cubin_for_model(model, sm).unwrap());
+        for blobs in std::iter::once(ptx_for_model(model).unwrap()).chain(cubins) {
             for (name, blob) in blobs {
                 check(blob).unwrap_or_else(|e| panic!("{model}/{name}: {e}"));
                 count += 1;
@@ -159,17 +159,19 @@ fn every_committed_blob_passes() {
 #[test]
 fn the_sm_architecture_comes_from_e_flags_in_both_layouts() {
     for model in MODELS {
-        for (name, blob) in cubin_for_model(model).unwrap() {
-            // nvcc 13: EI_ABIVERSION 8, e_flags 0x06005a04, the SM number in bits 8-15.
-            assert_eq!((blob[8], Image::new(blob).u32(48)), (8, 0x0600_5a04));
-            assert_eq!(sm_arch(blob), Some(90), "{model}/{name}");
+        for &sm in CUBIN_ARCHS {
+            for (name, blob) in cubin_for_model(model, sm).unwrap() {
+                // NVRTC 12.0: EI_ABIVERSION 7, the SM number in the low byte and in bits 16-23.
+                assert_eq!(blob[8], 7, "{model}/{name}");
+                assert_eq!(sm_arch(blob), Some(sm), "{model}/{name} for sm_{sm}");
+            }
         }
     }
-    // The layout before: EI_ABIVERSION 7, the SM number in the low byte (sm_86 here, with
-    // compute_86 in bits 16-23).
+    // The newer layout (nvcc 13): EI_ABIVERSION 8, the SM number in bits 8-15.
+    let mut new = Image::new(demo_cubin("noop"));
+    new.set(8, &[8]).set(48, &0x0600_5a04u32.to_le_bytes());
+    assert_eq!(sm_arch(&new.b), Some(90));
     let mut old = Image::new(demo_cubin("noop"));
-    old.set(8, &[7]).set(48, &0x0056_0556u32.to_le_bytes());
-    assert_eq!(sm_arch(&old.b), Some(86));
     old.set(8, &[9]);
     assert_eq!(sm_arch(&old.b), None, "an ABI version after the known ones");
     let mut amd = Image::new(demo_cubin("noop"));
@@ -182,7 +184,7 @@ fn the_sm_architecture_comes_from_e_flags_in_both_layouts() {
     assert_eq!(code_targets(&amd.b), "an AMD GPU code object");
     assert_eq!(
         code_targets(ELEMENTWISE_FATBIN),
-        "compute_90 PTX, sm_90 SASS"
+        "compute_75 PTX, sm_75 SASS, sm_80 SASS, sm_86 SASS, sm_89 SASS, sm_90 SASS"
     );
     assert_eq!(
         code_targets(ptx_for_model("demo").unwrap()[0].1),

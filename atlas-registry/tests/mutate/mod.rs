@@ -11,7 +11,7 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use atlas_kernels::{ELEMENTWISE_FATBIN, MODELS, cubin_for_model, ptx_for_model};
+use atlas_kernels::{CUBIN_ARCHS, ELEMENTWISE_FATBIN, MODELS, cubin_for_model, ptx_for_model};
 
 /// SplitMix64: one 64-bit state, every seed (0 included) a good start.
 pub struct Rng(u64);
@@ -75,10 +75,14 @@ pub struct Source {
 pub fn corpus() -> Vec<Source> {
     let mut corpus = Vec::new();
     for model in MODELS {
-        for (kind, blobs, ext) in [
-            (Kind::Cubin, cubin_for_model(model), "cubin"),
-            (Kind::Ptx, ptx_for_model(model), "ptx"),
-        ] {
+        let cubins = CUBIN_ARCHS.iter().map(|&sm| {
+            (
+                Kind::Cubin,
+                cubin_for_model(model, sm),
+                format!("sm_{sm}.cubin"),
+            )
+        });
+        for (kind, blobs, ext) in cubins.chain([(Kind::Ptx, ptx_for_model(model), "ptx".into())]) {
             for (module, blob) in blobs.unwrap_or_default() {
                 corpus.push(Source {
                     name: format!("{model}/{module}.{ext}"),

@@ -61,10 +61,6 @@ const ABI_VERSION_SM_IN_BYTE_1: u8 = 8;
 /// is the low byte (`EF_CUDA_SM`, e.g. `0x0056_0556` is sm_86), from version 8 it is bits 8–15
 /// (`EF_CUDA_SM_MASK`), where the old layout kept feature flags: the committed nvcc 13 sm_90
 /// cubins are version 8 with `e_flags` `0x0600_5a04`.
-#[allow(
-    dead_code,
-    reason = "for the loader's CUDA_ERROR_NO_BINARY_FOR_GPU message"
-)]
 pub(crate) fn sm_arch(blob: &[u8]) -> Option<u32> {
     if !blob.starts_with(MAGIC) || u16_at(blob, 18)? != EM_CUDA {
         return None;
