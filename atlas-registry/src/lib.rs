@@ -143,3 +143,7 @@ mod send_sync {
         send_sync::<GraphExec>();
     };
 }
+
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
