@@ -110,10 +110,8 @@ fn generated_method_for_a_missing_symbol_returns_not_found() {
     assert_eq!(unsafe { driver.cuInit(0) }, CUresult::CUDA_SUCCESS);
     let mut v = 0;
     // SAFETY: the pointer is to a live c_int.
-    assert_eq!(
-        unsafe { driver.cuDriverGetVersion(&mut v) },
-        CUresult::CUDA_SUCCESS
-    );
+    let status = unsafe { driver.cuDriverGetVersion(&mut v) };
+    assert_eq!(status, CUresult::CUDA_SUCCESS);
     assert_eq!(v, 12090);
 }
 
