@@ -1,40 +1,83 @@
 #!/usr/bin/env bash
 # Regenerates src/bindings.rs, the CUDA driver API declarations, from pinned inputs.
 #
-#   atlas-sys/regen-bindings.sh           rewrite src/bindings.rs
-#   atlas-sys/regen-bindings.sh --check   exit 1 if the committed file differs from a fresh generation
+#   atlas-sys/regen-bindings.sh                    rewrite src/bindings.rs
+#   atlas-sys/regen-bindings.sh --check            exit 1 if the committed file differs from a fresh generation
+#   atlas-sys/regen-bindings.sh --install-missing  also install libclang-dev with apt-get when it is missing
 #
 # Inputs, all pinned: cuda.h from the nvidia-cuda-runtime-cu12 12.9.79 wheel (PyPI), bindgen-cli 0.72.1
-# (crates.io), libclang from the distribution (Debian's libclang-dev, clang 14). Installs what is missing.
+# (crates.io), libclang from the distribution (Debian's libclang-dev, clang 14), rustfmt.
+#
+# The downloaded tools live in one cache folder, target/regen-bindings/ (ATLAS_REGEN_CACHE overrides
+# it): bindgen-cli installed there with `cargo install --root`, and the include folder of the wheel.
+# The first run fills it (about two minutes, mostly building bindgen-cli); later runs reuse it and
+# take seconds. Nothing outside the cache and src/bindings.rs is changed, unless --install-missing
+# is given: without it, a missing system package is reported with the command that installs it.
+#
+# The generated methods `CudaDriver::cuName(..)` are rewritten so that a function the loaded driver
+# does not export returns CUDA_ERROR_NOT_FOUND instead of panicking (see the crate docs).
 set -euo pipefail
 CUDA_WHEEL_VERSION=12.9.79
 BINDGEN_VERSION=0.72.1
 here=$(cd "$(dirname "$0")" && pwd)
 target=$here/src/bindings.rs
-check=0
-[ "${1:-}" = --check ] && check=1
+check=0 install_missing=0
+for arg in "$@"; do
+  case $arg in
+    --check) check=1 ;;
+    --install-missing) install_missing=1 ;;
+    *) echo "usage: $0 [--check] [--install-missing]" >&2; exit 2 ;;
+  esac
+done
+cache=${ATLAS_REGEN_CACHE:-${CARGO_TARGET_DIR:-$here/../target}/regen-bindings}
+mkdir -p "$cache"
+cache=$(cd "$cache" && pwd)
+
+fail() { echo "regen-bindings: $*" >&2; exit 1; }
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# libclang
-if ! ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 && ! ldconfig -p | grep -q 'libclang[-.0-9]*\.so'; then
-  if command -v apt-get >/dev/null; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclang-dev >/dev/null
+# libclang (bindgen loads it at run time): the one system package, installed only when asked.
+have_libclang() {
+  [ -n "${LIBCLANG_PATH:-}" ] || ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 ||
+    { command -v ldconfig >/dev/null && ldconfig -p | grep -q 'libclang[-.0-9]*\.so'; }
+}
+if ! have_libclang; then
+  if ((install_missing)) && command -v apt-get >/dev/null; then
+    echo "regen-bindings: installing libclang-dev with apt-get"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclang-dev >/dev/null; } ||
+      fail "apt-get could not install libclang-dev (it needs root and the distribution's package index)"
+  elif command -v apt-get >/dev/null; then
+    fail "libclang is missing; install it with: sudo apt-get install libclang-dev (or pass --install-missing)"
   else
-    echo "regen-bindings: libclang not found; install your distribution's libclang-dev" >&2; exit 1
+    fail "libclang is missing; install your distribution's libclang development package (clang 14 reproduces the committed file) or set LIBCLANG_PATH"
   fi
 fi
-# bindgen-cli
-if [ "$(bindgen --version 2>/dev/null)" != "bindgen $BINDGEN_VERSION" ]; then
-  cargo install --quiet --locked bindgen-cli --version "$BINDGEN_VERSION" --root "$work/bindgen"
-  export PATH=$work/bindgen/bin:$PATH
+
+# bindgen-cli, built once into the cache.
+bindgen=$cache/bindgen-cli-$BINDGEN_VERSION/bin/bindgen
+if [ ! -x "$bindgen" ]; then
+  echo "regen-bindings: installing bindgen-cli $BINDGEN_VERSION into $cache (once)"
+  rm -rf "$cache/bindgen-cli-$BINDGEN_VERSION.partial"
+  cargo install --quiet --locked bindgen-cli --version "$BINDGEN_VERSION" \
+    --root "$cache/bindgen-cli-$BINDGEN_VERSION.partial" >"$cache/bindgen-install.log" 2>&1 ||
+    fail "cannot install bindgen-cli $BINDGEN_VERSION: cargo install needs crates.io (network or a configured mirror); details in $cache/bindgen-install.log"
+  mv "$cache/bindgen-cli-$BINDGEN_VERSION.partial" "$cache/bindgen-cli-$BINDGEN_VERSION"
 fi
-# cuda.h
-python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
-  "nvidia-cuda-runtime-cu12==$CUDA_WHEEL_VERSION" -d "$work/wheel"
-python3 -m zipfile -e "$work"/wheel/*.whl "$work/wheel/x"
-include=$work/wheel/x/nvidia/cuda_runtime/include
+
+# cuda.h, from the wheel, extracted once into the cache.
+include=$cache/cuda-runtime-$CUDA_WHEEL_VERSION/include
+if [ ! -f "$include/cuda.h" ]; then
+  echo "regen-bindings: downloading nvidia-cuda-runtime-cu12==$CUDA_WHEEL_VERSION into $cache (once)"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
+    "nvidia-cuda-runtime-cu12==$CUDA_WHEEL_VERSION" -d "$work/wheel" >"$work/pip.log" 2>&1 ||
+    fail "cannot download nvidia-cuda-runtime-cu12==$CUDA_WHEEL_VERSION: python3 -m pip download needs PyPI (network or PIP_INDEX_URL)"
+  python3 -m zipfile -e "$work"/wheel/*.whl "$work/wheel/x"
+  rm -rf "$cache/cuda-runtime-$CUDA_WHEEL_VERSION"
+  mkdir -p "$cache/cuda-runtime-$CUDA_WHEEL_VERSION"
+  mv "$work/wheel/x/nvidia/cuda_runtime/include" "$include"
+fi
 
 {
   cat <<BANNER
@@ -42,13 +85,32 @@ include=$work/wheel/x/nvidia/cuda_runtime/include
 // Inputs: cuda.h of nvidia-cuda-runtime-cu12==$CUDA_WHEEL_VERSION, bindgen-cli $BINDGEN_VERSION, libclang.
 
 BANNER
-  bindgen "$include/cuda.h" \
+  "$bindgen" "$include/cuda.h" \
     --dynamic-loading CudaDriver \
     --allowlist-function '^cu.*' --allowlist-type '^CU.*' --allowlist-var '^CU.*' \
     --default-enum-style newtype --no-layout-tests --no-doc-comments \
     --rust-edition 2024 --rust-target 1.85 \
     -- -I"$include"
-} > "$work/bindings.rs"
+} >"$work/bindings.rs"
+
+# bindgen's methods `expect` the entry point, a panic when the driver lacks it: make each one
+# return CUDA_ERROR_NOT_FOUND instead, and fail here if bindgen's output no longer has that shape.
+python3 - "$work/bindings.rs" <<'PY'
+import re, sys
+path = sys.argv[1]
+text = open(path).read()
+call = re.compile(
+    r'\(\s*self\s*\.\s*(\w+)\s*\.\s*as_ref\(\)\s*\.\s*expect\("Expected function, got error\."\)\s*\)'
+)
+text, rewritten = call.subn(
+    r'let Ok(entry) = &self.\1 else { return CUresult::CUDA_ERROR_NOT_FOUND; }; entry', text
+)
+methods = len(re.findall(r'pub unsafe fn cu\w*\s*\(\s*&self', text))
+if rewritten == 0 or rewritten != methods or 'expect(' in text:
+    sys.exit(f"regen-bindings: bindgen's methods changed shape ({rewritten} rewritten of {methods}); "
+             "update the rewrite in regen-bindings.sh")
+open(path, 'w').write(text)
+PY
 rustfmt --edition 2024 "$work/bindings.rs"
 
 if ((check)); then

@@ -199,3 +199,7 @@ mod send_sync {
         send_only::<GraphExec>();
     };
 }
+
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

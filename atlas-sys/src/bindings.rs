@@ -7548,45 +7548,48 @@ impl CudaDriver {
         error: CUresult,
         pStr: *mut *const ::std::os::raw::c_char,
     ) -> CUresult {
-        (self
-            .cuGetErrorString
-            .as_ref()
-            .expect("Expected function, got error."))(error, pStr)
+        let Ok(entry) = &self.cuGetErrorString else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(error, pStr)
     }
     pub unsafe fn cuGetErrorName(
         &self,
         error: CUresult,
         pStr: *mut *const ::std::os::raw::c_char,
     ) -> CUresult {
-        (self
-            .cuGetErrorName
-            .as_ref()
-            .expect("Expected function, got error."))(error, pStr)
+        let Ok(entry) = &self.cuGetErrorName else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(error, pStr)
     }
     pub unsafe fn cuInit(&self, Flags: ::std::os::raw::c_uint) -> CUresult {
-        (self.cuInit.as_ref().expect("Expected function, got error."))(Flags)
+        let Ok(entry) = &self.cuInit else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(Flags)
     }
     pub unsafe fn cuDriverGetVersion(&self, driverVersion: *mut ::std::os::raw::c_int) -> CUresult {
-        (self
-            .cuDriverGetVersion
-            .as_ref()
-            .expect("Expected function, got error."))(driverVersion)
+        let Ok(entry) = &self.cuDriverGetVersion else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(driverVersion)
     }
     pub unsafe fn cuDeviceGet(
         &self,
         device: *mut CUdevice,
         ordinal: ::std::os::raw::c_int,
     ) -> CUresult {
-        (self
-            .cuDeviceGet
-            .as_ref()
-            .expect("Expected function, got error."))(device, ordinal)
+        let Ok(entry) = &self.cuDeviceGet else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(device, ordinal)
     }
     pub unsafe fn cuDeviceGetCount(&self, count: *mut ::std::os::raw::c_int) -> CUresult {
-        (self
-            .cuDeviceGetCount
-            .as_ref()
-            .expect("Expected function, got error."))(count)
+        let Ok(entry) = &self.cuDeviceGetCount else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(count)
     }
     pub unsafe fn cuDeviceGetName(
         &self,
@@ -7594,22 +7597,22 @@ impl CudaDriver {
         len: ::std::os::raw::c_int,
         dev: CUdevice,
     ) -> CUresult {
-        (self
-            .cuDeviceGetName
-            .as_ref()
-            .expect("Expected function, got error."))(name, len, dev)
+        let Ok(entry) = &self.cuDeviceGetName else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(name, len, dev)
     }
     pub unsafe fn cuDeviceGetUuid(&self, uuid: *mut CUuuid, dev: CUdevice) -> CUresult {
-        (self
-            .cuDeviceGetUuid
-            .as_ref()
-            .expect("Expected function, got error."))(uuid, dev)
+        let Ok(entry) = &self.cuDeviceGetUuid else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(uuid, dev)
     }
     pub unsafe fn cuDeviceGetUuid_v2(&self, uuid: *mut CUuuid, dev: CUdevice) -> CUresult {
-        (self
-            .cuDeviceGetUuid_v2
-            .as_ref()
-            .expect("Expected function, got error."))(uuid, dev)
+        let Ok(entry) = &self.cuDeviceGetUuid_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(uuid, dev)
     }
     pub unsafe fn cuDeviceGetLuid(
         &self,
@@ -7617,16 +7620,16 @@ impl CudaDriver {
         deviceNodeMask: *mut ::std::os::raw::c_uint,
         dev: CUdevice,
     ) -> CUresult {
-        (self
-            .cuDeviceGetLuid
-            .as_ref()
-            .expect("Expected function, got error."))(luid, deviceNodeMask, dev)
+        let Ok(entry) = &self.cuDeviceGetLuid else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(luid, deviceNodeMask, dev)
     }
     pub unsafe fn cuDeviceTotalMem_v2(&self, bytes: *mut usize, dev: CUdevice) -> CUresult {
-        (self
-            .cuDeviceTotalMem_v2
-            .as_ref()
-            .expect("Expected function, got error."))(bytes, dev)
+        let Ok(entry) = &self.cuDeviceTotalMem_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(bytes, dev)
     }
     pub unsafe fn cuDeviceGetTexture1DLinearMaxWidth(
         &self,
@@ -7635,12 +7638,10 @@ impl CudaDriver {
         numChannels: ::std::os::raw::c_uint,
         dev: CUdevice,
     ) -> CUresult {
-        (self
-            .cuDeviceGetTexture1DLinearMaxWidth
-            .as_ref()
-            .expect("Expected function, got error."))(
-            maxWidthInElements, format, numChannels, dev
-        )
+        let Ok(entry) = &self.cuDeviceGetTexture1DLinearMaxWidth else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(maxWidthInElements, format, numChannels, dev)
     }
     pub unsafe fn cuDeviceGetAttribute(
         &self,
@@ -7648,10 +7649,10 @@ impl CudaDriver {
         attrib: CUdevice_attribute,
         dev: CUdevice,
     ) -> CUresult {
-        (self
-            .cuDeviceGetAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(pi, attrib, dev)
+        let Ok(entry) = &self.cuDeviceGetAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pi, attrib, dev)
     }
     pub unsafe fn cuDeviceGetNvSciSyncAttributes(
         &self,
@@ -7659,32 +7660,32 @@ impl CudaDriver {
         dev: CUdevice,
         flags: ::std::os::raw::c_int,
     ) -> CUresult {
-        (self
-            .cuDeviceGetNvSciSyncAttributes
-            .as_ref()
-            .expect("Expected function, got error."))(nvSciSyncAttrList, dev, flags)
+        let Ok(entry) = &self.cuDeviceGetNvSciSyncAttributes else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(nvSciSyncAttrList, dev, flags)
     }
     pub unsafe fn cuDeviceSetMemPool(&self, dev: CUdevice, pool: CUmemoryPool) -> CUresult {
-        (self
-            .cuDeviceSetMemPool
-            .as_ref()
-            .expect("Expected function, got error."))(dev, pool)
+        let Ok(entry) = &self.cuDeviceSetMemPool else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dev, pool)
     }
     pub unsafe fn cuDeviceGetMemPool(&self, pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult {
-        (self
-            .cuDeviceGetMemPool
-            .as_ref()
-            .expect("Expected function, got error."))(pool, dev)
+        let Ok(entry) = &self.cuDeviceGetMemPool else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pool, dev)
     }
     pub unsafe fn cuDeviceGetDefaultMemPool(
         &self,
         pool_out: *mut CUmemoryPool,
         dev: CUdevice,
     ) -> CUresult {
-        (self
-            .cuDeviceGetDefaultMemPool
-            .as_ref()
-            .expect("Expected function, got error."))(pool_out, dev)
+        let Ok(entry) = &self.cuDeviceGetDefaultMemPool else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pool_out, dev)
     }
     pub unsafe fn cuDeviceGetExecAffinitySupport(
         &self,
@@ -7692,26 +7693,26 @@ impl CudaDriver {
         type_: CUexecAffinityType,
         dev: CUdevice,
     ) -> CUresult {
-        (self
-            .cuDeviceGetExecAffinitySupport
-            .as_ref()
-            .expect("Expected function, got error."))(pi, type_, dev)
+        let Ok(entry) = &self.cuDeviceGetExecAffinitySupport else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pi, type_, dev)
     }
     pub unsafe fn cuFlushGPUDirectRDMAWrites(
         &self,
         target: CUflushGPUDirectRDMAWritesTarget,
         scope: CUflushGPUDirectRDMAWritesScope,
     ) -> CUresult {
-        (self
-            .cuFlushGPUDirectRDMAWrites
-            .as_ref()
-            .expect("Expected function, got error."))(target, scope)
+        let Ok(entry) = &self.cuFlushGPUDirectRDMAWrites else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(target, scope)
     }
     pub unsafe fn cuDeviceGetProperties(&self, prop: *mut CUdevprop, dev: CUdevice) -> CUresult {
-        (self
-            .cuDeviceGetProperties
-            .as_ref()
-            .expect("Expected function, got error."))(prop, dev)
+        let Ok(entry) = &self.cuDeviceGetProperties else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(prop, dev)
     }
     pub unsafe fn cuDeviceComputeCapability(
         &self,
@@ -7719,32 +7720,32 @@ impl CudaDriver {
         minor: *mut ::std::os::raw::c_int,
         dev: CUdevice,
     ) -> CUresult {
-        (self
-            .cuDeviceComputeCapability
-            .as_ref()
-            .expect("Expected function, got error."))(major, minor, dev)
+        let Ok(entry) = &self.cuDeviceComputeCapability else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(major, minor, dev)
     }
     pub unsafe fn cuDevicePrimaryCtxRetain(&self, pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
-        (self
-            .cuDevicePrimaryCtxRetain
-            .as_ref()
-            .expect("Expected function, got error."))(pctx, dev)
+        let Ok(entry) = &self.cuDevicePrimaryCtxRetain else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pctx, dev)
     }
     pub unsafe fn cuDevicePrimaryCtxRelease_v2(&self, dev: CUdevice) -> CUresult {
-        (self
-            .cuDevicePrimaryCtxRelease_v2
-            .as_ref()
-            .expect("Expected function, got error."))(dev)
+        let Ok(entry) = &self.cuDevicePrimaryCtxRelease_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dev)
     }
     pub unsafe fn cuDevicePrimaryCtxSetFlags_v2(
         &self,
         dev: CUdevice,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuDevicePrimaryCtxSetFlags_v2
-            .as_ref()
-            .expect("Expected function, got error."))(dev, flags)
+        let Ok(entry) = &self.cuDevicePrimaryCtxSetFlags_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dev, flags)
     }
     pub unsafe fn cuDevicePrimaryCtxGetState(
         &self,
@@ -7752,16 +7753,16 @@ impl CudaDriver {
         flags: *mut ::std::os::raw::c_uint,
         active: *mut ::std::os::raw::c_int,
     ) -> CUresult {
-        (self
-            .cuDevicePrimaryCtxGetState
-            .as_ref()
-            .expect("Expected function, got error."))(dev, flags, active)
+        let Ok(entry) = &self.cuDevicePrimaryCtxGetState else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dev, flags, active)
     }
     pub unsafe fn cuDevicePrimaryCtxReset_v2(&self, dev: CUdevice) -> CUresult {
-        (self
-            .cuDevicePrimaryCtxReset_v2
-            .as_ref()
-            .expect("Expected function, got error."))(dev)
+        let Ok(entry) = &self.cuDevicePrimaryCtxReset_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dev)
     }
     pub unsafe fn cuCtxCreate_v2(
         &self,
@@ -7769,10 +7770,10 @@ impl CudaDriver {
         flags: ::std::os::raw::c_uint,
         dev: CUdevice,
     ) -> CUresult {
-        (self
-            .cuCtxCreate_v2
-            .as_ref()
-            .expect("Expected function, got error."))(pctx, flags, dev)
+        let Ok(entry) = &self.cuCtxCreate_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pctx, flags, dev)
     }
     pub unsafe fn cuCtxCreate_v3(
         &self,
@@ -7782,12 +7783,10 @@ impl CudaDriver {
         flags: ::std::os::raw::c_uint,
         dev: CUdevice,
     ) -> CUresult {
-        (self
-            .cuCtxCreate_v3
-            .as_ref()
-            .expect("Expected function, got error."))(
-            pctx, paramsArray, numParams, flags, dev
-        )
+        let Ok(entry) = &self.cuCtxCreate_v3 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pctx, paramsArray, numParams, flags, dev)
     }
     pub unsafe fn cuCtxCreate_v4(
         &self,
@@ -7796,194 +7795,194 @@ impl CudaDriver {
         flags: ::std::os::raw::c_uint,
         dev: CUdevice,
     ) -> CUresult {
-        (self
-            .cuCtxCreate_v4
-            .as_ref()
-            .expect("Expected function, got error."))(pctx, ctxCreateParams, flags, dev)
+        let Ok(entry) = &self.cuCtxCreate_v4 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pctx, ctxCreateParams, flags, dev)
     }
     pub unsafe fn cuCtxDestroy_v2(&self, ctx: CUcontext) -> CUresult {
-        (self
-            .cuCtxDestroy_v2
-            .as_ref()
-            .expect("Expected function, got error."))(ctx)
+        let Ok(entry) = &self.cuCtxDestroy_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(ctx)
     }
     pub unsafe fn cuCtxPushCurrent_v2(&self, ctx: CUcontext) -> CUresult {
-        (self
-            .cuCtxPushCurrent_v2
-            .as_ref()
-            .expect("Expected function, got error."))(ctx)
+        let Ok(entry) = &self.cuCtxPushCurrent_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(ctx)
     }
     pub unsafe fn cuCtxPopCurrent_v2(&self, pctx: *mut CUcontext) -> CUresult {
-        (self
-            .cuCtxPopCurrent_v2
-            .as_ref()
-            .expect("Expected function, got error."))(pctx)
+        let Ok(entry) = &self.cuCtxPopCurrent_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pctx)
     }
     pub unsafe fn cuCtxSetCurrent(&self, ctx: CUcontext) -> CUresult {
-        (self
-            .cuCtxSetCurrent
-            .as_ref()
-            .expect("Expected function, got error."))(ctx)
+        let Ok(entry) = &self.cuCtxSetCurrent else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(ctx)
     }
     pub unsafe fn cuCtxGetCurrent(&self, pctx: *mut CUcontext) -> CUresult {
-        (self
-            .cuCtxGetCurrent
-            .as_ref()
-            .expect("Expected function, got error."))(pctx)
+        let Ok(entry) = &self.cuCtxGetCurrent else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pctx)
     }
     pub unsafe fn cuCtxGetDevice(&self, device: *mut CUdevice) -> CUresult {
-        (self
-            .cuCtxGetDevice
-            .as_ref()
-            .expect("Expected function, got error."))(device)
+        let Ok(entry) = &self.cuCtxGetDevice else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(device)
     }
     pub unsafe fn cuCtxGetFlags(&self, flags: *mut ::std::os::raw::c_uint) -> CUresult {
-        (self
-            .cuCtxGetFlags
-            .as_ref()
-            .expect("Expected function, got error."))(flags)
+        let Ok(entry) = &self.cuCtxGetFlags else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(flags)
     }
     pub unsafe fn cuCtxSetFlags(&self, flags: ::std::os::raw::c_uint) -> CUresult {
-        (self
-            .cuCtxSetFlags
-            .as_ref()
-            .expect("Expected function, got error."))(flags)
+        let Ok(entry) = &self.cuCtxSetFlags else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(flags)
     }
     pub unsafe fn cuCtxGetId(
         &self,
         ctx: CUcontext,
         ctxId: *mut ::std::os::raw::c_ulonglong,
     ) -> CUresult {
-        (self
-            .cuCtxGetId
-            .as_ref()
-            .expect("Expected function, got error."))(ctx, ctxId)
+        let Ok(entry) = &self.cuCtxGetId else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(ctx, ctxId)
     }
     pub unsafe fn cuCtxSynchronize(&self) -> CUresult {
-        (self
-            .cuCtxSynchronize
-            .as_ref()
-            .expect("Expected function, got error."))()
+        let Ok(entry) = &self.cuCtxSynchronize else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry()
     }
     pub unsafe fn cuCtxSetLimit(&self, limit: CUlimit, value: usize) -> CUresult {
-        (self
-            .cuCtxSetLimit
-            .as_ref()
-            .expect("Expected function, got error."))(limit, value)
+        let Ok(entry) = &self.cuCtxSetLimit else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(limit, value)
     }
     pub unsafe fn cuCtxGetLimit(&self, pvalue: *mut usize, limit: CUlimit) -> CUresult {
-        (self
-            .cuCtxGetLimit
-            .as_ref()
-            .expect("Expected function, got error."))(pvalue, limit)
+        let Ok(entry) = &self.cuCtxGetLimit else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pvalue, limit)
     }
     pub unsafe fn cuCtxGetCacheConfig(&self, pconfig: *mut CUfunc_cache) -> CUresult {
-        (self
-            .cuCtxGetCacheConfig
-            .as_ref()
-            .expect("Expected function, got error."))(pconfig)
+        let Ok(entry) = &self.cuCtxGetCacheConfig else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pconfig)
     }
     pub unsafe fn cuCtxSetCacheConfig(&self, config: CUfunc_cache) -> CUresult {
-        (self
-            .cuCtxSetCacheConfig
-            .as_ref()
-            .expect("Expected function, got error."))(config)
+        let Ok(entry) = &self.cuCtxSetCacheConfig else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(config)
     }
     pub unsafe fn cuCtxGetApiVersion(
         &self,
         ctx: CUcontext,
         version: *mut ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuCtxGetApiVersion
-            .as_ref()
-            .expect("Expected function, got error."))(ctx, version)
+        let Ok(entry) = &self.cuCtxGetApiVersion else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(ctx, version)
     }
     pub unsafe fn cuCtxGetStreamPriorityRange(
         &self,
         leastPriority: *mut ::std::os::raw::c_int,
         greatestPriority: *mut ::std::os::raw::c_int,
     ) -> CUresult {
-        (self
-            .cuCtxGetStreamPriorityRange
-            .as_ref()
-            .expect("Expected function, got error."))(leastPriority, greatestPriority)
+        let Ok(entry) = &self.cuCtxGetStreamPriorityRange else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(leastPriority, greatestPriority)
     }
     pub unsafe fn cuCtxResetPersistingL2Cache(&self) -> CUresult {
-        (self
-            .cuCtxResetPersistingL2Cache
-            .as_ref()
-            .expect("Expected function, got error."))()
+        let Ok(entry) = &self.cuCtxResetPersistingL2Cache else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry()
     }
     pub unsafe fn cuCtxGetExecAffinity(
         &self,
         pExecAffinity: *mut CUexecAffinityParam,
         type_: CUexecAffinityType,
     ) -> CUresult {
-        (self
-            .cuCtxGetExecAffinity
-            .as_ref()
-            .expect("Expected function, got error."))(pExecAffinity, type_)
+        let Ok(entry) = &self.cuCtxGetExecAffinity else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pExecAffinity, type_)
     }
     pub unsafe fn cuCtxRecordEvent(&self, hCtx: CUcontext, hEvent: CUevent) -> CUresult {
-        (self
-            .cuCtxRecordEvent
-            .as_ref()
-            .expect("Expected function, got error."))(hCtx, hEvent)
+        let Ok(entry) = &self.cuCtxRecordEvent else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hCtx, hEvent)
     }
     pub unsafe fn cuCtxWaitEvent(&self, hCtx: CUcontext, hEvent: CUevent) -> CUresult {
-        (self
-            .cuCtxWaitEvent
-            .as_ref()
-            .expect("Expected function, got error."))(hCtx, hEvent)
+        let Ok(entry) = &self.cuCtxWaitEvent else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hCtx, hEvent)
     }
     pub unsafe fn cuCtxAttach(
         &self,
         pctx: *mut CUcontext,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuCtxAttach
-            .as_ref()
-            .expect("Expected function, got error."))(pctx, flags)
+        let Ok(entry) = &self.cuCtxAttach else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pctx, flags)
     }
     pub unsafe fn cuCtxDetach(&self, ctx: CUcontext) -> CUresult {
-        (self
-            .cuCtxDetach
-            .as_ref()
-            .expect("Expected function, got error."))(ctx)
+        let Ok(entry) = &self.cuCtxDetach else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(ctx)
     }
     pub unsafe fn cuCtxGetSharedMemConfig(&self, pConfig: *mut CUsharedconfig) -> CUresult {
-        (self
-            .cuCtxGetSharedMemConfig
-            .as_ref()
-            .expect("Expected function, got error."))(pConfig)
+        let Ok(entry) = &self.cuCtxGetSharedMemConfig else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pConfig)
     }
     pub unsafe fn cuCtxSetSharedMemConfig(&self, config: CUsharedconfig) -> CUresult {
-        (self
-            .cuCtxSetSharedMemConfig
-            .as_ref()
-            .expect("Expected function, got error."))(config)
+        let Ok(entry) = &self.cuCtxSetSharedMemConfig else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(config)
     }
     pub unsafe fn cuModuleLoad(
         &self,
         module: *mut CUmodule,
         fname: *const ::std::os::raw::c_char,
     ) -> CUresult {
-        (self
-            .cuModuleLoad
-            .as_ref()
-            .expect("Expected function, got error."))(module, fname)
+        let Ok(entry) = &self.cuModuleLoad else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(module, fname)
     }
     pub unsafe fn cuModuleLoadData(
         &self,
         module: *mut CUmodule,
         image: *const ::std::os::raw::c_void,
     ) -> CUresult {
-        (self
-            .cuModuleLoadData
-            .as_ref()
-            .expect("Expected function, got error."))(module, image)
+        let Ok(entry) = &self.cuModuleLoadData else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(module, image)
     }
     pub unsafe fn cuModuleLoadDataEx(
         &self,
@@ -7993,38 +7992,32 @@ impl CudaDriver {
         options: *mut CUjit_option,
         optionValues: *mut *mut ::std::os::raw::c_void,
     ) -> CUresult {
-        (self
-            .cuModuleLoadDataEx
-            .as_ref()
-            .expect("Expected function, got error."))(
-            module,
-            image,
-            numOptions,
-            options,
-            optionValues,
-        )
+        let Ok(entry) = &self.cuModuleLoadDataEx else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(module, image, numOptions, options, optionValues)
     }
     pub unsafe fn cuModuleLoadFatBinary(
         &self,
         module: *mut CUmodule,
         fatCubin: *const ::std::os::raw::c_void,
     ) -> CUresult {
-        (self
-            .cuModuleLoadFatBinary
-            .as_ref()
-            .expect("Expected function, got error."))(module, fatCubin)
+        let Ok(entry) = &self.cuModuleLoadFatBinary else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(module, fatCubin)
     }
     pub unsafe fn cuModuleUnload(&self, hmod: CUmodule) -> CUresult {
-        (self
-            .cuModuleUnload
-            .as_ref()
-            .expect("Expected function, got error."))(hmod)
+        let Ok(entry) = &self.cuModuleUnload else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hmod)
     }
     pub unsafe fn cuModuleGetLoadingMode(&self, mode: *mut CUmoduleLoadingMode) -> CUresult {
-        (self
-            .cuModuleGetLoadingMode
-            .as_ref()
-            .expect("Expected function, got error."))(mode)
+        let Ok(entry) = &self.cuModuleGetLoadingMode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(mode)
     }
     pub unsafe fn cuModuleGetFunction(
         &self,
@@ -8032,20 +8025,20 @@ impl CudaDriver {
         hmod: CUmodule,
         name: *const ::std::os::raw::c_char,
     ) -> CUresult {
-        (self
-            .cuModuleGetFunction
-            .as_ref()
-            .expect("Expected function, got error."))(hfunc, hmod, name)
+        let Ok(entry) = &self.cuModuleGetFunction else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hfunc, hmod, name)
     }
     pub unsafe fn cuModuleGetFunctionCount(
         &self,
         count: *mut ::std::os::raw::c_uint,
         mod_: CUmodule,
     ) -> CUresult {
-        (self
-            .cuModuleGetFunctionCount
-            .as_ref()
-            .expect("Expected function, got error."))(count, mod_)
+        let Ok(entry) = &self.cuModuleGetFunctionCount else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(count, mod_)
     }
     pub unsafe fn cuModuleEnumerateFunctions(
         &self,
@@ -8053,10 +8046,10 @@ impl CudaDriver {
         numFunctions: ::std::os::raw::c_uint,
         mod_: CUmodule,
     ) -> CUresult {
-        (self
-            .cuModuleEnumerateFunctions
-            .as_ref()
-            .expect("Expected function, got error."))(functions, numFunctions, mod_)
+        let Ok(entry) = &self.cuModuleEnumerateFunctions else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(functions, numFunctions, mod_)
     }
     pub unsafe fn cuModuleGetGlobal_v2(
         &self,
@@ -8065,10 +8058,10 @@ impl CudaDriver {
         hmod: CUmodule,
         name: *const ::std::os::raw::c_char,
     ) -> CUresult {
-        (self
-            .cuModuleGetGlobal_v2
-            .as_ref()
-            .expect("Expected function, got error."))(dptr, bytes, hmod, name)
+        let Ok(entry) = &self.cuModuleGetGlobal_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dptr, bytes, hmod, name)
     }
     pub unsafe fn cuLinkCreate_v2(
         &self,
@@ -8077,12 +8070,10 @@ impl CudaDriver {
         optionValues: *mut *mut ::std::os::raw::c_void,
         stateOut: *mut CUlinkState,
     ) -> CUresult {
-        (self
-            .cuLinkCreate_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
-            numOptions, options, optionValues, stateOut
-        )
+        let Ok(entry) = &self.cuLinkCreate_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(numOptions, options, optionValues, stateOut)
     }
     pub unsafe fn cuLinkAddData_v2(
         &self,
@@ -8095,10 +8086,10 @@ impl CudaDriver {
         options: *mut CUjit_option,
         optionValues: *mut *mut ::std::os::raw::c_void,
     ) -> CUresult {
-        (self
-            .cuLinkAddData_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuLinkAddData_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             state,
             type_,
             data,
@@ -8118,17 +8109,10 @@ impl CudaDriver {
         options: *mut CUjit_option,
         optionValues: *mut *mut ::std::os::raw::c_void,
     ) -> CUresult {
-        (self
-            .cuLinkAddFile_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
-            state,
-            type_,
-            path,
-            numOptions,
-            options,
-            optionValues,
-        )
+        let Ok(entry) = &self.cuLinkAddFile_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(state, type_, path, numOptions, options, optionValues)
     }
     pub unsafe fn cuLinkComplete(
         &self,
@@ -8136,16 +8120,16 @@ impl CudaDriver {
         cubinOut: *mut *mut ::std::os::raw::c_void,
         sizeOut: *mut usize,
     ) -> CUresult {
-        (self
-            .cuLinkComplete
-            .as_ref()
-            .expect("Expected function, got error."))(state, cubinOut, sizeOut)
+        let Ok(entry) = &self.cuLinkComplete else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(state, cubinOut, sizeOut)
     }
     pub unsafe fn cuLinkDestroy(&self, state: CUlinkState) -> CUresult {
-        (self
-            .cuLinkDestroy
-            .as_ref()
-            .expect("Expected function, got error."))(state)
+        let Ok(entry) = &self.cuLinkDestroy else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(state)
     }
     pub unsafe fn cuModuleGetTexRef(
         &self,
@@ -8153,10 +8137,10 @@ impl CudaDriver {
         hmod: CUmodule,
         name: *const ::std::os::raw::c_char,
     ) -> CUresult {
-        (self
-            .cuModuleGetTexRef
-            .as_ref()
-            .expect("Expected function, got error."))(pTexRef, hmod, name)
+        let Ok(entry) = &self.cuModuleGetTexRef else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pTexRef, hmod, name)
     }
     pub unsafe fn cuModuleGetSurfRef(
         &self,
@@ -8164,10 +8148,10 @@ impl CudaDriver {
         hmod: CUmodule,
         name: *const ::std::os::raw::c_char,
     ) -> CUresult {
-        (self
-            .cuModuleGetSurfRef
-            .as_ref()
-            .expect("Expected function, got error."))(pSurfRef, hmod, name)
+        let Ok(entry) = &self.cuModuleGetSurfRef else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pSurfRef, hmod, name)
     }
     pub unsafe fn cuLibraryLoadData(
         &self,
@@ -8180,10 +8164,10 @@ impl CudaDriver {
         libraryOptionValues: *mut *mut ::std::os::raw::c_void,
         numLibraryOptions: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuLibraryLoadData
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuLibraryLoadData else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             library,
             code,
             jitOptions,
@@ -8205,10 +8189,10 @@ impl CudaDriver {
         libraryOptionValues: *mut *mut ::std::os::raw::c_void,
         numLibraryOptions: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuLibraryLoadFromFile
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuLibraryLoadFromFile else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             library,
             fileName,
             jitOptions,
@@ -8220,10 +8204,10 @@ impl CudaDriver {
         )
     }
     pub unsafe fn cuLibraryUnload(&self, library: CUlibrary) -> CUresult {
-        (self
-            .cuLibraryUnload
-            .as_ref()
-            .expect("Expected function, got error."))(library)
+        let Ok(entry) = &self.cuLibraryUnload else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(library)
     }
     pub unsafe fn cuLibraryGetKernel(
         &self,
@@ -8231,20 +8215,20 @@ impl CudaDriver {
         library: CUlibrary,
         name: *const ::std::os::raw::c_char,
     ) -> CUresult {
-        (self
-            .cuLibraryGetKernel
-            .as_ref()
-            .expect("Expected function, got error."))(pKernel, library, name)
+        let Ok(entry) = &self.cuLibraryGetKernel else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pKernel, library, name)
     }
     pub unsafe fn cuLibraryGetKernelCount(
         &self,
         count: *mut ::std::os::raw::c_uint,
         lib: CUlibrary,
     ) -> CUresult {
-        (self
-            .cuLibraryGetKernelCount
-            .as_ref()
-            .expect("Expected function, got error."))(count, lib)
+        let Ok(entry) = &self.cuLibraryGetKernelCount else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(count, lib)
     }
     pub unsafe fn cuLibraryEnumerateKernels(
         &self,
@@ -8252,28 +8236,28 @@ impl CudaDriver {
         numKernels: ::std::os::raw::c_uint,
         lib: CUlibrary,
     ) -> CUresult {
-        (self
-            .cuLibraryEnumerateKernels
-            .as_ref()
-            .expect("Expected function, got error."))(kernels, numKernels, lib)
+        let Ok(entry) = &self.cuLibraryEnumerateKernels else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(kernels, numKernels, lib)
     }
     pub unsafe fn cuLibraryGetModule(&self, pMod: *mut CUmodule, library: CUlibrary) -> CUresult {
-        (self
-            .cuLibraryGetModule
-            .as_ref()
-            .expect("Expected function, got error."))(pMod, library)
+        let Ok(entry) = &self.cuLibraryGetModule else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pMod, library)
     }
     pub unsafe fn cuKernelGetFunction(&self, pFunc: *mut CUfunction, kernel: CUkernel) -> CUresult {
-        (self
-            .cuKernelGetFunction
-            .as_ref()
-            .expect("Expected function, got error."))(pFunc, kernel)
+        let Ok(entry) = &self.cuKernelGetFunction else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pFunc, kernel)
     }
     pub unsafe fn cuKernelGetLibrary(&self, pLib: *mut CUlibrary, kernel: CUkernel) -> CUresult {
-        (self
-            .cuKernelGetLibrary
-            .as_ref()
-            .expect("Expected function, got error."))(pLib, kernel)
+        let Ok(entry) = &self.cuKernelGetLibrary else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pLib, kernel)
     }
     pub unsafe fn cuLibraryGetGlobal(
         &self,
@@ -8282,10 +8266,10 @@ impl CudaDriver {
         library: CUlibrary,
         name: *const ::std::os::raw::c_char,
     ) -> CUresult {
-        (self
-            .cuLibraryGetGlobal
-            .as_ref()
-            .expect("Expected function, got error."))(dptr, bytes, library, name)
+        let Ok(entry) = &self.cuLibraryGetGlobal else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dptr, bytes, library, name)
     }
     pub unsafe fn cuLibraryGetManaged(
         &self,
@@ -8294,10 +8278,10 @@ impl CudaDriver {
         library: CUlibrary,
         name: *const ::std::os::raw::c_char,
     ) -> CUresult {
-        (self
-            .cuLibraryGetManaged
-            .as_ref()
-            .expect("Expected function, got error."))(dptr, bytes, library, name)
+        let Ok(entry) = &self.cuLibraryGetManaged else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dptr, bytes, library, name)
     }
     pub unsafe fn cuLibraryGetUnifiedFunction(
         &self,
@@ -8305,10 +8289,10 @@ impl CudaDriver {
         library: CUlibrary,
         symbol: *const ::std::os::raw::c_char,
     ) -> CUresult {
-        (self
-            .cuLibraryGetUnifiedFunction
-            .as_ref()
-            .expect("Expected function, got error."))(fptr, library, symbol)
+        let Ok(entry) = &self.cuLibraryGetUnifiedFunction else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(fptr, library, symbol)
     }
     pub unsafe fn cuKernelGetAttribute(
         &self,
@@ -8317,10 +8301,10 @@ impl CudaDriver {
         kernel: CUkernel,
         dev: CUdevice,
     ) -> CUresult {
-        (self
-            .cuKernelGetAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(pi, attrib, kernel, dev)
+        let Ok(entry) = &self.cuKernelGetAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pi, attrib, kernel, dev)
     }
     pub unsafe fn cuKernelSetAttribute(
         &self,
@@ -8329,10 +8313,10 @@ impl CudaDriver {
         kernel: CUkernel,
         dev: CUdevice,
     ) -> CUresult {
-        (self
-            .cuKernelSetAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(attrib, val, kernel, dev)
+        let Ok(entry) = &self.cuKernelSetAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(attrib, val, kernel, dev)
     }
     pub unsafe fn cuKernelSetCacheConfig(
         &self,
@@ -8340,20 +8324,20 @@ impl CudaDriver {
         config: CUfunc_cache,
         dev: CUdevice,
     ) -> CUresult {
-        (self
-            .cuKernelSetCacheConfig
-            .as_ref()
-            .expect("Expected function, got error."))(kernel, config, dev)
+        let Ok(entry) = &self.cuKernelSetCacheConfig else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(kernel, config, dev)
     }
     pub unsafe fn cuKernelGetName(
         &self,
         name: *mut *const ::std::os::raw::c_char,
         hfunc: CUkernel,
     ) -> CUresult {
-        (self
-            .cuKernelGetName
-            .as_ref()
-            .expect("Expected function, got error."))(name, hfunc)
+        let Ok(entry) = &self.cuKernelGetName else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(name, hfunc)
     }
     pub unsafe fn cuKernelGetParamInfo(
         &self,
@@ -8362,24 +8346,22 @@ impl CudaDriver {
         paramOffset: *mut usize,
         paramSize: *mut usize,
     ) -> CUresult {
-        (self
-            .cuKernelGetParamInfo
-            .as_ref()
-            .expect("Expected function, got error."))(
-            kernel, paramIndex, paramOffset, paramSize
-        )
+        let Ok(entry) = &self.cuKernelGetParamInfo else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(kernel, paramIndex, paramOffset, paramSize)
     }
     pub unsafe fn cuMemGetInfo_v2(&self, free: *mut usize, total: *mut usize) -> CUresult {
-        (self
-            .cuMemGetInfo_v2
-            .as_ref()
-            .expect("Expected function, got error."))(free, total)
+        let Ok(entry) = &self.cuMemGetInfo_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(free, total)
     }
     pub unsafe fn cuMemAlloc_v2(&self, dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
-        (self
-            .cuMemAlloc_v2
-            .as_ref()
-            .expect("Expected function, got error."))(dptr, bytesize)
+        let Ok(entry) = &self.cuMemAlloc_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dptr, bytesize)
     }
     pub unsafe fn cuMemAllocPitch_v2(
         &self,
@@ -8389,22 +8371,16 @@ impl CudaDriver {
         Height: usize,
         ElementSizeBytes: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuMemAllocPitch_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
-            dptr,
-            pPitch,
-            WidthInBytes,
-            Height,
-            ElementSizeBytes,
-        )
+        let Ok(entry) = &self.cuMemAllocPitch_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes)
     }
     pub unsafe fn cuMemFree_v2(&self, dptr: CUdeviceptr) -> CUresult {
-        (self
-            .cuMemFree_v2
-            .as_ref()
-            .expect("Expected function, got error."))(dptr)
+        let Ok(entry) = &self.cuMemFree_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dptr)
     }
     pub unsafe fn cuMemGetAddressRange_v2(
         &self,
@@ -8412,26 +8388,26 @@ impl CudaDriver {
         psize: *mut usize,
         dptr: CUdeviceptr,
     ) -> CUresult {
-        (self
-            .cuMemGetAddressRange_v2
-            .as_ref()
-            .expect("Expected function, got error."))(pbase, psize, dptr)
+        let Ok(entry) = &self.cuMemGetAddressRange_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pbase, psize, dptr)
     }
     pub unsafe fn cuMemAllocHost_v2(
         &self,
         pp: *mut *mut ::std::os::raw::c_void,
         bytesize: usize,
     ) -> CUresult {
-        (self
-            .cuMemAllocHost_v2
-            .as_ref()
-            .expect("Expected function, got error."))(pp, bytesize)
+        let Ok(entry) = &self.cuMemAllocHost_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pp, bytesize)
     }
     pub unsafe fn cuMemFreeHost(&self, p: *mut ::std::os::raw::c_void) -> CUresult {
-        (self
-            .cuMemFreeHost
-            .as_ref()
-            .expect("Expected function, got error."))(p)
+        let Ok(entry) = &self.cuMemFreeHost else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(p)
     }
     pub unsafe fn cuMemHostAlloc(
         &self,
@@ -8439,10 +8415,10 @@ impl CudaDriver {
         bytesize: usize,
         Flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuMemHostAlloc
-            .as_ref()
-            .expect("Expected function, got error."))(pp, bytesize, Flags)
+        let Ok(entry) = &self.cuMemHostAlloc else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pp, bytesize, Flags)
     }
     pub unsafe fn cuMemHostGetDevicePointer_v2(
         &self,
@@ -8450,20 +8426,20 @@ impl CudaDriver {
         p: *mut ::std::os::raw::c_void,
         Flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuMemHostGetDevicePointer_v2
-            .as_ref()
-            .expect("Expected function, got error."))(pdptr, p, Flags)
+        let Ok(entry) = &self.cuMemHostGetDevicePointer_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pdptr, p, Flags)
     }
     pub unsafe fn cuMemHostGetFlags(
         &self,
         pFlags: *mut ::std::os::raw::c_uint,
         p: *mut ::std::os::raw::c_void,
     ) -> CUresult {
-        (self
-            .cuMemHostGetFlags
-            .as_ref()
-            .expect("Expected function, got error."))(pFlags, p)
+        let Ok(entry) = &self.cuMemHostGetFlags else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pFlags, p)
     }
     pub unsafe fn cuMemAllocManaged(
         &self,
@@ -8471,10 +8447,10 @@ impl CudaDriver {
         bytesize: usize,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuMemAllocManaged
-            .as_ref()
-            .expect("Expected function, got error."))(dptr, bytesize, flags)
+        let Ok(entry) = &self.cuMemAllocManaged else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dptr, bytesize, flags)
     }
     pub unsafe fn cuDeviceRegisterAsyncNotification(
         &self,
@@ -8483,32 +8459,30 @@ impl CudaDriver {
         userData: *mut ::std::os::raw::c_void,
         callback: *mut CUasyncCallbackHandle,
     ) -> CUresult {
-        (self
-            .cuDeviceRegisterAsyncNotification
-            .as_ref()
-            .expect("Expected function, got error."))(
-            device, callbackFunc, userData, callback
-        )
+        let Ok(entry) = &self.cuDeviceRegisterAsyncNotification else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(device, callbackFunc, userData, callback)
     }
     pub unsafe fn cuDeviceUnregisterAsyncNotification(
         &self,
         device: CUdevice,
         callback: CUasyncCallbackHandle,
     ) -> CUresult {
-        (self
-            .cuDeviceUnregisterAsyncNotification
-            .as_ref()
-            .expect("Expected function, got error."))(device, callback)
+        let Ok(entry) = &self.cuDeviceUnregisterAsyncNotification else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(device, callback)
     }
     pub unsafe fn cuDeviceGetByPCIBusId(
         &self,
         dev: *mut CUdevice,
         pciBusId: *const ::std::os::raw::c_char,
     ) -> CUresult {
-        (self
-            .cuDeviceGetByPCIBusId
-            .as_ref()
-            .expect("Expected function, got error."))(dev, pciBusId)
+        let Ok(entry) = &self.cuDeviceGetByPCIBusId else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dev, pciBusId)
     }
     pub unsafe fn cuDeviceGetPCIBusId(
         &self,
@@ -8516,40 +8490,40 @@ impl CudaDriver {
         len: ::std::os::raw::c_int,
         dev: CUdevice,
     ) -> CUresult {
-        (self
-            .cuDeviceGetPCIBusId
-            .as_ref()
-            .expect("Expected function, got error."))(pciBusId, len, dev)
+        let Ok(entry) = &self.cuDeviceGetPCIBusId else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pciBusId, len, dev)
     }
     pub unsafe fn cuIpcGetEventHandle(
         &self,
         pHandle: *mut CUipcEventHandle,
         event: CUevent,
     ) -> CUresult {
-        (self
-            .cuIpcGetEventHandle
-            .as_ref()
-            .expect("Expected function, got error."))(pHandle, event)
+        let Ok(entry) = &self.cuIpcGetEventHandle else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pHandle, event)
     }
     pub unsafe fn cuIpcOpenEventHandle(
         &self,
         phEvent: *mut CUevent,
         handle: CUipcEventHandle,
     ) -> CUresult {
-        (self
-            .cuIpcOpenEventHandle
-            .as_ref()
-            .expect("Expected function, got error."))(phEvent, handle)
+        let Ok(entry) = &self.cuIpcOpenEventHandle else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phEvent, handle)
     }
     pub unsafe fn cuIpcGetMemHandle(
         &self,
         pHandle: *mut CUipcMemHandle,
         dptr: CUdeviceptr,
     ) -> CUresult {
-        (self
-            .cuIpcGetMemHandle
-            .as_ref()
-            .expect("Expected function, got error."))(pHandle, dptr)
+        let Ok(entry) = &self.cuIpcGetMemHandle else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pHandle, dptr)
     }
     pub unsafe fn cuIpcOpenMemHandle_v2(
         &self,
@@ -8557,16 +8531,16 @@ impl CudaDriver {
         handle: CUipcMemHandle,
         Flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuIpcOpenMemHandle_v2
-            .as_ref()
-            .expect("Expected function, got error."))(pdptr, handle, Flags)
+        let Ok(entry) = &self.cuIpcOpenMemHandle_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pdptr, handle, Flags)
     }
     pub unsafe fn cuIpcCloseMemHandle(&self, dptr: CUdeviceptr) -> CUresult {
-        (self
-            .cuIpcCloseMemHandle
-            .as_ref()
-            .expect("Expected function, got error."))(dptr)
+        let Ok(entry) = &self.cuIpcCloseMemHandle else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dptr)
     }
     pub unsafe fn cuMemHostRegister_v2(
         &self,
@@ -8574,16 +8548,16 @@ impl CudaDriver {
         bytesize: usize,
         Flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuMemHostRegister_v2
-            .as_ref()
-            .expect("Expected function, got error."))(p, bytesize, Flags)
+        let Ok(entry) = &self.cuMemHostRegister_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(p, bytesize, Flags)
     }
     pub unsafe fn cuMemHostUnregister(&self, p: *mut ::std::os::raw::c_void) -> CUresult {
-        (self
-            .cuMemHostUnregister
-            .as_ref()
-            .expect("Expected function, got error."))(p)
+        let Ok(entry) = &self.cuMemHostUnregister else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(p)
     }
     pub unsafe fn cuMemcpy(
         &self,
@@ -8591,10 +8565,10 @@ impl CudaDriver {
         src: CUdeviceptr,
         ByteCount: usize,
     ) -> CUresult {
-        (self
-            .cuMemcpy
-            .as_ref()
-            .expect("Expected function, got error."))(dst, src, ByteCount)
+        let Ok(entry) = &self.cuMemcpy else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dst, src, ByteCount)
     }
     pub unsafe fn cuMemcpyPeer(
         &self,
@@ -8604,12 +8578,10 @@ impl CudaDriver {
         srcContext: CUcontext,
         ByteCount: usize,
     ) -> CUresult {
-        (self
-            .cuMemcpyPeer
-            .as_ref()
-            .expect("Expected function, got error."))(
-            dstDevice, dstContext, srcDevice, srcContext, ByteCount,
-        )
+        let Ok(entry) = &self.cuMemcpyPeer else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstDevice, dstContext, srcDevice, srcContext, ByteCount)
     }
     pub unsafe fn cuMemcpyHtoD_v2(
         &self,
@@ -8617,10 +8589,10 @@ impl CudaDriver {
         srcHost: *const ::std::os::raw::c_void,
         ByteCount: usize,
     ) -> CUresult {
-        (self
-            .cuMemcpyHtoD_v2
-            .as_ref()
-            .expect("Expected function, got error."))(dstDevice, srcHost, ByteCount)
+        let Ok(entry) = &self.cuMemcpyHtoD_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstDevice, srcHost, ByteCount)
     }
     pub unsafe fn cuMemcpyDtoH_v2(
         &self,
@@ -8628,10 +8600,10 @@ impl CudaDriver {
         srcDevice: CUdeviceptr,
         ByteCount: usize,
     ) -> CUresult {
-        (self
-            .cuMemcpyDtoH_v2
-            .as_ref()
-            .expect("Expected function, got error."))(dstHost, srcDevice, ByteCount)
+        let Ok(entry) = &self.cuMemcpyDtoH_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstHost, srcDevice, ByteCount)
     }
     pub unsafe fn cuMemcpyDtoD_v2(
         &self,
@@ -8639,10 +8611,10 @@ impl CudaDriver {
         srcDevice: CUdeviceptr,
         ByteCount: usize,
     ) -> CUresult {
-        (self
-            .cuMemcpyDtoD_v2
-            .as_ref()
-            .expect("Expected function, got error."))(dstDevice, srcDevice, ByteCount)
+        let Ok(entry) = &self.cuMemcpyDtoD_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstDevice, srcDevice, ByteCount)
     }
     pub unsafe fn cuMemcpyDtoA_v2(
         &self,
@@ -8651,12 +8623,10 @@ impl CudaDriver {
         srcDevice: CUdeviceptr,
         ByteCount: usize,
     ) -> CUresult {
-        (self
-            .cuMemcpyDtoA_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
-            dstArray, dstOffset, srcDevice, ByteCount
-        )
+        let Ok(entry) = &self.cuMemcpyDtoA_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstArray, dstOffset, srcDevice, ByteCount)
     }
     pub unsafe fn cuMemcpyAtoD_v2(
         &self,
@@ -8665,12 +8635,10 @@ impl CudaDriver {
         srcOffset: usize,
         ByteCount: usize,
     ) -> CUresult {
-        (self
-            .cuMemcpyAtoD_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
-            dstDevice, srcArray, srcOffset, ByteCount
-        )
+        let Ok(entry) = &self.cuMemcpyAtoD_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstDevice, srcArray, srcOffset, ByteCount)
     }
     pub unsafe fn cuMemcpyHtoA_v2(
         &self,
@@ -8679,12 +8647,10 @@ impl CudaDriver {
         srcHost: *const ::std::os::raw::c_void,
         ByteCount: usize,
     ) -> CUresult {
-        (self
-            .cuMemcpyHtoA_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
-            dstArray, dstOffset, srcHost, ByteCount
-        )
+        let Ok(entry) = &self.cuMemcpyHtoA_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstArray, dstOffset, srcHost, ByteCount)
     }
     pub unsafe fn cuMemcpyAtoH_v2(
         &self,
@@ -8693,12 +8659,10 @@ impl CudaDriver {
         srcOffset: usize,
         ByteCount: usize,
     ) -> CUresult {
-        (self
-            .cuMemcpyAtoH_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
-            dstHost, srcArray, srcOffset, ByteCount
-        )
+        let Ok(entry) = &self.cuMemcpyAtoH_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstHost, srcArray, srcOffset, ByteCount)
     }
     pub unsafe fn cuMemcpyAtoA_v2(
         &self,
@@ -8708,36 +8672,34 @@ impl CudaDriver {
         srcOffset: usize,
         ByteCount: usize,
     ) -> CUresult {
-        (self
-            .cuMemcpyAtoA_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
-            dstArray, dstOffset, srcArray, srcOffset, ByteCount,
-        )
+        let Ok(entry) = &self.cuMemcpyAtoA_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstArray, dstOffset, srcArray, srcOffset, ByteCount)
     }
     pub unsafe fn cuMemcpy2D_v2(&self, pCopy: *const CUDA_MEMCPY2D) -> CUresult {
-        (self
-            .cuMemcpy2D_v2
-            .as_ref()
-            .expect("Expected function, got error."))(pCopy)
+        let Ok(entry) = &self.cuMemcpy2D_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pCopy)
     }
     pub unsafe fn cuMemcpy2DUnaligned_v2(&self, pCopy: *const CUDA_MEMCPY2D) -> CUresult {
-        (self
-            .cuMemcpy2DUnaligned_v2
-            .as_ref()
-            .expect("Expected function, got error."))(pCopy)
+        let Ok(entry) = &self.cuMemcpy2DUnaligned_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pCopy)
     }
     pub unsafe fn cuMemcpy3D_v2(&self, pCopy: *const CUDA_MEMCPY3D) -> CUresult {
-        (self
-            .cuMemcpy3D_v2
-            .as_ref()
-            .expect("Expected function, got error."))(pCopy)
+        let Ok(entry) = &self.cuMemcpy3D_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pCopy)
     }
     pub unsafe fn cuMemcpy3DPeer(&self, pCopy: *const CUDA_MEMCPY3D_PEER) -> CUresult {
-        (self
-            .cuMemcpy3DPeer
-            .as_ref()
-            .expect("Expected function, got error."))(pCopy)
+        let Ok(entry) = &self.cuMemcpy3DPeer else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pCopy)
     }
     pub unsafe fn cuMemcpyAsync(
         &self,
@@ -8746,10 +8708,10 @@ impl CudaDriver {
         ByteCount: usize,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemcpyAsync
-            .as_ref()
-            .expect("Expected function, got error."))(dst, src, ByteCount, hStream)
+        let Ok(entry) = &self.cuMemcpyAsync else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dst, src, ByteCount, hStream)
     }
     pub unsafe fn cuMemcpyPeerAsync(
         &self,
@@ -8760,10 +8722,10 @@ impl CudaDriver {
         ByteCount: usize,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemcpyPeerAsync
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuMemcpyPeerAsync else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream,
         )
     }
@@ -8774,10 +8736,10 @@ impl CudaDriver {
         ByteCount: usize,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemcpyHtoDAsync_v2
-            .as_ref()
-            .expect("Expected function, got error."))(dstDevice, srcHost, ByteCount, hStream)
+        let Ok(entry) = &self.cuMemcpyHtoDAsync_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstDevice, srcHost, ByteCount, hStream)
     }
     pub unsafe fn cuMemcpyDtoHAsync_v2(
         &self,
@@ -8786,10 +8748,10 @@ impl CudaDriver {
         ByteCount: usize,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemcpyDtoHAsync_v2
-            .as_ref()
-            .expect("Expected function, got error."))(dstHost, srcDevice, ByteCount, hStream)
+        let Ok(entry) = &self.cuMemcpyDtoHAsync_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstHost, srcDevice, ByteCount, hStream)
     }
     pub unsafe fn cuMemcpyDtoDAsync_v2(
         &self,
@@ -8798,12 +8760,10 @@ impl CudaDriver {
         ByteCount: usize,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemcpyDtoDAsync_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
-            dstDevice, srcDevice, ByteCount, hStream
-        )
+        let Ok(entry) = &self.cuMemcpyDtoDAsync_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstDevice, srcDevice, ByteCount, hStream)
     }
     pub unsafe fn cuMemcpyHtoAAsync_v2(
         &self,
@@ -8813,12 +8773,10 @@ impl CudaDriver {
         ByteCount: usize,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemcpyHtoAAsync_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
-            dstArray, dstOffset, srcHost, ByteCount, hStream,
-        )
+        let Ok(entry) = &self.cuMemcpyHtoAAsync_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstArray, dstOffset, srcHost, ByteCount, hStream)
     }
     pub unsafe fn cuMemcpyAtoHAsync_v2(
         &self,
@@ -8828,42 +8786,40 @@ impl CudaDriver {
         ByteCount: usize,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemcpyAtoHAsync_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
-            dstHost, srcArray, srcOffset, ByteCount, hStream,
-        )
+        let Ok(entry) = &self.cuMemcpyAtoHAsync_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstHost, srcArray, srcOffset, ByteCount, hStream)
     }
     pub unsafe fn cuMemcpy2DAsync_v2(
         &self,
         pCopy: *const CUDA_MEMCPY2D,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemcpy2DAsync_v2
-            .as_ref()
-            .expect("Expected function, got error."))(pCopy, hStream)
+        let Ok(entry) = &self.cuMemcpy2DAsync_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pCopy, hStream)
     }
     pub unsafe fn cuMemcpy3DAsync_v2(
         &self,
         pCopy: *const CUDA_MEMCPY3D,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemcpy3DAsync_v2
-            .as_ref()
-            .expect("Expected function, got error."))(pCopy, hStream)
+        let Ok(entry) = &self.cuMemcpy3DAsync_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pCopy, hStream)
     }
     pub unsafe fn cuMemcpy3DPeerAsync(
         &self,
         pCopy: *const CUDA_MEMCPY3D_PEER,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemcpy3DPeerAsync
-            .as_ref()
-            .expect("Expected function, got error."))(pCopy, hStream)
+        let Ok(entry) = &self.cuMemcpy3DPeerAsync else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pCopy, hStream)
     }
     pub unsafe fn cuMemcpyBatchAsync(
         &self,
@@ -8877,10 +8833,10 @@ impl CudaDriver {
         failIdx: *mut usize,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemcpyBatchAsync
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuMemcpyBatchAsync else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream,
         )
     }
@@ -8892,12 +8848,10 @@ impl CudaDriver {
         flags: ::std::os::raw::c_ulonglong,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemcpy3DBatchAsync
-            .as_ref()
-            .expect("Expected function, got error."))(
-            numOps, opList, failIdx, flags, hStream
-        )
+        let Ok(entry) = &self.cuMemcpy3DBatchAsync else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(numOps, opList, failIdx, flags, hStream)
     }
     pub unsafe fn cuMemsetD8_v2(
         &self,
@@ -8905,10 +8859,10 @@ impl CudaDriver {
         uc: ::std::os::raw::c_uchar,
         N: usize,
     ) -> CUresult {
-        (self
-            .cuMemsetD8_v2
-            .as_ref()
-            .expect("Expected function, got error."))(dstDevice, uc, N)
+        let Ok(entry) = &self.cuMemsetD8_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstDevice, uc, N)
     }
     pub unsafe fn cuMemsetD16_v2(
         &self,
@@ -8916,10 +8870,10 @@ impl CudaDriver {
         us: ::std::os::raw::c_ushort,
         N: usize,
     ) -> CUresult {
-        (self
-            .cuMemsetD16_v2
-            .as_ref()
-            .expect("Expected function, got error."))(dstDevice, us, N)
+        let Ok(entry) = &self.cuMemsetD16_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstDevice, us, N)
     }
     pub unsafe fn cuMemsetD32_v2(
         &self,
@@ -8927,10 +8881,10 @@ impl CudaDriver {
         ui: ::std::os::raw::c_uint,
         N: usize,
     ) -> CUresult {
-        (self
-            .cuMemsetD32_v2
-            .as_ref()
-            .expect("Expected function, got error."))(dstDevice, ui, N)
+        let Ok(entry) = &self.cuMemsetD32_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstDevice, ui, N)
     }
     pub unsafe fn cuMemsetD2D8_v2(
         &self,
@@ -8940,10 +8894,10 @@ impl CudaDriver {
         Width: usize,
         Height: usize,
     ) -> CUresult {
-        (self
-            .cuMemsetD2D8_v2
-            .as_ref()
-            .expect("Expected function, got error."))(dstDevice, dstPitch, uc, Width, Height)
+        let Ok(entry) = &self.cuMemsetD2D8_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstDevice, dstPitch, uc, Width, Height)
     }
     pub unsafe fn cuMemsetD2D16_v2(
         &self,
@@ -8953,10 +8907,10 @@ impl CudaDriver {
         Width: usize,
         Height: usize,
     ) -> CUresult {
-        (self
-            .cuMemsetD2D16_v2
-            .as_ref()
-            .expect("Expected function, got error."))(dstDevice, dstPitch, us, Width, Height)
+        let Ok(entry) = &self.cuMemsetD2D16_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstDevice, dstPitch, us, Width, Height)
     }
     pub unsafe fn cuMemsetD2D32_v2(
         &self,
@@ -8966,10 +8920,10 @@ impl CudaDriver {
         Width: usize,
         Height: usize,
     ) -> CUresult {
-        (self
-            .cuMemsetD2D32_v2
-            .as_ref()
-            .expect("Expected function, got error."))(dstDevice, dstPitch, ui, Width, Height)
+        let Ok(entry) = &self.cuMemsetD2D32_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstDevice, dstPitch, ui, Width, Height)
     }
     pub unsafe fn cuMemsetD8Async(
         &self,
@@ -8978,10 +8932,10 @@ impl CudaDriver {
         N: usize,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemsetD8Async
-            .as_ref()
-            .expect("Expected function, got error."))(dstDevice, uc, N, hStream)
+        let Ok(entry) = &self.cuMemsetD8Async else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstDevice, uc, N, hStream)
     }
     pub unsafe fn cuMemsetD16Async(
         &self,
@@ -8990,10 +8944,10 @@ impl CudaDriver {
         N: usize,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemsetD16Async
-            .as_ref()
-            .expect("Expected function, got error."))(dstDevice, us, N, hStream)
+        let Ok(entry) = &self.cuMemsetD16Async else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstDevice, us, N, hStream)
     }
     pub unsafe fn cuMemsetD32Async(
         &self,
@@ -9002,10 +8956,10 @@ impl CudaDriver {
         N: usize,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemsetD32Async
-            .as_ref()
-            .expect("Expected function, got error."))(dstDevice, ui, N, hStream)
+        let Ok(entry) = &self.cuMemsetD32Async else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstDevice, ui, N, hStream)
     }
     pub unsafe fn cuMemsetD2D8Async(
         &self,
@@ -9016,12 +8970,10 @@ impl CudaDriver {
         Height: usize,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemsetD2D8Async
-            .as_ref()
-            .expect("Expected function, got error."))(
-            dstDevice, dstPitch, uc, Width, Height, hStream,
-        )
+        let Ok(entry) = &self.cuMemsetD2D8Async else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstDevice, dstPitch, uc, Width, Height, hStream)
     }
     pub unsafe fn cuMemsetD2D16Async(
         &self,
@@ -9032,12 +8984,10 @@ impl CudaDriver {
         Height: usize,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemsetD2D16Async
-            .as_ref()
-            .expect("Expected function, got error."))(
-            dstDevice, dstPitch, us, Width, Height, hStream,
-        )
+        let Ok(entry) = &self.cuMemsetD2D16Async else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstDevice, dstPitch, us, Width, Height, hStream)
     }
     pub unsafe fn cuMemsetD2D32Async(
         &self,
@@ -9048,52 +8998,50 @@ impl CudaDriver {
         Height: usize,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemsetD2D32Async
-            .as_ref()
-            .expect("Expected function, got error."))(
-            dstDevice, dstPitch, ui, Width, Height, hStream,
-        )
+        let Ok(entry) = &self.cuMemsetD2D32Async else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dstDevice, dstPitch, ui, Width, Height, hStream)
     }
     pub unsafe fn cuArrayCreate_v2(
         &self,
         pHandle: *mut CUarray,
         pAllocateArray: *const CUDA_ARRAY_DESCRIPTOR,
     ) -> CUresult {
-        (self
-            .cuArrayCreate_v2
-            .as_ref()
-            .expect("Expected function, got error."))(pHandle, pAllocateArray)
+        let Ok(entry) = &self.cuArrayCreate_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pHandle, pAllocateArray)
     }
     pub unsafe fn cuArrayGetDescriptor_v2(
         &self,
         pArrayDescriptor: *mut CUDA_ARRAY_DESCRIPTOR,
         hArray: CUarray,
     ) -> CUresult {
-        (self
-            .cuArrayGetDescriptor_v2
-            .as_ref()
-            .expect("Expected function, got error."))(pArrayDescriptor, hArray)
+        let Ok(entry) = &self.cuArrayGetDescriptor_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pArrayDescriptor, hArray)
     }
     pub unsafe fn cuArrayGetSparseProperties(
         &self,
         sparseProperties: *mut CUDA_ARRAY_SPARSE_PROPERTIES,
         array: CUarray,
     ) -> CUresult {
-        (self
-            .cuArrayGetSparseProperties
-            .as_ref()
-            .expect("Expected function, got error."))(sparseProperties, array)
+        let Ok(entry) = &self.cuArrayGetSparseProperties else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(sparseProperties, array)
     }
     pub unsafe fn cuMipmappedArrayGetSparseProperties(
         &self,
         sparseProperties: *mut CUDA_ARRAY_SPARSE_PROPERTIES,
         mipmap: CUmipmappedArray,
     ) -> CUresult {
-        (self
-            .cuMipmappedArrayGetSparseProperties
-            .as_ref()
-            .expect("Expected function, got error."))(sparseProperties, mipmap)
+        let Ok(entry) = &self.cuMipmappedArrayGetSparseProperties else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(sparseProperties, mipmap)
     }
     pub unsafe fn cuArrayGetMemoryRequirements(
         &self,
@@ -9101,10 +9049,10 @@ impl CudaDriver {
         array: CUarray,
         device: CUdevice,
     ) -> CUresult {
-        (self
-            .cuArrayGetMemoryRequirements
-            .as_ref()
-            .expect("Expected function, got error."))(memoryRequirements, array, device)
+        let Ok(entry) = &self.cuArrayGetMemoryRequirements else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(memoryRequirements, array, device)
     }
     pub unsafe fn cuMipmappedArrayGetMemoryRequirements(
         &self,
@@ -9112,10 +9060,10 @@ impl CudaDriver {
         mipmap: CUmipmappedArray,
         device: CUdevice,
     ) -> CUresult {
-        (self
-            .cuMipmappedArrayGetMemoryRequirements
-            .as_ref()
-            .expect("Expected function, got error."))(memoryRequirements, mipmap, device)
+        let Ok(entry) = &self.cuMipmappedArrayGetMemoryRequirements else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(memoryRequirements, mipmap, device)
     }
     pub unsafe fn cuArrayGetPlane(
         &self,
@@ -9123,36 +9071,36 @@ impl CudaDriver {
         hArray: CUarray,
         planeIdx: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuArrayGetPlane
-            .as_ref()
-            .expect("Expected function, got error."))(pPlaneArray, hArray, planeIdx)
+        let Ok(entry) = &self.cuArrayGetPlane else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pPlaneArray, hArray, planeIdx)
     }
     pub unsafe fn cuArrayDestroy(&self, hArray: CUarray) -> CUresult {
-        (self
-            .cuArrayDestroy
-            .as_ref()
-            .expect("Expected function, got error."))(hArray)
+        let Ok(entry) = &self.cuArrayDestroy else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hArray)
     }
     pub unsafe fn cuArray3DCreate_v2(
         &self,
         pHandle: *mut CUarray,
         pAllocateArray: *const CUDA_ARRAY3D_DESCRIPTOR,
     ) -> CUresult {
-        (self
-            .cuArray3DCreate_v2
-            .as_ref()
-            .expect("Expected function, got error."))(pHandle, pAllocateArray)
+        let Ok(entry) = &self.cuArray3DCreate_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pHandle, pAllocateArray)
     }
     pub unsafe fn cuArray3DGetDescriptor_v2(
         &self,
         pArrayDescriptor: *mut CUDA_ARRAY3D_DESCRIPTOR,
         hArray: CUarray,
     ) -> CUresult {
-        (self
-            .cuArray3DGetDescriptor_v2
-            .as_ref()
-            .expect("Expected function, got error."))(pArrayDescriptor, hArray)
+        let Ok(entry) = &self.cuArray3DGetDescriptor_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pArrayDescriptor, hArray)
     }
     pub unsafe fn cuMipmappedArrayCreate(
         &self,
@@ -9160,12 +9108,10 @@ impl CudaDriver {
         pMipmappedArrayDesc: *const CUDA_ARRAY3D_DESCRIPTOR,
         numMipmapLevels: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuMipmappedArrayCreate
-            .as_ref()
-            .expect("Expected function, got error."))(
-            pHandle, pMipmappedArrayDesc, numMipmapLevels
-        )
+        let Ok(entry) = &self.cuMipmappedArrayCreate else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pHandle, pMipmappedArrayDesc, numMipmapLevels)
     }
     pub unsafe fn cuMipmappedArrayGetLevel(
         &self,
@@ -9173,16 +9119,16 @@ impl CudaDriver {
         hMipmappedArray: CUmipmappedArray,
         level: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuMipmappedArrayGetLevel
-            .as_ref()
-            .expect("Expected function, got error."))(pLevelArray, hMipmappedArray, level)
+        let Ok(entry) = &self.cuMipmappedArrayGetLevel else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pLevelArray, hMipmappedArray, level)
     }
     pub unsafe fn cuMipmappedArrayDestroy(&self, hMipmappedArray: CUmipmappedArray) -> CUresult {
-        (self
-            .cuMipmappedArrayDestroy
-            .as_ref()
-            .expect("Expected function, got error."))(hMipmappedArray)
+        let Ok(entry) = &self.cuMipmappedArrayDestroy else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hMipmappedArray)
     }
     pub unsafe fn cuMemGetHandleForAddressRange(
         &self,
@@ -9192,10 +9138,10 @@ impl CudaDriver {
         handleType: CUmemRangeHandleType,
         flags: ::std::os::raw::c_ulonglong,
     ) -> CUresult {
-        (self
-            .cuMemGetHandleForAddressRange
-            .as_ref()
-            .expect("Expected function, got error."))(handle, dptr, size, handleType, flags)
+        let Ok(entry) = &self.cuMemGetHandleForAddressRange else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(handle, dptr, size, handleType, flags)
     }
     pub unsafe fn cuMemBatchDecompressAsync(
         &self,
@@ -9205,12 +9151,10 @@ impl CudaDriver {
         errorIndex: *mut usize,
         stream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemBatchDecompressAsync
-            .as_ref()
-            .expect("Expected function, got error."))(
-            paramsArray, count, flags, errorIndex, stream
-        )
+        let Ok(entry) = &self.cuMemBatchDecompressAsync else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(paramsArray, count, flags, errorIndex, stream)
     }
     pub unsafe fn cuMemAddressReserve(
         &self,
@@ -9220,16 +9164,16 @@ impl CudaDriver {
         addr: CUdeviceptr,
         flags: ::std::os::raw::c_ulonglong,
     ) -> CUresult {
-        (self
-            .cuMemAddressReserve
-            .as_ref()
-            .expect("Expected function, got error."))(ptr, size, alignment, addr, flags)
+        let Ok(entry) = &self.cuMemAddressReserve else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(ptr, size, alignment, addr, flags)
     }
     pub unsafe fn cuMemAddressFree(&self, ptr: CUdeviceptr, size: usize) -> CUresult {
-        (self
-            .cuMemAddressFree
-            .as_ref()
-            .expect("Expected function, got error."))(ptr, size)
+        let Ok(entry) = &self.cuMemAddressFree else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(ptr, size)
     }
     pub unsafe fn cuMemCreate(
         &self,
@@ -9238,16 +9182,16 @@ impl CudaDriver {
         prop: *const CUmemAllocationProp,
         flags: ::std::os::raw::c_ulonglong,
     ) -> CUresult {
-        (self
-            .cuMemCreate
-            .as_ref()
-            .expect("Expected function, got error."))(handle, size, prop, flags)
+        let Ok(entry) = &self.cuMemCreate else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(handle, size, prop, flags)
     }
     pub unsafe fn cuMemRelease(&self, handle: CUmemGenericAllocationHandle) -> CUresult {
-        (self
-            .cuMemRelease
-            .as_ref()
-            .expect("Expected function, got error."))(handle)
+        let Ok(entry) = &self.cuMemRelease else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(handle)
     }
     pub unsafe fn cuMemMap(
         &self,
@@ -9257,10 +9201,10 @@ impl CudaDriver {
         handle: CUmemGenericAllocationHandle,
         flags: ::std::os::raw::c_ulonglong,
     ) -> CUresult {
-        (self
-            .cuMemMap
-            .as_ref()
-            .expect("Expected function, got error."))(ptr, size, offset, handle, flags)
+        let Ok(entry) = &self.cuMemMap else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(ptr, size, offset, handle, flags)
     }
     pub unsafe fn cuMemMapArrayAsync(
         &self,
@@ -9268,16 +9212,16 @@ impl CudaDriver {
         count: ::std::os::raw::c_uint,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemMapArrayAsync
-            .as_ref()
-            .expect("Expected function, got error."))(mapInfoList, count, hStream)
+        let Ok(entry) = &self.cuMemMapArrayAsync else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(mapInfoList, count, hStream)
     }
     pub unsafe fn cuMemUnmap(&self, ptr: CUdeviceptr, size: usize) -> CUresult {
-        (self
-            .cuMemUnmap
-            .as_ref()
-            .expect("Expected function, got error."))(ptr, size)
+        let Ok(entry) = &self.cuMemUnmap else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(ptr, size)
     }
     pub unsafe fn cuMemSetAccess(
         &self,
@@ -9286,10 +9230,10 @@ impl CudaDriver {
         desc: *const CUmemAccessDesc,
         count: usize,
     ) -> CUresult {
-        (self
-            .cuMemSetAccess
-            .as_ref()
-            .expect("Expected function, got error."))(ptr, size, desc, count)
+        let Ok(entry) = &self.cuMemSetAccess else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(ptr, size, desc, count)
     }
     pub unsafe fn cuMemGetAccess(
         &self,
@@ -9297,10 +9241,10 @@ impl CudaDriver {
         location: *const CUmemLocation,
         ptr: CUdeviceptr,
     ) -> CUresult {
-        (self
-            .cuMemGetAccess
-            .as_ref()
-            .expect("Expected function, got error."))(flags, location, ptr)
+        let Ok(entry) = &self.cuMemGetAccess else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(flags, location, ptr)
     }
     pub unsafe fn cuMemExportToShareableHandle(
         &self,
@@ -9309,12 +9253,10 @@ impl CudaDriver {
         handleType: CUmemAllocationHandleType,
         flags: ::std::os::raw::c_ulonglong,
     ) -> CUresult {
-        (self
-            .cuMemExportToShareableHandle
-            .as_ref()
-            .expect("Expected function, got error."))(
-            shareableHandle, handle, handleType, flags
-        )
+        let Ok(entry) = &self.cuMemExportToShareableHandle else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(shareableHandle, handle, handleType, flags)
     }
     pub unsafe fn cuMemImportFromShareableHandle(
         &self,
@@ -9322,10 +9264,10 @@ impl CudaDriver {
         osHandle: *mut ::std::os::raw::c_void,
         shHandleType: CUmemAllocationHandleType,
     ) -> CUresult {
-        (self
-            .cuMemImportFromShareableHandle
-            .as_ref()
-            .expect("Expected function, got error."))(handle, osHandle, shHandleType)
+        let Ok(entry) = &self.cuMemImportFromShareableHandle else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(handle, osHandle, shHandleType)
     }
     pub unsafe fn cuMemGetAllocationGranularity(
         &self,
@@ -9333,36 +9275,36 @@ impl CudaDriver {
         prop: *const CUmemAllocationProp,
         option: CUmemAllocationGranularity_flags,
     ) -> CUresult {
-        (self
-            .cuMemGetAllocationGranularity
-            .as_ref()
-            .expect("Expected function, got error."))(granularity, prop, option)
+        let Ok(entry) = &self.cuMemGetAllocationGranularity else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(granularity, prop, option)
     }
     pub unsafe fn cuMemGetAllocationPropertiesFromHandle(
         &self,
         prop: *mut CUmemAllocationProp,
         handle: CUmemGenericAllocationHandle,
     ) -> CUresult {
-        (self
-            .cuMemGetAllocationPropertiesFromHandle
-            .as_ref()
-            .expect("Expected function, got error."))(prop, handle)
+        let Ok(entry) = &self.cuMemGetAllocationPropertiesFromHandle else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(prop, handle)
     }
     pub unsafe fn cuMemRetainAllocationHandle(
         &self,
         handle: *mut CUmemGenericAllocationHandle,
         addr: *mut ::std::os::raw::c_void,
     ) -> CUresult {
-        (self
-            .cuMemRetainAllocationHandle
-            .as_ref()
-            .expect("Expected function, got error."))(handle, addr)
+        let Ok(entry) = &self.cuMemRetainAllocationHandle else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(handle, addr)
     }
     pub unsafe fn cuMemFreeAsync(&self, dptr: CUdeviceptr, hStream: CUstream) -> CUresult {
-        (self
-            .cuMemFreeAsync
-            .as_ref()
-            .expect("Expected function, got error."))(dptr, hStream)
+        let Ok(entry) = &self.cuMemFreeAsync else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dptr, hStream)
     }
     pub unsafe fn cuMemAllocAsync(
         &self,
@@ -9370,16 +9312,16 @@ impl CudaDriver {
         bytesize: usize,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemAllocAsync
-            .as_ref()
-            .expect("Expected function, got error."))(dptr, bytesize, hStream)
+        let Ok(entry) = &self.cuMemAllocAsync else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dptr, bytesize, hStream)
     }
     pub unsafe fn cuMemPoolTrimTo(&self, pool: CUmemoryPool, minBytesToKeep: usize) -> CUresult {
-        (self
-            .cuMemPoolTrimTo
-            .as_ref()
-            .expect("Expected function, got error."))(pool, minBytesToKeep)
+        let Ok(entry) = &self.cuMemPoolTrimTo else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pool, minBytesToKeep)
     }
     pub unsafe fn cuMemPoolSetAttribute(
         &self,
@@ -9387,10 +9329,10 @@ impl CudaDriver {
         attr: CUmemPool_attribute,
         value: *mut ::std::os::raw::c_void,
     ) -> CUresult {
-        (self
-            .cuMemPoolSetAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(pool, attr, value)
+        let Ok(entry) = &self.cuMemPoolSetAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pool, attr, value)
     }
     pub unsafe fn cuMemPoolGetAttribute(
         &self,
@@ -9398,10 +9340,10 @@ impl CudaDriver {
         attr: CUmemPool_attribute,
         value: *mut ::std::os::raw::c_void,
     ) -> CUresult {
-        (self
-            .cuMemPoolGetAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(pool, attr, value)
+        let Ok(entry) = &self.cuMemPoolGetAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pool, attr, value)
     }
     pub unsafe fn cuMemPoolSetAccess(
         &self,
@@ -9409,10 +9351,10 @@ impl CudaDriver {
         map: *const CUmemAccessDesc,
         count: usize,
     ) -> CUresult {
-        (self
-            .cuMemPoolSetAccess
-            .as_ref()
-            .expect("Expected function, got error."))(pool, map, count)
+        let Ok(entry) = &self.cuMemPoolSetAccess else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pool, map, count)
     }
     pub unsafe fn cuMemPoolGetAccess(
         &self,
@@ -9420,26 +9362,26 @@ impl CudaDriver {
         memPool: CUmemoryPool,
         location: *mut CUmemLocation,
     ) -> CUresult {
-        (self
-            .cuMemPoolGetAccess
-            .as_ref()
-            .expect("Expected function, got error."))(flags, memPool, location)
+        let Ok(entry) = &self.cuMemPoolGetAccess else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(flags, memPool, location)
     }
     pub unsafe fn cuMemPoolCreate(
         &self,
         pool: *mut CUmemoryPool,
         poolProps: *const CUmemPoolProps,
     ) -> CUresult {
-        (self
-            .cuMemPoolCreate
-            .as_ref()
-            .expect("Expected function, got error."))(pool, poolProps)
+        let Ok(entry) = &self.cuMemPoolCreate else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pool, poolProps)
     }
     pub unsafe fn cuMemPoolDestroy(&self, pool: CUmemoryPool) -> CUresult {
-        (self
-            .cuMemPoolDestroy
-            .as_ref()
-            .expect("Expected function, got error."))(pool)
+        let Ok(entry) = &self.cuMemPoolDestroy else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pool)
     }
     pub unsafe fn cuMemAllocFromPoolAsync(
         &self,
@@ -9448,10 +9390,10 @@ impl CudaDriver {
         pool: CUmemoryPool,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemAllocFromPoolAsync
-            .as_ref()
-            .expect("Expected function, got error."))(dptr, bytesize, pool, hStream)
+        let Ok(entry) = &self.cuMemAllocFromPoolAsync else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dptr, bytesize, pool, hStream)
     }
     pub unsafe fn cuMemPoolExportToShareableHandle(
         &self,
@@ -9460,10 +9402,10 @@ impl CudaDriver {
         handleType: CUmemAllocationHandleType,
         flags: ::std::os::raw::c_ulonglong,
     ) -> CUresult {
-        (self
-            .cuMemPoolExportToShareableHandle
-            .as_ref()
-            .expect("Expected function, got error."))(handle_out, pool, handleType, flags)
+        let Ok(entry) = &self.cuMemPoolExportToShareableHandle else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(handle_out, pool, handleType, flags)
     }
     pub unsafe fn cuMemPoolImportFromShareableHandle(
         &self,
@@ -9472,20 +9414,20 @@ impl CudaDriver {
         handleType: CUmemAllocationHandleType,
         flags: ::std::os::raw::c_ulonglong,
     ) -> CUresult {
-        (self
-            .cuMemPoolImportFromShareableHandle
-            .as_ref()
-            .expect("Expected function, got error."))(pool_out, handle, handleType, flags)
+        let Ok(entry) = &self.cuMemPoolImportFromShareableHandle else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pool_out, handle, handleType, flags)
     }
     pub unsafe fn cuMemPoolExportPointer(
         &self,
         shareData_out: *mut CUmemPoolPtrExportData,
         ptr: CUdeviceptr,
     ) -> CUresult {
-        (self
-            .cuMemPoolExportPointer
-            .as_ref()
-            .expect("Expected function, got error."))(shareData_out, ptr)
+        let Ok(entry) = &self.cuMemPoolExportPointer else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(shareData_out, ptr)
     }
     pub unsafe fn cuMemPoolImportPointer(
         &self,
@@ -9493,30 +9435,30 @@ impl CudaDriver {
         pool: CUmemoryPool,
         shareData: *mut CUmemPoolPtrExportData,
     ) -> CUresult {
-        (self
-            .cuMemPoolImportPointer
-            .as_ref()
-            .expect("Expected function, got error."))(ptr_out, pool, shareData)
+        let Ok(entry) = &self.cuMemPoolImportPointer else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(ptr_out, pool, shareData)
     }
     pub unsafe fn cuMulticastCreate(
         &self,
         mcHandle: *mut CUmemGenericAllocationHandle,
         prop: *const CUmulticastObjectProp,
     ) -> CUresult {
-        (self
-            .cuMulticastCreate
-            .as_ref()
-            .expect("Expected function, got error."))(mcHandle, prop)
+        let Ok(entry) = &self.cuMulticastCreate else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(mcHandle, prop)
     }
     pub unsafe fn cuMulticastAddDevice(
         &self,
         mcHandle: CUmemGenericAllocationHandle,
         dev: CUdevice,
     ) -> CUresult {
-        (self
-            .cuMulticastAddDevice
-            .as_ref()
-            .expect("Expected function, got error."))(mcHandle, dev)
+        let Ok(entry) = &self.cuMulticastAddDevice else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(mcHandle, dev)
     }
     pub unsafe fn cuMulticastBindMem(
         &self,
@@ -9527,12 +9469,10 @@ impl CudaDriver {
         size: usize,
         flags: ::std::os::raw::c_ulonglong,
     ) -> CUresult {
-        (self
-            .cuMulticastBindMem
-            .as_ref()
-            .expect("Expected function, got error."))(
-            mcHandle, mcOffset, memHandle, memOffset, size, flags,
-        )
+        let Ok(entry) = &self.cuMulticastBindMem else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(mcHandle, mcOffset, memHandle, memOffset, size, flags)
     }
     pub unsafe fn cuMulticastBindAddr(
         &self,
@@ -9542,12 +9482,10 @@ impl CudaDriver {
         size: usize,
         flags: ::std::os::raw::c_ulonglong,
     ) -> CUresult {
-        (self
-            .cuMulticastBindAddr
-            .as_ref()
-            .expect("Expected function, got error."))(
-            mcHandle, mcOffset, memptr, size, flags
-        )
+        let Ok(entry) = &self.cuMulticastBindAddr else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(mcHandle, mcOffset, memptr, size, flags)
     }
     pub unsafe fn cuMulticastUnbind(
         &self,
@@ -9556,10 +9494,10 @@ impl CudaDriver {
         mcOffset: usize,
         size: usize,
     ) -> CUresult {
-        (self
-            .cuMulticastUnbind
-            .as_ref()
-            .expect("Expected function, got error."))(mcHandle, dev, mcOffset, size)
+        let Ok(entry) = &self.cuMulticastUnbind else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(mcHandle, dev, mcOffset, size)
     }
     pub unsafe fn cuMulticastGetGranularity(
         &self,
@@ -9567,10 +9505,10 @@ impl CudaDriver {
         prop: *const CUmulticastObjectProp,
         option: CUmulticastGranularity_flags,
     ) -> CUresult {
-        (self
-            .cuMulticastGetGranularity
-            .as_ref()
-            .expect("Expected function, got error."))(granularity, prop, option)
+        let Ok(entry) = &self.cuMulticastGetGranularity else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(granularity, prop, option)
     }
     pub unsafe fn cuPointerGetAttribute(
         &self,
@@ -9578,10 +9516,10 @@ impl CudaDriver {
         attribute: CUpointer_attribute,
         ptr: CUdeviceptr,
     ) -> CUresult {
-        (self
-            .cuPointerGetAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(data, attribute, ptr)
+        let Ok(entry) = &self.cuPointerGetAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(data, attribute, ptr)
     }
     pub unsafe fn cuMemPrefetchAsync(
         &self,
@@ -9590,10 +9528,10 @@ impl CudaDriver {
         dstDevice: CUdevice,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemPrefetchAsync
-            .as_ref()
-            .expect("Expected function, got error."))(devPtr, count, dstDevice, hStream)
+        let Ok(entry) = &self.cuMemPrefetchAsync else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(devPtr, count, dstDevice, hStream)
     }
     pub unsafe fn cuMemPrefetchAsync_v2(
         &self,
@@ -9603,12 +9541,10 @@ impl CudaDriver {
         flags: ::std::os::raw::c_uint,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuMemPrefetchAsync_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
-            devPtr, count, location, flags, hStream
-        )
+        let Ok(entry) = &self.cuMemPrefetchAsync_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(devPtr, count, location, flags, hStream)
     }
     pub unsafe fn cuMemAdvise(
         &self,
@@ -9617,10 +9553,10 @@ impl CudaDriver {
         advice: CUmem_advise,
         device: CUdevice,
     ) -> CUresult {
-        (self
-            .cuMemAdvise
-            .as_ref()
-            .expect("Expected function, got error."))(devPtr, count, advice, device)
+        let Ok(entry) = &self.cuMemAdvise else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(devPtr, count, advice, device)
     }
     pub unsafe fn cuMemAdvise_v2(
         &self,
@@ -9629,10 +9565,10 @@ impl CudaDriver {
         advice: CUmem_advise,
         location: CUmemLocation,
     ) -> CUresult {
-        (self
-            .cuMemAdvise_v2
-            .as_ref()
-            .expect("Expected function, got error."))(devPtr, count, advice, location)
+        let Ok(entry) = &self.cuMemAdvise_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(devPtr, count, advice, location)
     }
     pub unsafe fn cuMemRangeGetAttribute(
         &self,
@@ -9642,12 +9578,10 @@ impl CudaDriver {
         devPtr: CUdeviceptr,
         count: usize,
     ) -> CUresult {
-        (self
-            .cuMemRangeGetAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(
-            data, dataSize, attribute, devPtr, count
-        )
+        let Ok(entry) = &self.cuMemRangeGetAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(data, dataSize, attribute, devPtr, count)
     }
     pub unsafe fn cuMemRangeGetAttributes(
         &self,
@@ -9658,17 +9592,10 @@ impl CudaDriver {
         devPtr: CUdeviceptr,
         count: usize,
     ) -> CUresult {
-        (self
-            .cuMemRangeGetAttributes
-            .as_ref()
-            .expect("Expected function, got error."))(
-            data,
-            dataSizes,
-            attributes,
-            numAttributes,
-            devPtr,
-            count,
-        )
+        let Ok(entry) = &self.cuMemRangeGetAttributes else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(data, dataSizes, attributes, numAttributes, devPtr, count)
     }
     pub unsafe fn cuPointerSetAttribute(
         &self,
@@ -9676,10 +9603,10 @@ impl CudaDriver {
         attribute: CUpointer_attribute,
         ptr: CUdeviceptr,
     ) -> CUresult {
-        (self
-            .cuPointerSetAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(value, attribute, ptr)
+        let Ok(entry) = &self.cuPointerSetAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(value, attribute, ptr)
     }
     pub unsafe fn cuPointerGetAttributes(
         &self,
@@ -9688,20 +9615,20 @@ impl CudaDriver {
         data: *mut *mut ::std::os::raw::c_void,
         ptr: CUdeviceptr,
     ) -> CUresult {
-        (self
-            .cuPointerGetAttributes
-            .as_ref()
-            .expect("Expected function, got error."))(numAttributes, attributes, data, ptr)
+        let Ok(entry) = &self.cuPointerGetAttributes else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(numAttributes, attributes, data, ptr)
     }
     pub unsafe fn cuStreamCreate(
         &self,
         phStream: *mut CUstream,
         Flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuStreamCreate
-            .as_ref()
-            .expect("Expected function, got error."))(phStream, Flags)
+        let Ok(entry) = &self.cuStreamCreate else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phStream, Flags)
     }
     pub unsafe fn cuStreamCreateWithPriority(
         &self,
@@ -9709,52 +9636,52 @@ impl CudaDriver {
         flags: ::std::os::raw::c_uint,
         priority: ::std::os::raw::c_int,
     ) -> CUresult {
-        (self
-            .cuStreamCreateWithPriority
-            .as_ref()
-            .expect("Expected function, got error."))(phStream, flags, priority)
+        let Ok(entry) = &self.cuStreamCreateWithPriority else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phStream, flags, priority)
     }
     pub unsafe fn cuStreamGetPriority(
         &self,
         hStream: CUstream,
         priority: *mut ::std::os::raw::c_int,
     ) -> CUresult {
-        (self
-            .cuStreamGetPriority
-            .as_ref()
-            .expect("Expected function, got error."))(hStream, priority)
+        let Ok(entry) = &self.cuStreamGetPriority else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream, priority)
     }
     pub unsafe fn cuStreamGetDevice(&self, hStream: CUstream, device: *mut CUdevice) -> CUresult {
-        (self
-            .cuStreamGetDevice
-            .as_ref()
-            .expect("Expected function, got error."))(hStream, device)
+        let Ok(entry) = &self.cuStreamGetDevice else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream, device)
     }
     pub unsafe fn cuStreamGetFlags(
         &self,
         hStream: CUstream,
         flags: *mut ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuStreamGetFlags
-            .as_ref()
-            .expect("Expected function, got error."))(hStream, flags)
+        let Ok(entry) = &self.cuStreamGetFlags else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream, flags)
     }
     pub unsafe fn cuStreamGetId(
         &self,
         hStream: CUstream,
         streamId: *mut ::std::os::raw::c_ulonglong,
     ) -> CUresult {
-        (self
-            .cuStreamGetId
-            .as_ref()
-            .expect("Expected function, got error."))(hStream, streamId)
+        let Ok(entry) = &self.cuStreamGetId else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream, streamId)
     }
     pub unsafe fn cuStreamGetCtx(&self, hStream: CUstream, pctx: *mut CUcontext) -> CUresult {
-        (self
-            .cuStreamGetCtx
-            .as_ref()
-            .expect("Expected function, got error."))(hStream, pctx)
+        let Ok(entry) = &self.cuStreamGetCtx else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream, pctx)
     }
     pub unsafe fn cuStreamGetCtx_v2(
         &self,
@@ -9762,10 +9689,10 @@ impl CudaDriver {
         pCtx: *mut CUcontext,
         pGreenCtx: *mut CUgreenCtx,
     ) -> CUresult {
-        (self
-            .cuStreamGetCtx_v2
-            .as_ref()
-            .expect("Expected function, got error."))(hStream, pCtx, pGreenCtx)
+        let Ok(entry) = &self.cuStreamGetCtx_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream, pCtx, pGreenCtx)
     }
     pub unsafe fn cuStreamWaitEvent(
         &self,
@@ -9773,10 +9700,10 @@ impl CudaDriver {
         hEvent: CUevent,
         Flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuStreamWaitEvent
-            .as_ref()
-            .expect("Expected function, got error."))(hStream, hEvent, Flags)
+        let Ok(entry) = &self.cuStreamWaitEvent else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream, hEvent, Flags)
     }
     pub unsafe fn cuStreamAddCallback(
         &self,
@@ -9785,20 +9712,20 @@ impl CudaDriver {
         userData: *mut ::std::os::raw::c_void,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuStreamAddCallback
-            .as_ref()
-            .expect("Expected function, got error."))(hStream, callback, userData, flags)
+        let Ok(entry) = &self.cuStreamAddCallback else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream, callback, userData, flags)
     }
     pub unsafe fn cuStreamBeginCapture_v2(
         &self,
         hStream: CUstream,
         mode: CUstreamCaptureMode,
     ) -> CUresult {
-        (self
-            .cuStreamBeginCapture_v2
-            .as_ref()
-            .expect("Expected function, got error."))(hStream, mode)
+        let Ok(entry) = &self.cuStreamBeginCapture_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream, mode)
     }
     pub unsafe fn cuStreamBeginCaptureToGraph(
         &self,
@@ -9809,10 +9736,10 @@ impl CudaDriver {
         numDependencies: usize,
         mode: CUstreamCaptureMode,
     ) -> CUresult {
-        (self
-            .cuStreamBeginCaptureToGraph
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuStreamBeginCaptureToGraph else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             hStream,
             hGraph,
             dependencies,
@@ -9825,26 +9752,26 @@ impl CudaDriver {
         &self,
         mode: *mut CUstreamCaptureMode,
     ) -> CUresult {
-        (self
-            .cuThreadExchangeStreamCaptureMode
-            .as_ref()
-            .expect("Expected function, got error."))(mode)
+        let Ok(entry) = &self.cuThreadExchangeStreamCaptureMode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(mode)
     }
     pub unsafe fn cuStreamEndCapture(&self, hStream: CUstream, phGraph: *mut CUgraph) -> CUresult {
-        (self
-            .cuStreamEndCapture
-            .as_ref()
-            .expect("Expected function, got error."))(hStream, phGraph)
+        let Ok(entry) = &self.cuStreamEndCapture else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream, phGraph)
     }
     pub unsafe fn cuStreamIsCapturing(
         &self,
         hStream: CUstream,
         captureStatus: *mut CUstreamCaptureStatus,
     ) -> CUresult {
-        (self
-            .cuStreamIsCapturing
-            .as_ref()
-            .expect("Expected function, got error."))(hStream, captureStatus)
+        let Ok(entry) = &self.cuStreamIsCapturing else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream, captureStatus)
     }
     pub unsafe fn cuStreamGetCaptureInfo_v2(
         &self,
@@ -9855,10 +9782,10 @@ impl CudaDriver {
         dependencies_out: *mut *const CUgraphNode,
         numDependencies_out: *mut usize,
     ) -> CUresult {
-        (self
-            .cuStreamGetCaptureInfo_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuStreamGetCaptureInfo_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             hStream,
             captureStatus_out,
             id_out,
@@ -9877,10 +9804,10 @@ impl CudaDriver {
         edgeData_out: *mut *const CUgraphEdgeData,
         numDependencies_out: *mut usize,
     ) -> CUresult {
-        (self
-            .cuStreamGetCaptureInfo_v3
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuStreamGetCaptureInfo_v3 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             hStream,
             captureStatus_out,
             id_out,
@@ -9897,12 +9824,10 @@ impl CudaDriver {
         numDependencies: usize,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuStreamUpdateCaptureDependencies
-            .as_ref()
-            .expect("Expected function, got error."))(
-            hStream, dependencies, numDependencies, flags
-        )
+        let Ok(entry) = &self.cuStreamUpdateCaptureDependencies else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream, dependencies, numDependencies, flags)
     }
     pub unsafe fn cuStreamUpdateCaptureDependencies_v2(
         &self,
@@ -9912,10 +9837,10 @@ impl CudaDriver {
         numDependencies: usize,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuStreamUpdateCaptureDependencies_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuStreamUpdateCaptureDependencies_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             hStream,
             dependencies,
             dependencyData,
@@ -9930,34 +9855,34 @@ impl CudaDriver {
         length: usize,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuStreamAttachMemAsync
-            .as_ref()
-            .expect("Expected function, got error."))(hStream, dptr, length, flags)
+        let Ok(entry) = &self.cuStreamAttachMemAsync else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream, dptr, length, flags)
     }
     pub unsafe fn cuStreamQuery(&self, hStream: CUstream) -> CUresult {
-        (self
-            .cuStreamQuery
-            .as_ref()
-            .expect("Expected function, got error."))(hStream)
+        let Ok(entry) = &self.cuStreamQuery else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream)
     }
     pub unsafe fn cuStreamSynchronize(&self, hStream: CUstream) -> CUresult {
-        (self
-            .cuStreamSynchronize
-            .as_ref()
-            .expect("Expected function, got error."))(hStream)
+        let Ok(entry) = &self.cuStreamSynchronize else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream)
     }
     pub unsafe fn cuStreamDestroy_v2(&self, hStream: CUstream) -> CUresult {
-        (self
-            .cuStreamDestroy_v2
-            .as_ref()
-            .expect("Expected function, got error."))(hStream)
+        let Ok(entry) = &self.cuStreamDestroy_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream)
     }
     pub unsafe fn cuStreamCopyAttributes(&self, dst: CUstream, src: CUstream) -> CUresult {
-        (self
-            .cuStreamCopyAttributes
-            .as_ref()
-            .expect("Expected function, got error."))(dst, src)
+        let Ok(entry) = &self.cuStreamCopyAttributes else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dst, src)
     }
     pub unsafe fn cuStreamGetAttribute(
         &self,
@@ -9965,10 +9890,10 @@ impl CudaDriver {
         attr: CUstreamAttrID,
         value_out: *mut CUstreamAttrValue,
     ) -> CUresult {
-        (self
-            .cuStreamGetAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(hStream, attr, value_out)
+        let Ok(entry) = &self.cuStreamGetAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream, attr, value_out)
     }
     pub unsafe fn cuStreamSetAttribute(
         &self,
@@ -9976,26 +9901,26 @@ impl CudaDriver {
         attr: CUstreamAttrID,
         value: *const CUstreamAttrValue,
     ) -> CUresult {
-        (self
-            .cuStreamSetAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(hStream, attr, value)
+        let Ok(entry) = &self.cuStreamSetAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream, attr, value)
     }
     pub unsafe fn cuEventCreate(
         &self,
         phEvent: *mut CUevent,
         Flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuEventCreate
-            .as_ref()
-            .expect("Expected function, got error."))(phEvent, Flags)
+        let Ok(entry) = &self.cuEventCreate else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phEvent, Flags)
     }
     pub unsafe fn cuEventRecord(&self, hEvent: CUevent, hStream: CUstream) -> CUresult {
-        (self
-            .cuEventRecord
-            .as_ref()
-            .expect("Expected function, got error."))(hEvent, hStream)
+        let Ok(entry) = &self.cuEventRecord else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hEvent, hStream)
     }
     pub unsafe fn cuEventRecordWithFlags(
         &self,
@@ -10003,28 +9928,28 @@ impl CudaDriver {
         hStream: CUstream,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuEventRecordWithFlags
-            .as_ref()
-            .expect("Expected function, got error."))(hEvent, hStream, flags)
+        let Ok(entry) = &self.cuEventRecordWithFlags else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hEvent, hStream, flags)
     }
     pub unsafe fn cuEventQuery(&self, hEvent: CUevent) -> CUresult {
-        (self
-            .cuEventQuery
-            .as_ref()
-            .expect("Expected function, got error."))(hEvent)
+        let Ok(entry) = &self.cuEventQuery else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hEvent)
     }
     pub unsafe fn cuEventSynchronize(&self, hEvent: CUevent) -> CUresult {
-        (self
-            .cuEventSynchronize
-            .as_ref()
-            .expect("Expected function, got error."))(hEvent)
+        let Ok(entry) = &self.cuEventSynchronize else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hEvent)
     }
     pub unsafe fn cuEventDestroy_v2(&self, hEvent: CUevent) -> CUresult {
-        (self
-            .cuEventDestroy_v2
-            .as_ref()
-            .expect("Expected function, got error."))(hEvent)
+        let Ok(entry) = &self.cuEventDestroy_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hEvent)
     }
     pub unsafe fn cuEventElapsedTime(
         &self,
@@ -10032,10 +9957,10 @@ impl CudaDriver {
         hStart: CUevent,
         hEnd: CUevent,
     ) -> CUresult {
-        (self
-            .cuEventElapsedTime
-            .as_ref()
-            .expect("Expected function, got error."))(pMilliseconds, hStart, hEnd)
+        let Ok(entry) = &self.cuEventElapsedTime else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pMilliseconds, hStart, hEnd)
     }
     pub unsafe fn cuEventElapsedTime_v2(
         &self,
@@ -10043,20 +9968,20 @@ impl CudaDriver {
         hStart: CUevent,
         hEnd: CUevent,
     ) -> CUresult {
-        (self
-            .cuEventElapsedTime_v2
-            .as_ref()
-            .expect("Expected function, got error."))(pMilliseconds, hStart, hEnd)
+        let Ok(entry) = &self.cuEventElapsedTime_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pMilliseconds, hStart, hEnd)
     }
     pub unsafe fn cuImportExternalMemory(
         &self,
         extMem_out: *mut CUexternalMemory,
         memHandleDesc: *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC,
     ) -> CUresult {
-        (self
-            .cuImportExternalMemory
-            .as_ref()
-            .expect("Expected function, got error."))(extMem_out, memHandleDesc)
+        let Ok(entry) = &self.cuImportExternalMemory else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(extMem_out, memHandleDesc)
     }
     pub unsafe fn cuExternalMemoryGetMappedBuffer(
         &self,
@@ -10064,10 +9989,10 @@ impl CudaDriver {
         extMem: CUexternalMemory,
         bufferDesc: *const CUDA_EXTERNAL_MEMORY_BUFFER_DESC,
     ) -> CUresult {
-        (self
-            .cuExternalMemoryGetMappedBuffer
-            .as_ref()
-            .expect("Expected function, got error."))(devPtr, extMem, bufferDesc)
+        let Ok(entry) = &self.cuExternalMemoryGetMappedBuffer else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(devPtr, extMem, bufferDesc)
     }
     pub unsafe fn cuExternalMemoryGetMappedMipmappedArray(
         &self,
@@ -10075,26 +10000,26 @@ impl CudaDriver {
         extMem: CUexternalMemory,
         mipmapDesc: *const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC,
     ) -> CUresult {
-        (self
-            .cuExternalMemoryGetMappedMipmappedArray
-            .as_ref()
-            .expect("Expected function, got error."))(mipmap, extMem, mipmapDesc)
+        let Ok(entry) = &self.cuExternalMemoryGetMappedMipmappedArray else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(mipmap, extMem, mipmapDesc)
     }
     pub unsafe fn cuDestroyExternalMemory(&self, extMem: CUexternalMemory) -> CUresult {
-        (self
-            .cuDestroyExternalMemory
-            .as_ref()
-            .expect("Expected function, got error."))(extMem)
+        let Ok(entry) = &self.cuDestroyExternalMemory else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(extMem)
     }
     pub unsafe fn cuImportExternalSemaphore(
         &self,
         extSem_out: *mut CUexternalSemaphore,
         semHandleDesc: *const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC,
     ) -> CUresult {
-        (self
-            .cuImportExternalSemaphore
-            .as_ref()
-            .expect("Expected function, got error."))(extSem_out, semHandleDesc)
+        let Ok(entry) = &self.cuImportExternalSemaphore else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(extSem_out, semHandleDesc)
     }
     pub unsafe fn cuSignalExternalSemaphoresAsync(
         &self,
@@ -10103,12 +10028,10 @@ impl CudaDriver {
         numExtSems: ::std::os::raw::c_uint,
         stream: CUstream,
     ) -> CUresult {
-        (self
-            .cuSignalExternalSemaphoresAsync
-            .as_ref()
-            .expect("Expected function, got error."))(
-            extSemArray, paramsArray, numExtSems, stream
-        )
+        let Ok(entry) = &self.cuSignalExternalSemaphoresAsync else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(extSemArray, paramsArray, numExtSems, stream)
     }
     pub unsafe fn cuWaitExternalSemaphoresAsync(
         &self,
@@ -10117,18 +10040,16 @@ impl CudaDriver {
         numExtSems: ::std::os::raw::c_uint,
         stream: CUstream,
     ) -> CUresult {
-        (self
-            .cuWaitExternalSemaphoresAsync
-            .as_ref()
-            .expect("Expected function, got error."))(
-            extSemArray, paramsArray, numExtSems, stream
-        )
+        let Ok(entry) = &self.cuWaitExternalSemaphoresAsync else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(extSemArray, paramsArray, numExtSems, stream)
     }
     pub unsafe fn cuDestroyExternalSemaphore(&self, extSem: CUexternalSemaphore) -> CUresult {
-        (self
-            .cuDestroyExternalSemaphore
-            .as_ref()
-            .expect("Expected function, got error."))(extSem)
+        let Ok(entry) = &self.cuDestroyExternalSemaphore else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(extSem)
     }
     pub unsafe fn cuStreamWaitValue32_v2(
         &self,
@@ -10137,10 +10058,10 @@ impl CudaDriver {
         value: cuuint32_t,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuStreamWaitValue32_v2
-            .as_ref()
-            .expect("Expected function, got error."))(stream, addr, value, flags)
+        let Ok(entry) = &self.cuStreamWaitValue32_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(stream, addr, value, flags)
     }
     pub unsafe fn cuStreamWaitValue64_v2(
         &self,
@@ -10149,10 +10070,10 @@ impl CudaDriver {
         value: cuuint64_t,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuStreamWaitValue64_v2
-            .as_ref()
-            .expect("Expected function, got error."))(stream, addr, value, flags)
+        let Ok(entry) = &self.cuStreamWaitValue64_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(stream, addr, value, flags)
     }
     pub unsafe fn cuStreamWriteValue32_v2(
         &self,
@@ -10161,10 +10082,10 @@ impl CudaDriver {
         value: cuuint32_t,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuStreamWriteValue32_v2
-            .as_ref()
-            .expect("Expected function, got error."))(stream, addr, value, flags)
+        let Ok(entry) = &self.cuStreamWriteValue32_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(stream, addr, value, flags)
     }
     pub unsafe fn cuStreamWriteValue64_v2(
         &self,
@@ -10173,10 +10094,10 @@ impl CudaDriver {
         value: cuuint64_t,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuStreamWriteValue64_v2
-            .as_ref()
-            .expect("Expected function, got error."))(stream, addr, value, flags)
+        let Ok(entry) = &self.cuStreamWriteValue64_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(stream, addr, value, flags)
     }
     pub unsafe fn cuStreamBatchMemOp_v2(
         &self,
@@ -10185,10 +10106,10 @@ impl CudaDriver {
         paramArray: *mut CUstreamBatchMemOpParams,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuStreamBatchMemOp_v2
-            .as_ref()
-            .expect("Expected function, got error."))(stream, count, paramArray, flags)
+        let Ok(entry) = &self.cuStreamBatchMemOp_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(stream, count, paramArray, flags)
     }
     pub unsafe fn cuFuncGetAttribute(
         &self,
@@ -10196,10 +10117,10 @@ impl CudaDriver {
         attrib: CUfunction_attribute,
         hfunc: CUfunction,
     ) -> CUresult {
-        (self
-            .cuFuncGetAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(pi, attrib, hfunc)
+        let Ok(entry) = &self.cuFuncGetAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pi, attrib, hfunc)
     }
     pub unsafe fn cuFuncSetAttribute(
         &self,
@@ -10207,32 +10128,32 @@ impl CudaDriver {
         attrib: CUfunction_attribute,
         value: ::std::os::raw::c_int,
     ) -> CUresult {
-        (self
-            .cuFuncSetAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(hfunc, attrib, value)
+        let Ok(entry) = &self.cuFuncSetAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hfunc, attrib, value)
     }
     pub unsafe fn cuFuncSetCacheConfig(&self, hfunc: CUfunction, config: CUfunc_cache) -> CUresult {
-        (self
-            .cuFuncSetCacheConfig
-            .as_ref()
-            .expect("Expected function, got error."))(hfunc, config)
+        let Ok(entry) = &self.cuFuncSetCacheConfig else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hfunc, config)
     }
     pub unsafe fn cuFuncGetModule(&self, hmod: *mut CUmodule, hfunc: CUfunction) -> CUresult {
-        (self
-            .cuFuncGetModule
-            .as_ref()
-            .expect("Expected function, got error."))(hmod, hfunc)
+        let Ok(entry) = &self.cuFuncGetModule else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hmod, hfunc)
     }
     pub unsafe fn cuFuncGetName(
         &self,
         name: *mut *const ::std::os::raw::c_char,
         hfunc: CUfunction,
     ) -> CUresult {
-        (self
-            .cuFuncGetName
-            .as_ref()
-            .expect("Expected function, got error."))(name, hfunc)
+        let Ok(entry) = &self.cuFuncGetName else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(name, hfunc)
     }
     pub unsafe fn cuFuncGetParamInfo(
         &self,
@@ -10241,28 +10162,26 @@ impl CudaDriver {
         paramOffset: *mut usize,
         paramSize: *mut usize,
     ) -> CUresult {
-        (self
-            .cuFuncGetParamInfo
-            .as_ref()
-            .expect("Expected function, got error."))(
-            func, paramIndex, paramOffset, paramSize
-        )
+        let Ok(entry) = &self.cuFuncGetParamInfo else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(func, paramIndex, paramOffset, paramSize)
     }
     pub unsafe fn cuFuncIsLoaded(
         &self,
         state: *mut CUfunctionLoadingState,
         function: CUfunction,
     ) -> CUresult {
-        (self
-            .cuFuncIsLoaded
-            .as_ref()
-            .expect("Expected function, got error."))(state, function)
+        let Ok(entry) = &self.cuFuncIsLoaded else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(state, function)
     }
     pub unsafe fn cuFuncLoad(&self, function: CUfunction) -> CUresult {
-        (self
-            .cuFuncLoad
-            .as_ref()
-            .expect("Expected function, got error."))(function)
+        let Ok(entry) = &self.cuFuncLoad else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(function)
     }
     pub unsafe fn cuLaunchKernel(
         &self,
@@ -10278,10 +10197,10 @@ impl CudaDriver {
         kernelParams: *mut *mut ::std::os::raw::c_void,
         extra: *mut *mut ::std::os::raw::c_void,
     ) -> CUresult {
-        (self
-            .cuLaunchKernel
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuLaunchKernel else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             f,
             gridDimX,
             gridDimY,
@@ -10302,10 +10221,10 @@ impl CudaDriver {
         kernelParams: *mut *mut ::std::os::raw::c_void,
         extra: *mut *mut ::std::os::raw::c_void,
     ) -> CUresult {
-        (self
-            .cuLaunchKernelEx
-            .as_ref()
-            .expect("Expected function, got error."))(config, f, kernelParams, extra)
+        let Ok(entry) = &self.cuLaunchKernelEx else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(config, f, kernelParams, extra)
     }
     pub unsafe fn cuLaunchCooperativeKernel(
         &self,
@@ -10320,10 +10239,10 @@ impl CudaDriver {
         hStream: CUstream,
         kernelParams: *mut *mut ::std::os::raw::c_void,
     ) -> CUresult {
-        (self
-            .cuLaunchCooperativeKernel
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuLaunchCooperativeKernel else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             f,
             gridDimX,
             gridDimY,
@@ -10342,10 +10261,10 @@ impl CudaDriver {
         numDevices: ::std::os::raw::c_uint,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuLaunchCooperativeKernelMultiDevice
-            .as_ref()
-            .expect("Expected function, got error."))(launchParamsList, numDevices, flags)
+        let Ok(entry) = &self.cuLaunchCooperativeKernelMultiDevice else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(launchParamsList, numDevices, flags)
     }
     pub unsafe fn cuLaunchHostFunc(
         &self,
@@ -10353,10 +10272,10 @@ impl CudaDriver {
         fn_: CUhostFn,
         userData: *mut ::std::os::raw::c_void,
     ) -> CUresult {
-        (self
-            .cuLaunchHostFunc
-            .as_ref()
-            .expect("Expected function, got error."))(hStream, fn_, userData)
+        let Ok(entry) = &self.cuLaunchHostFunc else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream, fn_, userData)
     }
     pub unsafe fn cuFuncSetBlockShape(
         &self,
@@ -10365,30 +10284,30 @@ impl CudaDriver {
         y: ::std::os::raw::c_int,
         z: ::std::os::raw::c_int,
     ) -> CUresult {
-        (self
-            .cuFuncSetBlockShape
-            .as_ref()
-            .expect("Expected function, got error."))(hfunc, x, y, z)
+        let Ok(entry) = &self.cuFuncSetBlockShape else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hfunc, x, y, z)
     }
     pub unsafe fn cuFuncSetSharedSize(
         &self,
         hfunc: CUfunction,
         bytes: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuFuncSetSharedSize
-            .as_ref()
-            .expect("Expected function, got error."))(hfunc, bytes)
+        let Ok(entry) = &self.cuFuncSetSharedSize else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hfunc, bytes)
     }
     pub unsafe fn cuParamSetSize(
         &self,
         hfunc: CUfunction,
         numbytes: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuParamSetSize
-            .as_ref()
-            .expect("Expected function, got error."))(hfunc, numbytes)
+        let Ok(entry) = &self.cuParamSetSize else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hfunc, numbytes)
     }
     pub unsafe fn cuParamSeti(
         &self,
@@ -10396,10 +10315,10 @@ impl CudaDriver {
         offset: ::std::os::raw::c_int,
         value: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuParamSeti
-            .as_ref()
-            .expect("Expected function, got error."))(hfunc, offset, value)
+        let Ok(entry) = &self.cuParamSeti else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hfunc, offset, value)
     }
     pub unsafe fn cuParamSetf(
         &self,
@@ -10407,10 +10326,10 @@ impl CudaDriver {
         offset: ::std::os::raw::c_int,
         value: f32,
     ) -> CUresult {
-        (self
-            .cuParamSetf
-            .as_ref()
-            .expect("Expected function, got error."))(hfunc, offset, value)
+        let Ok(entry) = &self.cuParamSetf else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hfunc, offset, value)
     }
     pub unsafe fn cuParamSetv(
         &self,
@@ -10419,16 +10338,16 @@ impl CudaDriver {
         ptr: *mut ::std::os::raw::c_void,
         numbytes: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuParamSetv
-            .as_ref()
-            .expect("Expected function, got error."))(hfunc, offset, ptr, numbytes)
+        let Ok(entry) = &self.cuParamSetv else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hfunc, offset, ptr, numbytes)
     }
     pub unsafe fn cuLaunch(&self, f: CUfunction) -> CUresult {
-        (self
-            .cuLaunch
-            .as_ref()
-            .expect("Expected function, got error."))(f)
+        let Ok(entry) = &self.cuLaunch else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(f)
     }
     pub unsafe fn cuLaunchGrid(
         &self,
@@ -10436,10 +10355,10 @@ impl CudaDriver {
         grid_width: ::std::os::raw::c_int,
         grid_height: ::std::os::raw::c_int,
     ) -> CUresult {
-        (self
-            .cuLaunchGrid
-            .as_ref()
-            .expect("Expected function, got error."))(f, grid_width, grid_height)
+        let Ok(entry) = &self.cuLaunchGrid else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(f, grid_width, grid_height)
     }
     pub unsafe fn cuLaunchGridAsync(
         &self,
@@ -10448,10 +10367,10 @@ impl CudaDriver {
         grid_height: ::std::os::raw::c_int,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuLaunchGridAsync
-            .as_ref()
-            .expect("Expected function, got error."))(f, grid_width, grid_height, hStream)
+        let Ok(entry) = &self.cuLaunchGridAsync else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(f, grid_width, grid_height, hStream)
     }
     pub unsafe fn cuParamSetTexRef(
         &self,
@@ -10459,30 +10378,30 @@ impl CudaDriver {
         texunit: ::std::os::raw::c_int,
         hTexRef: CUtexref,
     ) -> CUresult {
-        (self
-            .cuParamSetTexRef
-            .as_ref()
-            .expect("Expected function, got error."))(hfunc, texunit, hTexRef)
+        let Ok(entry) = &self.cuParamSetTexRef else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hfunc, texunit, hTexRef)
     }
     pub unsafe fn cuFuncSetSharedMemConfig(
         &self,
         hfunc: CUfunction,
         config: CUsharedconfig,
     ) -> CUresult {
-        (self
-            .cuFuncSetSharedMemConfig
-            .as_ref()
-            .expect("Expected function, got error."))(hfunc, config)
+        let Ok(entry) = &self.cuFuncSetSharedMemConfig else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hfunc, config)
     }
     pub unsafe fn cuGraphCreate(
         &self,
         phGraph: *mut CUgraph,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuGraphCreate
-            .as_ref()
-            .expect("Expected function, got error."))(phGraph, flags)
+        let Ok(entry) = &self.cuGraphCreate else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phGraph, flags)
     }
     pub unsafe fn cuGraphAddKernelNode_v2(
         &self,
@@ -10492,10 +10411,10 @@ impl CudaDriver {
         numDependencies: usize,
         nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphAddKernelNode_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuGraphAddKernelNode_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             phGraphNode,
             hGraph,
             dependencies,
@@ -10508,20 +10427,20 @@ impl CudaDriver {
         hNode: CUgraphNode,
         nodeParams: *mut CUDA_KERNEL_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphKernelNodeGetParams_v2
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, nodeParams)
+        let Ok(entry) = &self.cuGraphKernelNodeGetParams_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, nodeParams)
     }
     pub unsafe fn cuGraphKernelNodeSetParams_v2(
         &self,
         hNode: CUgraphNode,
         nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphKernelNodeSetParams_v2
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, nodeParams)
+        let Ok(entry) = &self.cuGraphKernelNodeSetParams_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, nodeParams)
     }
     pub unsafe fn cuGraphAddMemcpyNode(
         &self,
@@ -10532,10 +10451,10 @@ impl CudaDriver {
         copyParams: *const CUDA_MEMCPY3D,
         ctx: CUcontext,
     ) -> CUresult {
-        (self
-            .cuGraphAddMemcpyNode
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuGraphAddMemcpyNode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             phGraphNode,
             hGraph,
             dependencies,
@@ -10549,20 +10468,20 @@ impl CudaDriver {
         hNode: CUgraphNode,
         nodeParams: *mut CUDA_MEMCPY3D,
     ) -> CUresult {
-        (self
-            .cuGraphMemcpyNodeGetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, nodeParams)
+        let Ok(entry) = &self.cuGraphMemcpyNodeGetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, nodeParams)
     }
     pub unsafe fn cuGraphMemcpyNodeSetParams(
         &self,
         hNode: CUgraphNode,
         nodeParams: *const CUDA_MEMCPY3D,
     ) -> CUresult {
-        (self
-            .cuGraphMemcpyNodeSetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, nodeParams)
+        let Ok(entry) = &self.cuGraphMemcpyNodeSetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, nodeParams)
     }
     pub unsafe fn cuGraphAddMemsetNode(
         &self,
@@ -10573,10 +10492,10 @@ impl CudaDriver {
         memsetParams: *const CUDA_MEMSET_NODE_PARAMS,
         ctx: CUcontext,
     ) -> CUresult {
-        (self
-            .cuGraphAddMemsetNode
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuGraphAddMemsetNode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             phGraphNode,
             hGraph,
             dependencies,
@@ -10590,20 +10509,20 @@ impl CudaDriver {
         hNode: CUgraphNode,
         nodeParams: *mut CUDA_MEMSET_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphMemsetNodeGetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, nodeParams)
+        let Ok(entry) = &self.cuGraphMemsetNodeGetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, nodeParams)
     }
     pub unsafe fn cuGraphMemsetNodeSetParams(
         &self,
         hNode: CUgraphNode,
         nodeParams: *const CUDA_MEMSET_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphMemsetNodeSetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, nodeParams)
+        let Ok(entry) = &self.cuGraphMemsetNodeSetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, nodeParams)
     }
     pub unsafe fn cuGraphAddHostNode(
         &self,
@@ -10613,10 +10532,10 @@ impl CudaDriver {
         numDependencies: usize,
         nodeParams: *const CUDA_HOST_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphAddHostNode
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuGraphAddHostNode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             phGraphNode,
             hGraph,
             dependencies,
@@ -10629,20 +10548,20 @@ impl CudaDriver {
         hNode: CUgraphNode,
         nodeParams: *mut CUDA_HOST_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphHostNodeGetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, nodeParams)
+        let Ok(entry) = &self.cuGraphHostNodeGetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, nodeParams)
     }
     pub unsafe fn cuGraphHostNodeSetParams(
         &self,
         hNode: CUgraphNode,
         nodeParams: *const CUDA_HOST_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphHostNodeSetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, nodeParams)
+        let Ok(entry) = &self.cuGraphHostNodeSetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, nodeParams)
     }
     pub unsafe fn cuGraphAddChildGraphNode(
         &self,
@@ -10652,10 +10571,10 @@ impl CudaDriver {
         numDependencies: usize,
         childGraph: CUgraph,
     ) -> CUresult {
-        (self
-            .cuGraphAddChildGraphNode
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuGraphAddChildGraphNode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             phGraphNode,
             hGraph,
             dependencies,
@@ -10668,10 +10587,10 @@ impl CudaDriver {
         hNode: CUgraphNode,
         phGraph: *mut CUgraph,
     ) -> CUresult {
-        (self
-            .cuGraphChildGraphNodeGetGraph
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, phGraph)
+        let Ok(entry) = &self.cuGraphChildGraphNodeGetGraph else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, phGraph)
     }
     pub unsafe fn cuGraphAddEmptyNode(
         &self,
@@ -10680,15 +10599,10 @@ impl CudaDriver {
         dependencies: *const CUgraphNode,
         numDependencies: usize,
     ) -> CUresult {
-        (self
-            .cuGraphAddEmptyNode
-            .as_ref()
-            .expect("Expected function, got error."))(
-            phGraphNode,
-            hGraph,
-            dependencies,
-            numDependencies,
-        )
+        let Ok(entry) = &self.cuGraphAddEmptyNode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phGraphNode, hGraph, dependencies, numDependencies)
     }
     pub unsafe fn cuGraphAddEventRecordNode(
         &self,
@@ -10698,36 +10612,30 @@ impl CudaDriver {
         numDependencies: usize,
         event: CUevent,
     ) -> CUresult {
-        (self
-            .cuGraphAddEventRecordNode
-            .as_ref()
-            .expect("Expected function, got error."))(
-            phGraphNode,
-            hGraph,
-            dependencies,
-            numDependencies,
-            event,
-        )
+        let Ok(entry) = &self.cuGraphAddEventRecordNode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phGraphNode, hGraph, dependencies, numDependencies, event)
     }
     pub unsafe fn cuGraphEventRecordNodeGetEvent(
         &self,
         hNode: CUgraphNode,
         event_out: *mut CUevent,
     ) -> CUresult {
-        (self
-            .cuGraphEventRecordNodeGetEvent
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, event_out)
+        let Ok(entry) = &self.cuGraphEventRecordNodeGetEvent else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, event_out)
     }
     pub unsafe fn cuGraphEventRecordNodeSetEvent(
         &self,
         hNode: CUgraphNode,
         event: CUevent,
     ) -> CUresult {
-        (self
-            .cuGraphEventRecordNodeSetEvent
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, event)
+        let Ok(entry) = &self.cuGraphEventRecordNodeSetEvent else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, event)
     }
     pub unsafe fn cuGraphAddEventWaitNode(
         &self,
@@ -10737,36 +10645,30 @@ impl CudaDriver {
         numDependencies: usize,
         event: CUevent,
     ) -> CUresult {
-        (self
-            .cuGraphAddEventWaitNode
-            .as_ref()
-            .expect("Expected function, got error."))(
-            phGraphNode,
-            hGraph,
-            dependencies,
-            numDependencies,
-            event,
-        )
+        let Ok(entry) = &self.cuGraphAddEventWaitNode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phGraphNode, hGraph, dependencies, numDependencies, event)
     }
     pub unsafe fn cuGraphEventWaitNodeGetEvent(
         &self,
         hNode: CUgraphNode,
         event_out: *mut CUevent,
     ) -> CUresult {
-        (self
-            .cuGraphEventWaitNodeGetEvent
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, event_out)
+        let Ok(entry) = &self.cuGraphEventWaitNodeGetEvent else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, event_out)
     }
     pub unsafe fn cuGraphEventWaitNodeSetEvent(
         &self,
         hNode: CUgraphNode,
         event: CUevent,
     ) -> CUresult {
-        (self
-            .cuGraphEventWaitNodeSetEvent
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, event)
+        let Ok(entry) = &self.cuGraphEventWaitNodeSetEvent else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, event)
     }
     pub unsafe fn cuGraphAddExternalSemaphoresSignalNode(
         &self,
@@ -10776,10 +10678,10 @@ impl CudaDriver {
         numDependencies: usize,
         nodeParams: *const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphAddExternalSemaphoresSignalNode
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuGraphAddExternalSemaphoresSignalNode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             phGraphNode,
             hGraph,
             dependencies,
@@ -10792,20 +10694,20 @@ impl CudaDriver {
         hNode: CUgraphNode,
         params_out: *mut CUDA_EXT_SEM_SIGNAL_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphExternalSemaphoresSignalNodeGetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, params_out)
+        let Ok(entry) = &self.cuGraphExternalSemaphoresSignalNodeGetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, params_out)
     }
     pub unsafe fn cuGraphExternalSemaphoresSignalNodeSetParams(
         &self,
         hNode: CUgraphNode,
         nodeParams: *const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphExternalSemaphoresSignalNodeSetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, nodeParams)
+        let Ok(entry) = &self.cuGraphExternalSemaphoresSignalNodeSetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, nodeParams)
     }
     pub unsafe fn cuGraphAddExternalSemaphoresWaitNode(
         &self,
@@ -10815,10 +10717,10 @@ impl CudaDriver {
         numDependencies: usize,
         nodeParams: *const CUDA_EXT_SEM_WAIT_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphAddExternalSemaphoresWaitNode
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuGraphAddExternalSemaphoresWaitNode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             phGraphNode,
             hGraph,
             dependencies,
@@ -10831,20 +10733,20 @@ impl CudaDriver {
         hNode: CUgraphNode,
         params_out: *mut CUDA_EXT_SEM_WAIT_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphExternalSemaphoresWaitNodeGetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, params_out)
+        let Ok(entry) = &self.cuGraphExternalSemaphoresWaitNodeGetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, params_out)
     }
     pub unsafe fn cuGraphExternalSemaphoresWaitNodeSetParams(
         &self,
         hNode: CUgraphNode,
         nodeParams: *const CUDA_EXT_SEM_WAIT_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphExternalSemaphoresWaitNodeSetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, nodeParams)
+        let Ok(entry) = &self.cuGraphExternalSemaphoresWaitNodeSetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, nodeParams)
     }
     pub unsafe fn cuGraphAddBatchMemOpNode(
         &self,
@@ -10854,10 +10756,10 @@ impl CudaDriver {
         numDependencies: usize,
         nodeParams: *const CUDA_BATCH_MEM_OP_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphAddBatchMemOpNode
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuGraphAddBatchMemOpNode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             phGraphNode,
             hGraph,
             dependencies,
@@ -10870,20 +10772,20 @@ impl CudaDriver {
         hNode: CUgraphNode,
         nodeParams_out: *mut CUDA_BATCH_MEM_OP_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphBatchMemOpNodeGetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, nodeParams_out)
+        let Ok(entry) = &self.cuGraphBatchMemOpNodeGetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, nodeParams_out)
     }
     pub unsafe fn cuGraphBatchMemOpNodeSetParams(
         &self,
         hNode: CUgraphNode,
         nodeParams: *const CUDA_BATCH_MEM_OP_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphBatchMemOpNodeSetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, nodeParams)
+        let Ok(entry) = &self.cuGraphBatchMemOpNodeSetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, nodeParams)
     }
     pub unsafe fn cuGraphExecBatchMemOpNodeSetParams(
         &self,
@@ -10891,10 +10793,10 @@ impl CudaDriver {
         hNode: CUgraphNode,
         nodeParams: *const CUDA_BATCH_MEM_OP_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphExecBatchMemOpNodeSetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hGraphExec, hNode, nodeParams)
+        let Ok(entry) = &self.cuGraphExecBatchMemOpNodeSetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraphExec, hNode, nodeParams)
     }
     pub unsafe fn cuGraphAddMemAllocNode(
         &self,
@@ -10904,10 +10806,10 @@ impl CudaDriver {
         numDependencies: usize,
         nodeParams: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphAddMemAllocNode
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuGraphAddMemAllocNode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             phGraphNode,
             hGraph,
             dependencies,
@@ -10920,10 +10822,10 @@ impl CudaDriver {
         hNode: CUgraphNode,
         params_out: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphMemAllocNodeGetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, params_out)
+        let Ok(entry) = &self.cuGraphMemAllocNodeGetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, params_out)
     }
     pub unsafe fn cuGraphAddMemFreeNode(
         &self,
@@ -10933,32 +10835,26 @@ impl CudaDriver {
         numDependencies: usize,
         dptr: CUdeviceptr,
     ) -> CUresult {
-        (self
-            .cuGraphAddMemFreeNode
-            .as_ref()
-            .expect("Expected function, got error."))(
-            phGraphNode,
-            hGraph,
-            dependencies,
-            numDependencies,
-            dptr,
-        )
+        let Ok(entry) = &self.cuGraphAddMemFreeNode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phGraphNode, hGraph, dependencies, numDependencies, dptr)
     }
     pub unsafe fn cuGraphMemFreeNodeGetParams(
         &self,
         hNode: CUgraphNode,
         dptr_out: *mut CUdeviceptr,
     ) -> CUresult {
-        (self
-            .cuGraphMemFreeNodeGetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, dptr_out)
+        let Ok(entry) = &self.cuGraphMemFreeNodeGetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, dptr_out)
     }
     pub unsafe fn cuDeviceGraphMemTrim(&self, device: CUdevice) -> CUresult {
-        (self
-            .cuDeviceGraphMemTrim
-            .as_ref()
-            .expect("Expected function, got error."))(device)
+        let Ok(entry) = &self.cuDeviceGraphMemTrim else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(device)
     }
     pub unsafe fn cuDeviceGetGraphMemAttribute(
         &self,
@@ -10966,10 +10862,10 @@ impl CudaDriver {
         attr: CUgraphMem_attribute,
         value: *mut ::std::os::raw::c_void,
     ) -> CUresult {
-        (self
-            .cuDeviceGetGraphMemAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(device, attr, value)
+        let Ok(entry) = &self.cuDeviceGetGraphMemAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(device, attr, value)
     }
     pub unsafe fn cuDeviceSetGraphMemAttribute(
         &self,
@@ -10977,20 +10873,20 @@ impl CudaDriver {
         attr: CUgraphMem_attribute,
         value: *mut ::std::os::raw::c_void,
     ) -> CUresult {
-        (self
-            .cuDeviceSetGraphMemAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(device, attr, value)
+        let Ok(entry) = &self.cuDeviceSetGraphMemAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(device, attr, value)
     }
     pub unsafe fn cuGraphClone(
         &self,
         phGraphClone: *mut CUgraph,
         originalGraph: CUgraph,
     ) -> CUresult {
-        (self
-            .cuGraphClone
-            .as_ref()
-            .expect("Expected function, got error."))(phGraphClone, originalGraph)
+        let Ok(entry) = &self.cuGraphClone else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phGraphClone, originalGraph)
     }
     pub unsafe fn cuGraphNodeFindInClone(
         &self,
@@ -10998,20 +10894,20 @@ impl CudaDriver {
         hOriginalNode: CUgraphNode,
         hClonedGraph: CUgraph,
     ) -> CUresult {
-        (self
-            .cuGraphNodeFindInClone
-            .as_ref()
-            .expect("Expected function, got error."))(phNode, hOriginalNode, hClonedGraph)
+        let Ok(entry) = &self.cuGraphNodeFindInClone else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phNode, hOriginalNode, hClonedGraph)
     }
     pub unsafe fn cuGraphNodeGetType(
         &self,
         hNode: CUgraphNode,
         type_: *mut CUgraphNodeType,
     ) -> CUresult {
-        (self
-            .cuGraphNodeGetType
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, type_)
+        let Ok(entry) = &self.cuGraphNodeGetType else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, type_)
     }
     pub unsafe fn cuGraphGetNodes(
         &self,
@@ -11019,10 +10915,10 @@ impl CudaDriver {
         nodes: *mut CUgraphNode,
         numNodes: *mut usize,
     ) -> CUresult {
-        (self
-            .cuGraphGetNodes
-            .as_ref()
-            .expect("Expected function, got error."))(hGraph, nodes, numNodes)
+        let Ok(entry) = &self.cuGraphGetNodes else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraph, nodes, numNodes)
     }
     pub unsafe fn cuGraphGetRootNodes(
         &self,
@@ -11030,10 +10926,10 @@ impl CudaDriver {
         rootNodes: *mut CUgraphNode,
         numRootNodes: *mut usize,
     ) -> CUresult {
-        (self
-            .cuGraphGetRootNodes
-            .as_ref()
-            .expect("Expected function, got error."))(hGraph, rootNodes, numRootNodes)
+        let Ok(entry) = &self.cuGraphGetRootNodes else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraph, rootNodes, numRootNodes)
     }
     pub unsafe fn cuGraphGetEdges(
         &self,
@@ -11042,10 +10938,10 @@ impl CudaDriver {
         to: *mut CUgraphNode,
         numEdges: *mut usize,
     ) -> CUresult {
-        (self
-            .cuGraphGetEdges
-            .as_ref()
-            .expect("Expected function, got error."))(hGraph, from, to, numEdges)
+        let Ok(entry) = &self.cuGraphGetEdges else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraph, from, to, numEdges)
     }
     pub unsafe fn cuGraphGetEdges_v2(
         &self,
@@ -11055,10 +10951,10 @@ impl CudaDriver {
         edgeData: *mut CUgraphEdgeData,
         numEdges: *mut usize,
     ) -> CUresult {
-        (self
-            .cuGraphGetEdges_v2
-            .as_ref()
-            .expect("Expected function, got error."))(hGraph, from, to, edgeData, numEdges)
+        let Ok(entry) = &self.cuGraphGetEdges_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraph, from, to, edgeData, numEdges)
     }
     pub unsafe fn cuGraphNodeGetDependencies(
         &self,
@@ -11066,10 +10962,10 @@ impl CudaDriver {
         dependencies: *mut CUgraphNode,
         numDependencies: *mut usize,
     ) -> CUresult {
-        (self
-            .cuGraphNodeGetDependencies
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, dependencies, numDependencies)
+        let Ok(entry) = &self.cuGraphNodeGetDependencies else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, dependencies, numDependencies)
     }
     pub unsafe fn cuGraphNodeGetDependencies_v2(
         &self,
@@ -11078,15 +10974,10 @@ impl CudaDriver {
         edgeData: *mut CUgraphEdgeData,
         numDependencies: *mut usize,
     ) -> CUresult {
-        (self
-            .cuGraphNodeGetDependencies_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
-            hNode,
-            dependencies,
-            edgeData,
-            numDependencies,
-        )
+        let Ok(entry) = &self.cuGraphNodeGetDependencies_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, dependencies, edgeData, numDependencies)
     }
     pub unsafe fn cuGraphNodeGetDependentNodes(
         &self,
@@ -11094,12 +10985,10 @@ impl CudaDriver {
         dependentNodes: *mut CUgraphNode,
         numDependentNodes: *mut usize,
     ) -> CUresult {
-        (self
-            .cuGraphNodeGetDependentNodes
-            .as_ref()
-            .expect("Expected function, got error."))(
-            hNode, dependentNodes, numDependentNodes
-        )
+        let Ok(entry) = &self.cuGraphNodeGetDependentNodes else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, dependentNodes, numDependentNodes)
     }
     pub unsafe fn cuGraphNodeGetDependentNodes_v2(
         &self,
@@ -11108,15 +10997,10 @@ impl CudaDriver {
         edgeData: *mut CUgraphEdgeData,
         numDependentNodes: *mut usize,
     ) -> CUresult {
-        (self
-            .cuGraphNodeGetDependentNodes_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
-            hNode,
-            dependentNodes,
-            edgeData,
-            numDependentNodes,
-        )
+        let Ok(entry) = &self.cuGraphNodeGetDependentNodes_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, dependentNodes, edgeData, numDependentNodes)
     }
     pub unsafe fn cuGraphAddDependencies(
         &self,
@@ -11125,10 +11009,10 @@ impl CudaDriver {
         to: *const CUgraphNode,
         numDependencies: usize,
     ) -> CUresult {
-        (self
-            .cuGraphAddDependencies
-            .as_ref()
-            .expect("Expected function, got error."))(hGraph, from, to, numDependencies)
+        let Ok(entry) = &self.cuGraphAddDependencies else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraph, from, to, numDependencies)
     }
     pub unsafe fn cuGraphAddDependencies_v2(
         &self,
@@ -11138,12 +11022,10 @@ impl CudaDriver {
         edgeData: *const CUgraphEdgeData,
         numDependencies: usize,
     ) -> CUresult {
-        (self
-            .cuGraphAddDependencies_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
-            hGraph, from, to, edgeData, numDependencies
-        )
+        let Ok(entry) = &self.cuGraphAddDependencies_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraph, from, to, edgeData, numDependencies)
     }
     pub unsafe fn cuGraphRemoveDependencies(
         &self,
@@ -11152,10 +11034,10 @@ impl CudaDriver {
         to: *const CUgraphNode,
         numDependencies: usize,
     ) -> CUresult {
-        (self
-            .cuGraphRemoveDependencies
-            .as_ref()
-            .expect("Expected function, got error."))(hGraph, from, to, numDependencies)
+        let Ok(entry) = &self.cuGraphRemoveDependencies else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraph, from, to, numDependencies)
     }
     pub unsafe fn cuGraphRemoveDependencies_v2(
         &self,
@@ -11165,18 +11047,16 @@ impl CudaDriver {
         edgeData: *const CUgraphEdgeData,
         numDependencies: usize,
     ) -> CUresult {
-        (self
-            .cuGraphRemoveDependencies_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
-            hGraph, from, to, edgeData, numDependencies
-        )
+        let Ok(entry) = &self.cuGraphRemoveDependencies_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraph, from, to, edgeData, numDependencies)
     }
     pub unsafe fn cuGraphDestroyNode(&self, hNode: CUgraphNode) -> CUresult {
-        (self
-            .cuGraphDestroyNode
-            .as_ref()
-            .expect("Expected function, got error."))(hNode)
+        let Ok(entry) = &self.cuGraphDestroyNode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode)
     }
     pub unsafe fn cuGraphInstantiateWithFlags(
         &self,
@@ -11184,10 +11064,10 @@ impl CudaDriver {
         hGraph: CUgraph,
         flags: ::std::os::raw::c_ulonglong,
     ) -> CUresult {
-        (self
-            .cuGraphInstantiateWithFlags
-            .as_ref()
-            .expect("Expected function, got error."))(phGraphExec, hGraph, flags)
+        let Ok(entry) = &self.cuGraphInstantiateWithFlags else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phGraphExec, hGraph, flags)
     }
     pub unsafe fn cuGraphInstantiateWithParams(
         &self,
@@ -11195,20 +11075,20 @@ impl CudaDriver {
         hGraph: CUgraph,
         instantiateParams: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphInstantiateWithParams
-            .as_ref()
-            .expect("Expected function, got error."))(phGraphExec, hGraph, instantiateParams)
+        let Ok(entry) = &self.cuGraphInstantiateWithParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phGraphExec, hGraph, instantiateParams)
     }
     pub unsafe fn cuGraphExecGetFlags(
         &self,
         hGraphExec: CUgraphExec,
         flags: *mut cuuint64_t,
     ) -> CUresult {
-        (self
-            .cuGraphExecGetFlags
-            .as_ref()
-            .expect("Expected function, got error."))(hGraphExec, flags)
+        let Ok(entry) = &self.cuGraphExecGetFlags else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraphExec, flags)
     }
     pub unsafe fn cuGraphExecKernelNodeSetParams_v2(
         &self,
@@ -11216,10 +11096,10 @@ impl CudaDriver {
         hNode: CUgraphNode,
         nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphExecKernelNodeSetParams_v2
-            .as_ref()
-            .expect("Expected function, got error."))(hGraphExec, hNode, nodeParams)
+        let Ok(entry) = &self.cuGraphExecKernelNodeSetParams_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraphExec, hNode, nodeParams)
     }
     pub unsafe fn cuGraphExecMemcpyNodeSetParams(
         &self,
@@ -11228,10 +11108,10 @@ impl CudaDriver {
         copyParams: *const CUDA_MEMCPY3D,
         ctx: CUcontext,
     ) -> CUresult {
-        (self
-            .cuGraphExecMemcpyNodeSetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hGraphExec, hNode, copyParams, ctx)
+        let Ok(entry) = &self.cuGraphExecMemcpyNodeSetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraphExec, hNode, copyParams, ctx)
     }
     pub unsafe fn cuGraphExecMemsetNodeSetParams(
         &self,
@@ -11240,10 +11120,10 @@ impl CudaDriver {
         memsetParams: *const CUDA_MEMSET_NODE_PARAMS,
         ctx: CUcontext,
     ) -> CUresult {
-        (self
-            .cuGraphExecMemsetNodeSetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hGraphExec, hNode, memsetParams, ctx)
+        let Ok(entry) = &self.cuGraphExecMemsetNodeSetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraphExec, hNode, memsetParams, ctx)
     }
     pub unsafe fn cuGraphExecHostNodeSetParams(
         &self,
@@ -11251,10 +11131,10 @@ impl CudaDriver {
         hNode: CUgraphNode,
         nodeParams: *const CUDA_HOST_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphExecHostNodeSetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hGraphExec, hNode, nodeParams)
+        let Ok(entry) = &self.cuGraphExecHostNodeSetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraphExec, hNode, nodeParams)
     }
     pub unsafe fn cuGraphExecChildGraphNodeSetParams(
         &self,
@@ -11262,10 +11142,10 @@ impl CudaDriver {
         hNode: CUgraphNode,
         childGraph: CUgraph,
     ) -> CUresult {
-        (self
-            .cuGraphExecChildGraphNodeSetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hGraphExec, hNode, childGraph)
+        let Ok(entry) = &self.cuGraphExecChildGraphNodeSetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraphExec, hNode, childGraph)
     }
     pub unsafe fn cuGraphExecEventRecordNodeSetEvent(
         &self,
@@ -11273,10 +11153,10 @@ impl CudaDriver {
         hNode: CUgraphNode,
         event: CUevent,
     ) -> CUresult {
-        (self
-            .cuGraphExecEventRecordNodeSetEvent
-            .as_ref()
-            .expect("Expected function, got error."))(hGraphExec, hNode, event)
+        let Ok(entry) = &self.cuGraphExecEventRecordNodeSetEvent else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraphExec, hNode, event)
     }
     pub unsafe fn cuGraphExecEventWaitNodeSetEvent(
         &self,
@@ -11284,10 +11164,10 @@ impl CudaDriver {
         hNode: CUgraphNode,
         event: CUevent,
     ) -> CUresult {
-        (self
-            .cuGraphExecEventWaitNodeSetEvent
-            .as_ref()
-            .expect("Expected function, got error."))(hGraphExec, hNode, event)
+        let Ok(entry) = &self.cuGraphExecEventWaitNodeSetEvent else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraphExec, hNode, event)
     }
     pub unsafe fn cuGraphExecExternalSemaphoresSignalNodeSetParams(
         &self,
@@ -11295,10 +11175,10 @@ impl CudaDriver {
         hNode: CUgraphNode,
         nodeParams: *const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphExecExternalSemaphoresSignalNodeSetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hGraphExec, hNode, nodeParams)
+        let Ok(entry) = &self.cuGraphExecExternalSemaphoresSignalNodeSetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraphExec, hNode, nodeParams)
     }
     pub unsafe fn cuGraphExecExternalSemaphoresWaitNodeSetParams(
         &self,
@@ -11306,10 +11186,10 @@ impl CudaDriver {
         hNode: CUgraphNode,
         nodeParams: *const CUDA_EXT_SEM_WAIT_NODE_PARAMS,
     ) -> CUresult {
-        (self
-            .cuGraphExecExternalSemaphoresWaitNodeSetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hGraphExec, hNode, nodeParams)
+        let Ok(entry) = &self.cuGraphExecExternalSemaphoresWaitNodeSetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraphExec, hNode, nodeParams)
     }
     pub unsafe fn cuGraphNodeSetEnabled(
         &self,
@@ -11317,10 +11197,10 @@ impl CudaDriver {
         hNode: CUgraphNode,
         isEnabled: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuGraphNodeSetEnabled
-            .as_ref()
-            .expect("Expected function, got error."))(hGraphExec, hNode, isEnabled)
+        let Ok(entry) = &self.cuGraphNodeSetEnabled else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraphExec, hNode, isEnabled)
     }
     pub unsafe fn cuGraphNodeGetEnabled(
         &self,
@@ -11328,34 +11208,34 @@ impl CudaDriver {
         hNode: CUgraphNode,
         isEnabled: *mut ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuGraphNodeGetEnabled
-            .as_ref()
-            .expect("Expected function, got error."))(hGraphExec, hNode, isEnabled)
+        let Ok(entry) = &self.cuGraphNodeGetEnabled else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraphExec, hNode, isEnabled)
     }
     pub unsafe fn cuGraphUpload(&self, hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult {
-        (self
-            .cuGraphUpload
-            .as_ref()
-            .expect("Expected function, got error."))(hGraphExec, hStream)
+        let Ok(entry) = &self.cuGraphUpload else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraphExec, hStream)
     }
     pub unsafe fn cuGraphLaunch(&self, hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult {
-        (self
-            .cuGraphLaunch
-            .as_ref()
-            .expect("Expected function, got error."))(hGraphExec, hStream)
+        let Ok(entry) = &self.cuGraphLaunch else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraphExec, hStream)
     }
     pub unsafe fn cuGraphExecDestroy(&self, hGraphExec: CUgraphExec) -> CUresult {
-        (self
-            .cuGraphExecDestroy
-            .as_ref()
-            .expect("Expected function, got error."))(hGraphExec)
+        let Ok(entry) = &self.cuGraphExecDestroy else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraphExec)
     }
     pub unsafe fn cuGraphDestroy(&self, hGraph: CUgraph) -> CUresult {
-        (self
-            .cuGraphDestroy
-            .as_ref()
-            .expect("Expected function, got error."))(hGraph)
+        let Ok(entry) = &self.cuGraphDestroy else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraph)
     }
     pub unsafe fn cuGraphExecUpdate_v2(
         &self,
@@ -11363,20 +11243,20 @@ impl CudaDriver {
         hGraph: CUgraph,
         resultInfo: *mut CUgraphExecUpdateResultInfo,
     ) -> CUresult {
-        (self
-            .cuGraphExecUpdate_v2
-            .as_ref()
-            .expect("Expected function, got error."))(hGraphExec, hGraph, resultInfo)
+        let Ok(entry) = &self.cuGraphExecUpdate_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraphExec, hGraph, resultInfo)
     }
     pub unsafe fn cuGraphKernelNodeCopyAttributes(
         &self,
         dst: CUgraphNode,
         src: CUgraphNode,
     ) -> CUresult {
-        (self
-            .cuGraphKernelNodeCopyAttributes
-            .as_ref()
-            .expect("Expected function, got error."))(dst, src)
+        let Ok(entry) = &self.cuGraphKernelNodeCopyAttributes else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dst, src)
     }
     pub unsafe fn cuGraphKernelNodeGetAttribute(
         &self,
@@ -11384,10 +11264,10 @@ impl CudaDriver {
         attr: CUkernelNodeAttrID,
         value_out: *mut CUkernelNodeAttrValue,
     ) -> CUresult {
-        (self
-            .cuGraphKernelNodeGetAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, attr, value_out)
+        let Ok(entry) = &self.cuGraphKernelNodeGetAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, attr, value_out)
     }
     pub unsafe fn cuGraphKernelNodeSetAttribute(
         &self,
@@ -11395,10 +11275,10 @@ impl CudaDriver {
         attr: CUkernelNodeAttrID,
         value: *const CUkernelNodeAttrValue,
     ) -> CUresult {
-        (self
-            .cuGraphKernelNodeSetAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, attr, value)
+        let Ok(entry) = &self.cuGraphKernelNodeSetAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, attr, value)
     }
     pub unsafe fn cuGraphDebugDotPrint(
         &self,
@@ -11406,10 +11286,10 @@ impl CudaDriver {
         path: *const ::std::os::raw::c_char,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuGraphDebugDotPrint
-            .as_ref()
-            .expect("Expected function, got error."))(hGraph, path, flags)
+        let Ok(entry) = &self.cuGraphDebugDotPrint else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraph, path, flags)
     }
     pub unsafe fn cuUserObjectCreate(
         &self,
@@ -11419,36 +11299,30 @@ impl CudaDriver {
         initialRefcount: ::std::os::raw::c_uint,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuUserObjectCreate
-            .as_ref()
-            .expect("Expected function, got error."))(
-            object_out,
-            ptr,
-            destroy,
-            initialRefcount,
-            flags,
-        )
+        let Ok(entry) = &self.cuUserObjectCreate else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(object_out, ptr, destroy, initialRefcount, flags)
     }
     pub unsafe fn cuUserObjectRetain(
         &self,
         object: CUuserObject,
         count: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuUserObjectRetain
-            .as_ref()
-            .expect("Expected function, got error."))(object, count)
+        let Ok(entry) = &self.cuUserObjectRetain else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(object, count)
     }
     pub unsafe fn cuUserObjectRelease(
         &self,
         object: CUuserObject,
         count: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuUserObjectRelease
-            .as_ref()
-            .expect("Expected function, got error."))(object, count)
+        let Ok(entry) = &self.cuUserObjectRelease else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(object, count)
     }
     pub unsafe fn cuGraphRetainUserObject(
         &self,
@@ -11457,10 +11331,10 @@ impl CudaDriver {
         count: ::std::os::raw::c_uint,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuGraphRetainUserObject
-            .as_ref()
-            .expect("Expected function, got error."))(graph, object, count, flags)
+        let Ok(entry) = &self.cuGraphRetainUserObject else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(graph, object, count, flags)
     }
     pub unsafe fn cuGraphReleaseUserObject(
         &self,
@@ -11468,10 +11342,10 @@ impl CudaDriver {
         object: CUuserObject,
         count: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuGraphReleaseUserObject
-            .as_ref()
-            .expect("Expected function, got error."))(graph, object, count)
+        let Ok(entry) = &self.cuGraphReleaseUserObject else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(graph, object, count)
     }
     pub unsafe fn cuGraphAddNode(
         &self,
@@ -11481,10 +11355,10 @@ impl CudaDriver {
         numDependencies: usize,
         nodeParams: *mut CUgraphNodeParams,
     ) -> CUresult {
-        (self
-            .cuGraphAddNode
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuGraphAddNode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             phGraphNode,
             hGraph,
             dependencies,
@@ -11501,10 +11375,10 @@ impl CudaDriver {
         numDependencies: usize,
         nodeParams: *mut CUgraphNodeParams,
     ) -> CUresult {
-        (self
-            .cuGraphAddNode_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuGraphAddNode_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             phGraphNode,
             hGraph,
             dependencies,
@@ -11518,10 +11392,10 @@ impl CudaDriver {
         hNode: CUgraphNode,
         nodeParams: *mut CUgraphNodeParams,
     ) -> CUresult {
-        (self
-            .cuGraphNodeSetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hNode, nodeParams)
+        let Ok(entry) = &self.cuGraphNodeSetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hNode, nodeParams)
     }
     pub unsafe fn cuGraphExecNodeSetParams(
         &self,
@@ -11529,10 +11403,10 @@ impl CudaDriver {
         hNode: CUgraphNode,
         nodeParams: *mut CUgraphNodeParams,
     ) -> CUresult {
-        (self
-            .cuGraphExecNodeSetParams
-            .as_ref()
-            .expect("Expected function, got error."))(hGraphExec, hNode, nodeParams)
+        let Ok(entry) = &self.cuGraphExecNodeSetParams else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hGraphExec, hNode, nodeParams)
     }
     pub unsafe fn cuGraphConditionalHandleCreate(
         &self,
@@ -11542,16 +11416,10 @@ impl CudaDriver {
         defaultLaunchValue: ::std::os::raw::c_uint,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuGraphConditionalHandleCreate
-            .as_ref()
-            .expect("Expected function, got error."))(
-            pHandle_out,
-            hGraph,
-            ctx,
-            defaultLaunchValue,
-            flags,
-        )
+        let Ok(entry) = &self.cuGraphConditionalHandleCreate else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pHandle_out, hGraph, ctx, defaultLaunchValue, flags)
     }
     pub unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
         &self,
@@ -11560,12 +11428,10 @@ impl CudaDriver {
         blockSize: ::std::os::raw::c_int,
         dynamicSMemSize: usize,
     ) -> CUresult {
-        (self
-            .cuOccupancyMaxActiveBlocksPerMultiprocessor
-            .as_ref()
-            .expect("Expected function, got error."))(
-            numBlocks, func, blockSize, dynamicSMemSize
-        )
+        let Ok(entry) = &self.cuOccupancyMaxActiveBlocksPerMultiprocessor else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(numBlocks, func, blockSize, dynamicSMemSize)
     }
     pub unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
         &self,
@@ -11575,16 +11441,10 @@ impl CudaDriver {
         dynamicSMemSize: usize,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags
-            .as_ref()
-            .expect("Expected function, got error."))(
-            numBlocks,
-            func,
-            blockSize,
-            dynamicSMemSize,
-            flags,
-        )
+        let Ok(entry) = &self.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(numBlocks, func, blockSize, dynamicSMemSize, flags)
     }
     pub unsafe fn cuOccupancyMaxPotentialBlockSize(
         &self,
@@ -11595,10 +11455,10 @@ impl CudaDriver {
         dynamicSMemSize: usize,
         blockSizeLimit: ::std::os::raw::c_int,
     ) -> CUresult {
-        (self
-            .cuOccupancyMaxPotentialBlockSize
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuOccupancyMaxPotentialBlockSize else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             minGridSize,
             blockSize,
             func,
@@ -11617,10 +11477,10 @@ impl CudaDriver {
         blockSizeLimit: ::std::os::raw::c_int,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuOccupancyMaxPotentialBlockSizeWithFlags
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuOccupancyMaxPotentialBlockSizeWithFlags else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             minGridSize,
             blockSize,
             func,
@@ -11637,12 +11497,10 @@ impl CudaDriver {
         numBlocks: ::std::os::raw::c_int,
         blockSize: ::std::os::raw::c_int,
     ) -> CUresult {
-        (self
-            .cuOccupancyAvailableDynamicSMemPerBlock
-            .as_ref()
-            .expect("Expected function, got error."))(
-            dynamicSmemSize, func, numBlocks, blockSize
-        )
+        let Ok(entry) = &self.cuOccupancyAvailableDynamicSMemPerBlock else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(dynamicSmemSize, func, numBlocks, blockSize)
     }
     pub unsafe fn cuOccupancyMaxPotentialClusterSize(
         &self,
@@ -11650,10 +11508,10 @@ impl CudaDriver {
         func: CUfunction,
         config: *const CUlaunchConfig,
     ) -> CUresult {
-        (self
-            .cuOccupancyMaxPotentialClusterSize
-            .as_ref()
-            .expect("Expected function, got error."))(clusterSize, func, config)
+        let Ok(entry) = &self.cuOccupancyMaxPotentialClusterSize else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(clusterSize, func, config)
     }
     pub unsafe fn cuOccupancyMaxActiveClusters(
         &self,
@@ -11661,10 +11519,10 @@ impl CudaDriver {
         func: CUfunction,
         config: *const CUlaunchConfig,
     ) -> CUresult {
-        (self
-            .cuOccupancyMaxActiveClusters
-            .as_ref()
-            .expect("Expected function, got error."))(numClusters, func, config)
+        let Ok(entry) = &self.cuOccupancyMaxActiveClusters else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(numClusters, func, config)
     }
     pub unsafe fn cuTexRefSetArray(
         &self,
@@ -11672,10 +11530,10 @@ impl CudaDriver {
         hArray: CUarray,
         Flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuTexRefSetArray
-            .as_ref()
-            .expect("Expected function, got error."))(hTexRef, hArray, Flags)
+        let Ok(entry) = &self.cuTexRefSetArray else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hTexRef, hArray, Flags)
     }
     pub unsafe fn cuTexRefSetMipmappedArray(
         &self,
@@ -11683,10 +11541,10 @@ impl CudaDriver {
         hMipmappedArray: CUmipmappedArray,
         Flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuTexRefSetMipmappedArray
-            .as_ref()
-            .expect("Expected function, got error."))(hTexRef, hMipmappedArray, Flags)
+        let Ok(entry) = &self.cuTexRefSetMipmappedArray else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hTexRef, hMipmappedArray, Flags)
     }
     pub unsafe fn cuTexRefSetAddress_v2(
         &self,
@@ -11695,10 +11553,10 @@ impl CudaDriver {
         dptr: CUdeviceptr,
         bytes: usize,
     ) -> CUresult {
-        (self
-            .cuTexRefSetAddress_v2
-            .as_ref()
-            .expect("Expected function, got error."))(ByteOffset, hTexRef, dptr, bytes)
+        let Ok(entry) = &self.cuTexRefSetAddress_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(ByteOffset, hTexRef, dptr, bytes)
     }
     pub unsafe fn cuTexRefSetAddress2D_v3(
         &self,
@@ -11707,10 +11565,10 @@ impl CudaDriver {
         dptr: CUdeviceptr,
         Pitch: usize,
     ) -> CUresult {
-        (self
-            .cuTexRefSetAddress2D_v3
-            .as_ref()
-            .expect("Expected function, got error."))(hTexRef, desc, dptr, Pitch)
+        let Ok(entry) = &self.cuTexRefSetAddress2D_v3 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hTexRef, desc, dptr, Pitch)
     }
     pub unsafe fn cuTexRefSetFormat(
         &self,
@@ -11718,10 +11576,10 @@ impl CudaDriver {
         fmt: CUarray_format,
         NumPackedComponents: ::std::os::raw::c_int,
     ) -> CUresult {
-        (self
-            .cuTexRefSetFormat
-            .as_ref()
-            .expect("Expected function, got error."))(hTexRef, fmt, NumPackedComponents)
+        let Ok(entry) = &self.cuTexRefSetFormat else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hTexRef, fmt, NumPackedComponents)
     }
     pub unsafe fn cuTexRefSetAddressMode(
         &self,
@@ -11729,32 +11587,32 @@ impl CudaDriver {
         dim: ::std::os::raw::c_int,
         am: CUaddress_mode,
     ) -> CUresult {
-        (self
-            .cuTexRefSetAddressMode
-            .as_ref()
-            .expect("Expected function, got error."))(hTexRef, dim, am)
+        let Ok(entry) = &self.cuTexRefSetAddressMode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hTexRef, dim, am)
     }
     pub unsafe fn cuTexRefSetFilterMode(&self, hTexRef: CUtexref, fm: CUfilter_mode) -> CUresult {
-        (self
-            .cuTexRefSetFilterMode
-            .as_ref()
-            .expect("Expected function, got error."))(hTexRef, fm)
+        let Ok(entry) = &self.cuTexRefSetFilterMode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hTexRef, fm)
     }
     pub unsafe fn cuTexRefSetMipmapFilterMode(
         &self,
         hTexRef: CUtexref,
         fm: CUfilter_mode,
     ) -> CUresult {
-        (self
-            .cuTexRefSetMipmapFilterMode
-            .as_ref()
-            .expect("Expected function, got error."))(hTexRef, fm)
+        let Ok(entry) = &self.cuTexRefSetMipmapFilterMode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hTexRef, fm)
     }
     pub unsafe fn cuTexRefSetMipmapLevelBias(&self, hTexRef: CUtexref, bias: f32) -> CUresult {
-        (self
-            .cuTexRefSetMipmapLevelBias
-            .as_ref()
-            .expect("Expected function, got error."))(hTexRef, bias)
+        let Ok(entry) = &self.cuTexRefSetMipmapLevelBias else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hTexRef, bias)
     }
     pub unsafe fn cuTexRefSetMipmapLevelClamp(
         &self,
@@ -11762,70 +11620,66 @@ impl CudaDriver {
         minMipmapLevelClamp: f32,
         maxMipmapLevelClamp: f32,
     ) -> CUresult {
-        (self
-            .cuTexRefSetMipmapLevelClamp
-            .as_ref()
-            .expect("Expected function, got error."))(
-            hTexRef,
-            minMipmapLevelClamp,
-            maxMipmapLevelClamp,
-        )
+        let Ok(entry) = &self.cuTexRefSetMipmapLevelClamp else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hTexRef, minMipmapLevelClamp, maxMipmapLevelClamp)
     }
     pub unsafe fn cuTexRefSetMaxAnisotropy(
         &self,
         hTexRef: CUtexref,
         maxAniso: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuTexRefSetMaxAnisotropy
-            .as_ref()
-            .expect("Expected function, got error."))(hTexRef, maxAniso)
+        let Ok(entry) = &self.cuTexRefSetMaxAnisotropy else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hTexRef, maxAniso)
     }
     pub unsafe fn cuTexRefSetBorderColor(
         &self,
         hTexRef: CUtexref,
         pBorderColor: *mut f32,
     ) -> CUresult {
-        (self
-            .cuTexRefSetBorderColor
-            .as_ref()
-            .expect("Expected function, got error."))(hTexRef, pBorderColor)
+        let Ok(entry) = &self.cuTexRefSetBorderColor else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hTexRef, pBorderColor)
     }
     pub unsafe fn cuTexRefSetFlags(
         &self,
         hTexRef: CUtexref,
         Flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuTexRefSetFlags
-            .as_ref()
-            .expect("Expected function, got error."))(hTexRef, Flags)
+        let Ok(entry) = &self.cuTexRefSetFlags else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hTexRef, Flags)
     }
     pub unsafe fn cuTexRefGetAddress_v2(
         &self,
         pdptr: *mut CUdeviceptr,
         hTexRef: CUtexref,
     ) -> CUresult {
-        (self
-            .cuTexRefGetAddress_v2
-            .as_ref()
-            .expect("Expected function, got error."))(pdptr, hTexRef)
+        let Ok(entry) = &self.cuTexRefGetAddress_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pdptr, hTexRef)
     }
     pub unsafe fn cuTexRefGetArray(&self, phArray: *mut CUarray, hTexRef: CUtexref) -> CUresult {
-        (self
-            .cuTexRefGetArray
-            .as_ref()
-            .expect("Expected function, got error."))(phArray, hTexRef)
+        let Ok(entry) = &self.cuTexRefGetArray else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phArray, hTexRef)
     }
     pub unsafe fn cuTexRefGetMipmappedArray(
         &self,
         phMipmappedArray: *mut CUmipmappedArray,
         hTexRef: CUtexref,
     ) -> CUresult {
-        (self
-            .cuTexRefGetMipmappedArray
-            .as_ref()
-            .expect("Expected function, got error."))(phMipmappedArray, hTexRef)
+        let Ok(entry) = &self.cuTexRefGetMipmappedArray else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phMipmappedArray, hTexRef)
     }
     pub unsafe fn cuTexRefGetAddressMode(
         &self,
@@ -11833,20 +11687,20 @@ impl CudaDriver {
         hTexRef: CUtexref,
         dim: ::std::os::raw::c_int,
     ) -> CUresult {
-        (self
-            .cuTexRefGetAddressMode
-            .as_ref()
-            .expect("Expected function, got error."))(pam, hTexRef, dim)
+        let Ok(entry) = &self.cuTexRefGetAddressMode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pam, hTexRef, dim)
     }
     pub unsafe fn cuTexRefGetFilterMode(
         &self,
         pfm: *mut CUfilter_mode,
         hTexRef: CUtexref,
     ) -> CUresult {
-        (self
-            .cuTexRefGetFilterMode
-            .as_ref()
-            .expect("Expected function, got error."))(pfm, hTexRef)
+        let Ok(entry) = &self.cuTexRefGetFilterMode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pfm, hTexRef)
     }
     pub unsafe fn cuTexRefGetFormat(
         &self,
@@ -11854,30 +11708,30 @@ impl CudaDriver {
         pNumChannels: *mut ::std::os::raw::c_int,
         hTexRef: CUtexref,
     ) -> CUresult {
-        (self
-            .cuTexRefGetFormat
-            .as_ref()
-            .expect("Expected function, got error."))(pFormat, pNumChannels, hTexRef)
+        let Ok(entry) = &self.cuTexRefGetFormat else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pFormat, pNumChannels, hTexRef)
     }
     pub unsafe fn cuTexRefGetMipmapFilterMode(
         &self,
         pfm: *mut CUfilter_mode,
         hTexRef: CUtexref,
     ) -> CUresult {
-        (self
-            .cuTexRefGetMipmapFilterMode
-            .as_ref()
-            .expect("Expected function, got error."))(pfm, hTexRef)
+        let Ok(entry) = &self.cuTexRefGetMipmapFilterMode else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pfm, hTexRef)
     }
     pub unsafe fn cuTexRefGetMipmapLevelBias(
         &self,
         pbias: *mut f32,
         hTexRef: CUtexref,
     ) -> CUresult {
-        (self
-            .cuTexRefGetMipmapLevelBias
-            .as_ref()
-            .expect("Expected function, got error."))(pbias, hTexRef)
+        let Ok(entry) = &self.cuTexRefGetMipmapLevelBias else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pbias, hTexRef)
     }
     pub unsafe fn cuTexRefGetMipmapLevelClamp(
         &self,
@@ -11885,56 +11739,52 @@ impl CudaDriver {
         pmaxMipmapLevelClamp: *mut f32,
         hTexRef: CUtexref,
     ) -> CUresult {
-        (self
-            .cuTexRefGetMipmapLevelClamp
-            .as_ref()
-            .expect("Expected function, got error."))(
-            pminMipmapLevelClamp,
-            pmaxMipmapLevelClamp,
-            hTexRef,
-        )
+        let Ok(entry) = &self.cuTexRefGetMipmapLevelClamp else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pminMipmapLevelClamp, pmaxMipmapLevelClamp, hTexRef)
     }
     pub unsafe fn cuTexRefGetMaxAnisotropy(
         &self,
         pmaxAniso: *mut ::std::os::raw::c_int,
         hTexRef: CUtexref,
     ) -> CUresult {
-        (self
-            .cuTexRefGetMaxAnisotropy
-            .as_ref()
-            .expect("Expected function, got error."))(pmaxAniso, hTexRef)
+        let Ok(entry) = &self.cuTexRefGetMaxAnisotropy else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pmaxAniso, hTexRef)
     }
     pub unsafe fn cuTexRefGetBorderColor(
         &self,
         pBorderColor: *mut f32,
         hTexRef: CUtexref,
     ) -> CUresult {
-        (self
-            .cuTexRefGetBorderColor
-            .as_ref()
-            .expect("Expected function, got error."))(pBorderColor, hTexRef)
+        let Ok(entry) = &self.cuTexRefGetBorderColor else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pBorderColor, hTexRef)
     }
     pub unsafe fn cuTexRefGetFlags(
         &self,
         pFlags: *mut ::std::os::raw::c_uint,
         hTexRef: CUtexref,
     ) -> CUresult {
-        (self
-            .cuTexRefGetFlags
-            .as_ref()
-            .expect("Expected function, got error."))(pFlags, hTexRef)
+        let Ok(entry) = &self.cuTexRefGetFlags else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pFlags, hTexRef)
     }
     pub unsafe fn cuTexRefCreate(&self, pTexRef: *mut CUtexref) -> CUresult {
-        (self
-            .cuTexRefCreate
-            .as_ref()
-            .expect("Expected function, got error."))(pTexRef)
+        let Ok(entry) = &self.cuTexRefCreate else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pTexRef)
     }
     pub unsafe fn cuTexRefDestroy(&self, hTexRef: CUtexref) -> CUresult {
-        (self
-            .cuTexRefDestroy
-            .as_ref()
-            .expect("Expected function, got error."))(hTexRef)
+        let Ok(entry) = &self.cuTexRefDestroy else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hTexRef)
     }
     pub unsafe fn cuSurfRefSetArray(
         &self,
@@ -11942,16 +11792,16 @@ impl CudaDriver {
         hArray: CUarray,
         Flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuSurfRefSetArray
-            .as_ref()
-            .expect("Expected function, got error."))(hSurfRef, hArray, Flags)
+        let Ok(entry) = &self.cuSurfRefSetArray else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hSurfRef, hArray, Flags)
     }
     pub unsafe fn cuSurfRefGetArray(&self, phArray: *mut CUarray, hSurfRef: CUsurfref) -> CUresult {
-        (self
-            .cuSurfRefGetArray
-            .as_ref()
-            .expect("Expected function, got error."))(phArray, hSurfRef)
+        let Ok(entry) = &self.cuSurfRefGetArray else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phArray, hSurfRef)
     }
     pub unsafe fn cuTexObjectCreate(
         &self,
@@ -11960,74 +11810,72 @@ impl CudaDriver {
         pTexDesc: *const CUDA_TEXTURE_DESC,
         pResViewDesc: *const CUDA_RESOURCE_VIEW_DESC,
     ) -> CUresult {
-        (self
-            .cuTexObjectCreate
-            .as_ref()
-            .expect("Expected function, got error."))(
-            pTexObject, pResDesc, pTexDesc, pResViewDesc
-        )
+        let Ok(entry) = &self.cuTexObjectCreate else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pTexObject, pResDesc, pTexDesc, pResViewDesc)
     }
     pub unsafe fn cuTexObjectDestroy(&self, texObject: CUtexObject) -> CUresult {
-        (self
-            .cuTexObjectDestroy
-            .as_ref()
-            .expect("Expected function, got error."))(texObject)
+        let Ok(entry) = &self.cuTexObjectDestroy else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(texObject)
     }
     pub unsafe fn cuTexObjectGetResourceDesc(
         &self,
         pResDesc: *mut CUDA_RESOURCE_DESC,
         texObject: CUtexObject,
     ) -> CUresult {
-        (self
-            .cuTexObjectGetResourceDesc
-            .as_ref()
-            .expect("Expected function, got error."))(pResDesc, texObject)
+        let Ok(entry) = &self.cuTexObjectGetResourceDesc else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pResDesc, texObject)
     }
     pub unsafe fn cuTexObjectGetTextureDesc(
         &self,
         pTexDesc: *mut CUDA_TEXTURE_DESC,
         texObject: CUtexObject,
     ) -> CUresult {
-        (self
-            .cuTexObjectGetTextureDesc
-            .as_ref()
-            .expect("Expected function, got error."))(pTexDesc, texObject)
+        let Ok(entry) = &self.cuTexObjectGetTextureDesc else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pTexDesc, texObject)
     }
     pub unsafe fn cuTexObjectGetResourceViewDesc(
         &self,
         pResViewDesc: *mut CUDA_RESOURCE_VIEW_DESC,
         texObject: CUtexObject,
     ) -> CUresult {
-        (self
-            .cuTexObjectGetResourceViewDesc
-            .as_ref()
-            .expect("Expected function, got error."))(pResViewDesc, texObject)
+        let Ok(entry) = &self.cuTexObjectGetResourceViewDesc else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pResViewDesc, texObject)
     }
     pub unsafe fn cuSurfObjectCreate(
         &self,
         pSurfObject: *mut CUsurfObject,
         pResDesc: *const CUDA_RESOURCE_DESC,
     ) -> CUresult {
-        (self
-            .cuSurfObjectCreate
-            .as_ref()
-            .expect("Expected function, got error."))(pSurfObject, pResDesc)
+        let Ok(entry) = &self.cuSurfObjectCreate else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pSurfObject, pResDesc)
     }
     pub unsafe fn cuSurfObjectDestroy(&self, surfObject: CUsurfObject) -> CUresult {
-        (self
-            .cuSurfObjectDestroy
-            .as_ref()
-            .expect("Expected function, got error."))(surfObject)
+        let Ok(entry) = &self.cuSurfObjectDestroy else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(surfObject)
     }
     pub unsafe fn cuSurfObjectGetResourceDesc(
         &self,
         pResDesc: *mut CUDA_RESOURCE_DESC,
         surfObject: CUsurfObject,
     ) -> CUresult {
-        (self
-            .cuSurfObjectGetResourceDesc
-            .as_ref()
-            .expect("Expected function, got error."))(pResDesc, surfObject)
+        let Ok(entry) = &self.cuSurfObjectGetResourceDesc else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pResDesc, surfObject)
     }
     pub unsafe fn cuTensorMapEncodeTiled(
         &self,
@@ -12044,10 +11892,10 @@ impl CudaDriver {
         l2Promotion: CUtensorMapL2promotion,
         oobFill: CUtensorMapFloatOOBfill,
     ) -> CUresult {
-        (self
-            .cuTensorMapEncodeTiled
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuTensorMapEncodeTiled else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             tensorMap,
             tensorDataType,
             tensorRank,
@@ -12080,10 +11928,10 @@ impl CudaDriver {
         l2Promotion: CUtensorMapL2promotion,
         oobFill: CUtensorMapFloatOOBfill,
     ) -> CUresult {
-        (self
-            .cuTensorMapEncodeIm2col
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuTensorMapEncodeIm2col else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             tensorMap,
             tensorDataType,
             tensorRank,
@@ -12120,10 +11968,10 @@ impl CudaDriver {
         l2Promotion: CUtensorMapL2promotion,
         oobFill: CUtensorMapFloatOOBfill,
     ) -> CUresult {
-        (self
-            .cuTensorMapEncodeIm2colWide
-            .as_ref()
-            .expect("Expected function, got error."))(
+        let Ok(entry) = &self.cuTensorMapEncodeIm2colWide else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(
             tensorMap,
             tensorDataType,
             tensorRank,
@@ -12147,10 +11995,10 @@ impl CudaDriver {
         tensorMap: *mut CUtensorMap,
         globalAddress: *mut ::std::os::raw::c_void,
     ) -> CUresult {
-        (self
-            .cuTensorMapReplaceAddress
-            .as_ref()
-            .expect("Expected function, got error."))(tensorMap, globalAddress)
+        let Ok(entry) = &self.cuTensorMapReplaceAddress else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(tensorMap, globalAddress)
     }
     pub unsafe fn cuDeviceCanAccessPeer(
         &self,
@@ -12158,26 +12006,26 @@ impl CudaDriver {
         dev: CUdevice,
         peerDev: CUdevice,
     ) -> CUresult {
-        (self
-            .cuDeviceCanAccessPeer
-            .as_ref()
-            .expect("Expected function, got error."))(canAccessPeer, dev, peerDev)
+        let Ok(entry) = &self.cuDeviceCanAccessPeer else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(canAccessPeer, dev, peerDev)
     }
     pub unsafe fn cuCtxEnablePeerAccess(
         &self,
         peerContext: CUcontext,
         Flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuCtxEnablePeerAccess
-            .as_ref()
-            .expect("Expected function, got error."))(peerContext, Flags)
+        let Ok(entry) = &self.cuCtxEnablePeerAccess else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(peerContext, Flags)
     }
     pub unsafe fn cuCtxDisablePeerAccess(&self, peerContext: CUcontext) -> CUresult {
-        (self
-            .cuCtxDisablePeerAccess
-            .as_ref()
-            .expect("Expected function, got error."))(peerContext)
+        let Ok(entry) = &self.cuCtxDisablePeerAccess else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(peerContext)
     }
     pub unsafe fn cuDeviceGetP2PAttribute(
         &self,
@@ -12186,16 +12034,16 @@ impl CudaDriver {
         srcDevice: CUdevice,
         dstDevice: CUdevice,
     ) -> CUresult {
-        (self
-            .cuDeviceGetP2PAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(value, attrib, srcDevice, dstDevice)
+        let Ok(entry) = &self.cuDeviceGetP2PAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(value, attrib, srcDevice, dstDevice)
     }
     pub unsafe fn cuGraphicsUnregisterResource(&self, resource: CUgraphicsResource) -> CUresult {
-        (self
-            .cuGraphicsUnregisterResource
-            .as_ref()
-            .expect("Expected function, got error."))(resource)
+        let Ok(entry) = &self.cuGraphicsUnregisterResource else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(resource)
     }
     pub unsafe fn cuGraphicsSubResourceGetMappedArray(
         &self,
@@ -12204,20 +12052,20 @@ impl CudaDriver {
         arrayIndex: ::std::os::raw::c_uint,
         mipLevel: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuGraphicsSubResourceGetMappedArray
-            .as_ref()
-            .expect("Expected function, got error."))(pArray, resource, arrayIndex, mipLevel)
+        let Ok(entry) = &self.cuGraphicsSubResourceGetMappedArray else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pArray, resource, arrayIndex, mipLevel)
     }
     pub unsafe fn cuGraphicsResourceGetMappedMipmappedArray(
         &self,
         pMipmappedArray: *mut CUmipmappedArray,
         resource: CUgraphicsResource,
     ) -> CUresult {
-        (self
-            .cuGraphicsResourceGetMappedMipmappedArray
-            .as_ref()
-            .expect("Expected function, got error."))(pMipmappedArray, resource)
+        let Ok(entry) = &self.cuGraphicsResourceGetMappedMipmappedArray else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pMipmappedArray, resource)
     }
     pub unsafe fn cuGraphicsResourceGetMappedPointer_v2(
         &self,
@@ -12225,20 +12073,20 @@ impl CudaDriver {
         pSize: *mut usize,
         resource: CUgraphicsResource,
     ) -> CUresult {
-        (self
-            .cuGraphicsResourceGetMappedPointer_v2
-            .as_ref()
-            .expect("Expected function, got error."))(pDevPtr, pSize, resource)
+        let Ok(entry) = &self.cuGraphicsResourceGetMappedPointer_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pDevPtr, pSize, resource)
     }
     pub unsafe fn cuGraphicsResourceSetMapFlags_v2(
         &self,
         resource: CUgraphicsResource,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuGraphicsResourceSetMapFlags_v2
-            .as_ref()
-            .expect("Expected function, got error."))(resource, flags)
+        let Ok(entry) = &self.cuGraphicsResourceSetMapFlags_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(resource, flags)
     }
     pub unsafe fn cuGraphicsMapResources(
         &self,
@@ -12246,10 +12094,10 @@ impl CudaDriver {
         resources: *mut CUgraphicsResource,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuGraphicsMapResources
-            .as_ref()
-            .expect("Expected function, got error."))(count, resources, hStream)
+        let Ok(entry) = &self.cuGraphicsMapResources else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(count, resources, hStream)
     }
     pub unsafe fn cuGraphicsUnmapResources(
         &self,
@@ -12257,10 +12105,10 @@ impl CudaDriver {
         resources: *mut CUgraphicsResource,
         hStream: CUstream,
     ) -> CUresult {
-        (self
-            .cuGraphicsUnmapResources
-            .as_ref()
-            .expect("Expected function, got error."))(count, resources, hStream)
+        let Ok(entry) = &self.cuGraphicsUnmapResources else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(count, resources, hStream)
     }
     pub unsafe fn cuGetProcAddress_v2(
         &self,
@@ -12270,12 +12118,10 @@ impl CudaDriver {
         flags: cuuint64_t,
         symbolStatus: *mut CUdriverProcAddressQueryResult,
     ) -> CUresult {
-        (self
-            .cuGetProcAddress_v2
-            .as_ref()
-            .expect("Expected function, got error."))(
-            symbol, pfn, cudaVersion, flags, symbolStatus
-        )
+        let Ok(entry) = &self.cuGetProcAddress_v2 else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(symbol, pfn, cudaVersion, flags, symbolStatus)
     }
     pub unsafe fn cuCoredumpGetAttribute(
         &self,
@@ -12283,10 +12129,10 @@ impl CudaDriver {
         value: *mut ::std::os::raw::c_void,
         size: *mut usize,
     ) -> CUresult {
-        (self
-            .cuCoredumpGetAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(attrib, value, size)
+        let Ok(entry) = &self.cuCoredumpGetAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(attrib, value, size)
     }
     pub unsafe fn cuCoredumpGetAttributeGlobal(
         &self,
@@ -12294,10 +12140,10 @@ impl CudaDriver {
         value: *mut ::std::os::raw::c_void,
         size: *mut usize,
     ) -> CUresult {
-        (self
-            .cuCoredumpGetAttributeGlobal
-            .as_ref()
-            .expect("Expected function, got error."))(attrib, value, size)
+        let Ok(entry) = &self.cuCoredumpGetAttributeGlobal else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(attrib, value, size)
     }
     pub unsafe fn cuCoredumpSetAttribute(
         &self,
@@ -12305,10 +12151,10 @@ impl CudaDriver {
         value: *mut ::std::os::raw::c_void,
         size: *mut usize,
     ) -> CUresult {
-        (self
-            .cuCoredumpSetAttribute
-            .as_ref()
-            .expect("Expected function, got error."))(attrib, value, size)
+        let Ok(entry) = &self.cuCoredumpSetAttribute else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(attrib, value, size)
     }
     pub unsafe fn cuCoredumpSetAttributeGlobal(
         &self,
@@ -12316,20 +12162,20 @@ impl CudaDriver {
         value: *mut ::std::os::raw::c_void,
         size: *mut usize,
     ) -> CUresult {
-        (self
-            .cuCoredumpSetAttributeGlobal
-            .as_ref()
-            .expect("Expected function, got error."))(attrib, value, size)
+        let Ok(entry) = &self.cuCoredumpSetAttributeGlobal else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(attrib, value, size)
     }
     pub unsafe fn cuGetExportTable(
         &self,
         ppExportTable: *mut *const ::std::os::raw::c_void,
         pExportTableId: *const CUuuid,
     ) -> CUresult {
-        (self
-            .cuGetExportTable
-            .as_ref()
-            .expect("Expected function, got error."))(ppExportTable, pExportTableId)
+        let Ok(entry) = &self.cuGetExportTable else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(ppExportTable, pExportTableId)
     }
     pub unsafe fn cuGreenCtxCreate(
         &self,
@@ -12338,22 +12184,22 @@ impl CudaDriver {
         dev: CUdevice,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuGreenCtxCreate
-            .as_ref()
-            .expect("Expected function, got error."))(phCtx, desc, dev, flags)
+        let Ok(entry) = &self.cuGreenCtxCreate else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phCtx, desc, dev, flags)
     }
     pub unsafe fn cuGreenCtxDestroy(&self, hCtx: CUgreenCtx) -> CUresult {
-        (self
-            .cuGreenCtxDestroy
-            .as_ref()
-            .expect("Expected function, got error."))(hCtx)
+        let Ok(entry) = &self.cuGreenCtxDestroy else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hCtx)
     }
     pub unsafe fn cuCtxFromGreenCtx(&self, pContext: *mut CUcontext, hCtx: CUgreenCtx) -> CUresult {
-        (self
-            .cuCtxFromGreenCtx
-            .as_ref()
-            .expect("Expected function, got error."))(pContext, hCtx)
+        let Ok(entry) = &self.cuCtxFromGreenCtx else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pContext, hCtx)
     }
     pub unsafe fn cuDeviceGetDevResource(
         &self,
@@ -12361,10 +12207,10 @@ impl CudaDriver {
         resource: *mut CUdevResource,
         type_: CUdevResourceType,
     ) -> CUresult {
-        (self
-            .cuDeviceGetDevResource
-            .as_ref()
-            .expect("Expected function, got error."))(device, resource, type_)
+        let Ok(entry) = &self.cuDeviceGetDevResource else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(device, resource, type_)
     }
     pub unsafe fn cuCtxGetDevResource(
         &self,
@@ -12372,10 +12218,10 @@ impl CudaDriver {
         resource: *mut CUdevResource,
         type_: CUdevResourceType,
     ) -> CUresult {
-        (self
-            .cuCtxGetDevResource
-            .as_ref()
-            .expect("Expected function, got error."))(hCtx, resource, type_)
+        let Ok(entry) = &self.cuCtxGetDevResource else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hCtx, resource, type_)
     }
     pub unsafe fn cuGreenCtxGetDevResource(
         &self,
@@ -12383,10 +12229,10 @@ impl CudaDriver {
         resource: *mut CUdevResource,
         type_: CUdevResourceType,
     ) -> CUresult {
-        (self
-            .cuGreenCtxGetDevResource
-            .as_ref()
-            .expect("Expected function, got error."))(hCtx, resource, type_)
+        let Ok(entry) = &self.cuGreenCtxGetDevResource else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hCtx, resource, type_)
     }
     pub unsafe fn cuDevSmResourceSplitByCount(
         &self,
@@ -12397,12 +12243,10 @@ impl CudaDriver {
         useFlags: ::std::os::raw::c_uint,
         minCount: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuDevSmResourceSplitByCount
-            .as_ref()
-            .expect("Expected function, got error."))(
-            result, nbGroups, input, remaining, useFlags, minCount,
-        )
+        let Ok(entry) = &self.cuDevSmResourceSplitByCount else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(result, nbGroups, input, remaining, useFlags, minCount)
     }
     pub unsafe fn cuDevResourceGenerateDesc(
         &self,
@@ -12410,32 +12254,32 @@ impl CudaDriver {
         resources: *mut CUdevResource,
         nbResources: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuDevResourceGenerateDesc
-            .as_ref()
-            .expect("Expected function, got error."))(phDesc, resources, nbResources)
+        let Ok(entry) = &self.cuDevResourceGenerateDesc else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phDesc, resources, nbResources)
     }
     pub unsafe fn cuGreenCtxRecordEvent(&self, hCtx: CUgreenCtx, hEvent: CUevent) -> CUresult {
-        (self
-            .cuGreenCtxRecordEvent
-            .as_ref()
-            .expect("Expected function, got error."))(hCtx, hEvent)
+        let Ok(entry) = &self.cuGreenCtxRecordEvent else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hCtx, hEvent)
     }
     pub unsafe fn cuGreenCtxWaitEvent(&self, hCtx: CUgreenCtx, hEvent: CUevent) -> CUresult {
-        (self
-            .cuGreenCtxWaitEvent
-            .as_ref()
-            .expect("Expected function, got error."))(hCtx, hEvent)
+        let Ok(entry) = &self.cuGreenCtxWaitEvent else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hCtx, hEvent)
     }
     pub unsafe fn cuStreamGetGreenCtx(
         &self,
         hStream: CUstream,
         phCtx: *mut CUgreenCtx,
     ) -> CUresult {
-        (self
-            .cuStreamGetGreenCtx
-            .as_ref()
-            .expect("Expected function, got error."))(hStream, phCtx)
+        let Ok(entry) = &self.cuStreamGetGreenCtx else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(hStream, phCtx)
     }
     pub unsafe fn cuGreenCtxStreamCreate(
         &self,
@@ -12444,10 +12288,10 @@ impl CudaDriver {
         flags: ::std::os::raw::c_uint,
         priority: ::std::os::raw::c_int,
     ) -> CUresult {
-        (self
-            .cuGreenCtxStreamCreate
-            .as_ref()
-            .expect("Expected function, got error."))(phStream, greenCtx, flags, priority)
+        let Ok(entry) = &self.cuGreenCtxStreamCreate else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(phStream, greenCtx, flags, priority)
     }
     pub unsafe fn cuLogsRegisterCallback(
         &self,
@@ -12455,26 +12299,26 @@ impl CudaDriver {
         userData: *mut ::std::os::raw::c_void,
         callback_out: *mut CUlogsCallbackHandle,
     ) -> CUresult {
-        (self
-            .cuLogsRegisterCallback
-            .as_ref()
-            .expect("Expected function, got error."))(callbackFunc, userData, callback_out)
+        let Ok(entry) = &self.cuLogsRegisterCallback else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(callbackFunc, userData, callback_out)
     }
     pub unsafe fn cuLogsUnregisterCallback(&self, callback: CUlogsCallbackHandle) -> CUresult {
-        (self
-            .cuLogsUnregisterCallback
-            .as_ref()
-            .expect("Expected function, got error."))(callback)
+        let Ok(entry) = &self.cuLogsUnregisterCallback else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(callback)
     }
     pub unsafe fn cuLogsCurrent(
         &self,
         iterator_out: *mut CUlogIterator,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuLogsCurrent
-            .as_ref()
-            .expect("Expected function, got error."))(iterator_out, flags)
+        let Ok(entry) = &self.cuLogsCurrent else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(iterator_out, flags)
     }
     pub unsafe fn cuLogsDumpToFile(
         &self,
@@ -12482,10 +12326,10 @@ impl CudaDriver {
         pathToFile: *const ::std::os::raw::c_char,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuLogsDumpToFile
-            .as_ref()
-            .expect("Expected function, got error."))(iterator, pathToFile, flags)
+        let Ok(entry) = &self.cuLogsDumpToFile else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(iterator, pathToFile, flags)
     }
     pub unsafe fn cuLogsDumpToMemory(
         &self,
@@ -12494,69 +12338,69 @@ impl CudaDriver {
         size: *mut usize,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult {
-        (self
-            .cuLogsDumpToMemory
-            .as_ref()
-            .expect("Expected function, got error."))(iterator, buffer, size, flags)
+        let Ok(entry) = &self.cuLogsDumpToMemory else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(iterator, buffer, size, flags)
     }
     pub unsafe fn cuCheckpointProcessGetRestoreThreadId(
         &self,
         pid: ::std::os::raw::c_int,
         tid: *mut ::std::os::raw::c_int,
     ) -> CUresult {
-        (self
-            .cuCheckpointProcessGetRestoreThreadId
-            .as_ref()
-            .expect("Expected function, got error."))(pid, tid)
+        let Ok(entry) = &self.cuCheckpointProcessGetRestoreThreadId else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pid, tid)
     }
     pub unsafe fn cuCheckpointProcessGetState(
         &self,
         pid: ::std::os::raw::c_int,
         state: *mut CUprocessState,
     ) -> CUresult {
-        (self
-            .cuCheckpointProcessGetState
-            .as_ref()
-            .expect("Expected function, got error."))(pid, state)
+        let Ok(entry) = &self.cuCheckpointProcessGetState else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pid, state)
     }
     pub unsafe fn cuCheckpointProcessLock(
         &self,
         pid: ::std::os::raw::c_int,
         args: *mut CUcheckpointLockArgs,
     ) -> CUresult {
-        (self
-            .cuCheckpointProcessLock
-            .as_ref()
-            .expect("Expected function, got error."))(pid, args)
+        let Ok(entry) = &self.cuCheckpointProcessLock else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pid, args)
     }
     pub unsafe fn cuCheckpointProcessCheckpoint(
         &self,
         pid: ::std::os::raw::c_int,
         args: *mut CUcheckpointCheckpointArgs,
     ) -> CUresult {
-        (self
-            .cuCheckpointProcessCheckpoint
-            .as_ref()
-            .expect("Expected function, got error."))(pid, args)
+        let Ok(entry) = &self.cuCheckpointProcessCheckpoint else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pid, args)
     }
     pub unsafe fn cuCheckpointProcessRestore(
         &self,
         pid: ::std::os::raw::c_int,
         args: *mut CUcheckpointRestoreArgs,
     ) -> CUresult {
-        (self
-            .cuCheckpointProcessRestore
-            .as_ref()
-            .expect("Expected function, got error."))(pid, args)
+        let Ok(entry) = &self.cuCheckpointProcessRestore else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pid, args)
     }
     pub unsafe fn cuCheckpointProcessUnlock(
         &self,
         pid: ::std::os::raw::c_int,
         args: *mut CUcheckpointUnlockArgs,
     ) -> CUresult {
-        (self
-            .cuCheckpointProcessUnlock
-            .as_ref()
-            .expect("Expected function, got error."))(pid, args)
+        let Ok(entry) = &self.cuCheckpointProcessUnlock else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        entry(pid, args)
     }
 }

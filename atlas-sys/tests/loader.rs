@@ -96,6 +96,25 @@ fn present_symbols_work_and_a_missing_one_is_named() {
     );
 }
 
+#[test]
+fn generated_method_for_a_missing_symbol_returns_not_found() {
+    let driver = load(&build_library("fakecuda-methods", FAKE_DRIVER)).expect("the stand-in loads");
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: the pointers are to live usizes; the stand-in lacks the function, so nothing is called.
+    let status = unsafe { driver.cuMemGetInfo_v2(&mut free, &mut total) };
+    assert_eq!(status, CUresult::CUDA_ERROR_NOT_FOUND);
+    assert_eq!((free, total), (0, 0), "nothing was called");
+
+    // The methods of exported functions call them.
+    // SAFETY: the stand-in's cuInit takes flags by value.
+    assert_eq!(unsafe { driver.cuInit(0) }, CUresult::CUDA_SUCCESS);
+    let mut v = 0;
+    // SAFETY: the pointer is to a live c_int.
+    let status = unsafe { driver.cuDriverGetVersion(&mut v) };
+    assert_eq!(status, CUresult::CUDA_SUCCESS);
+    assert_eq!(v, 12090);
+}
+
 /// Runs in a child process (see `process_wide_driver_honours_the_override`): prints what
 /// `driver()` returned.
 #[test]
