@@ -611,9 +611,24 @@ fn handle_of_a_dropped_registry_is_not_trusted() {
         let raw = first
             .raw_function_cached("block_reduce", "block_sum")
             .unwrap();
+        // Through another registry the handle is a plain CUfunction: nothing of `first`'s is read,
+        // not even the name (a launch error names the handle).
+        let too_big = LaunchConfig {
+            block: (2048, 1, 1),
+            ..LaunchConfig::for_elements(1, 1)
+        };
+        // SAFETY: refused before the driver is called (2048 threads per block).
+        let e = unsafe { keeper.launch_on_stream(raw, &too_big, keeper.raw_stream(), &mut []) }
+            .unwrap_err();
+        assert!(
+            e.to_string().contains(&format!("function {:p}", raw.raw())),
+            "{e}"
+        );
         drop(first);
         // Reuse the freed memory with bytes that would read as "limit already raised".
-        let spray: Vec<Vec<u8>> = (16..64).map(|words| vec![0xFF; words * 8]).collect();
+        let spray: Vec<Vec<u8>> = (8..64)
+            .flat_map(|words| (0..32).map(move |_| vec![0xFF; words * 8]))
+            .collect();
         let stream = keeper.stream();
         let input = Rng::new().vec(CHUNK_96K as usize);
         let x = DeviceBuffer::from_slice(keeper.ctx(), stream, &input).unwrap();
