@@ -1,5 +1,6 @@
-//! The blob fuzzer: seeded mutants of every committed blob (cubins, the fatbin, PTX; see
-//! `mutate/`) thrown at Atlas's structural checks, and on a GPU at the driver behind them.
+//! The blob fuzzer: seeded mutants of every committed blob (the cubins of every architecture, the
+//! fatbin, PTX, and fatbins made from the fatbin's PTX entry; see `mutate/`) thrown at Atlas's
+//! structural checks, and on a GPU at the driver behind them.
 //!
 //! Without a GPU (CI): `cargo test -p atlas-registry --test blob_fuzz`. The unmutated blobs pass
 //! the checks, a seed always makes the same mutant, and the checks never panic on 20,000
@@ -67,8 +68,9 @@ fn committed_blobs_pass_validation() {
     let corpus = corpus();
     assert_eq!(
         corpus.len(),
-        16,
-        "7 cubins, 7 PTX modules, the fatbin, elementwise.ptx in a fatbin made by the test"
+        7 * 5 + 7 + 1 + 2,
+        "7 modules' cubins for 5 architectures, 7 PTX modules, the fatbin, its PTX entry alone \
+         (plain and zstd-compressed) in fatbins made by the test"
     );
     for source in &corpus {
         let expected = match source.kind {
@@ -128,7 +130,8 @@ fn mutants_replay_from_their_seed() {
         ".nv.info record",
         "fatbin header",
         "fatbin entry",
-        "ELF at 624: section",
+        "ELF at 1864: section",
+        "ELF at 17256: section",
         "NUL inserted",
         "line at",
         ".target set",
@@ -449,7 +452,7 @@ fn fuzz_mutants_load_without_crashing() {
         .compute_capability();
     let own_cubin = format!(".sm_{}.cubin", major * 10 + minor);
     // The committed blobs this device runs load through both doors: otherwise every mutant would
-    // count as a clean error and the test would prove nothing. (Whether the fatbin made here and
+    // count as a clean error and the test would prove nothing. (Whether the fatbins made here and
     // the cubins of other architectures load is reported.)
     for source in &corpus {
         let must_load =

@@ -1,7 +1,8 @@
 //! NVIDIA fatbins: a container of PTX and cubin entries, one per architecture.
 //!
-//! Layout (little-endian), read from the committed `kernels/gen/elementwise.fatbin` (nvcc 13.0)
-//! and checked against public descriptions of the format:
+//! Layout (little-endian), read from nvcc 13.0's `elementwise.fatbin` and the committed one
+//! (`kernels/nvrtc.py` writes it from NVRTC 12.0's PTX and cubins, with the headers nvcc and
+//! NVIDIA's nvFatbin library write), and checked against public descriptions of the format:
 //!
 //! - header, 16 bytes: `u32 magic 0xBA55ED50, u16 version 1, u16 header size, u64 body size`;
 //!   the entries follow the header and fill the body exactly.
@@ -14,15 +15,15 @@
 //!
 //! # Compressed entries
 //!
-//! nvcc compresses entries by default when that makes them smaller (the committed fatbin's PTX is
-//! zstd-compressed). A compressed payload is checked as a container, not as what it holds: its
-//! compressed size fits in the payload, it declares a non-zero uncompressed size, and a zstd
-//! payload starts with a zstd frame whose declared content size, when it has one, is that
-//! uncompressed size. What it decompresses to is not checked: that would need a decompressor
-//! (zstd and NVIDIA's own scheme) in the crate, which is neither small nor something to write
-//! here, and refusing compressed entries would refuse what nvcc writes by default. So a corrupt
-//! cubin inside a compressed entry still reaches the driver; a corrupt compressed stream is for
-//! the driver's decompressor to refuse.
+//! nvcc compresses entries by default when that makes them smaller (nvcc 13.0 zstd-compressed
+//! the PTX of `elementwise.fatbin`; the committed fatbin is uncompressed). A compressed payload
+//! is checked as a container, not as what it holds: its compressed size fits in the payload, it
+//! declares a non-zero uncompressed size, and a zstd payload starts with a zstd frame whose
+//! declared content size, when it has one, is that uncompressed size. What it decompresses to is
+//! not checked: that would need a decompressor (zstd and NVIDIA's own scheme) in the crate, which
+//! is neither small nor something to write here, and refusing compressed entries would refuse
+//! what nvcc writes by default. So a corrupt cubin inside a compressed entry still reaches the
+//! driver; a corrupt compressed stream is for the driver's decompressor to refuse.
 
 use super::elf::{self, Machines};
 use super::read::{Check, Size, bytes_at, fits, u8_at, u16_at, u32_at, u64_at};
@@ -222,8 +223,9 @@ fn check_entry(b: &[u8], entry: &Entry) -> Check {
     match entry.kind {
         KIND_ELF => elf::check(payload, "ELF payload", Machines::Cuda),
         _ => {
-            // PTX is stored NUL-terminated (the committed fatbin's PTX entry decompresses to
-            // text ending in a NUL) and read as a C string: it must end inside the payload.
+            // PTX is stored NUL-terminated (nvcc's compressed PTX decompresses to text ending
+            // in a NUL, the committed fatbin's is stored so) and read as a C string: it must end
+            // inside the payload.
             if payload.contains(&0) {
                 Ok(())
             } else {
@@ -274,7 +276,7 @@ fn check_compressed(payload: &[u8], entry: &Entry, compression: u64) -> Check {
 
 /// The content size a zstd frame header declares (`Some(None)` when it declares none), or
 /// `None` when `b` does not start with a well-formed frame header (RFC 8878, 3.1.1.1).
-fn zstd_content_size(b: &[u8]) -> Option<Option<u64>> {
+pub(super) fn zstd_content_size(b: &[u8]) -> Option<Option<u64>> {
     if bytes_at(b, 0, 4)? != ZSTD_MAGIC {
         return None;
     }
@@ -315,7 +317,7 @@ mod tests {
 
     #[test]
     fn zstd_frame_headers() {
-        // The committed fatbin's PTX entry: single segment, 2-byte content size 0x492 + 256.
+        // nvcc 13.0's compressed PTX entry: single segment, 2-byte content size 0x492 + 256.
         assert_eq!(
             zstd_content_size(&[0x28, 0xb5, 0x2f, 0xfd, 0x60, 0x92, 0x04]),
             Some(Some(1426))

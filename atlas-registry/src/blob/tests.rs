@@ -1,20 +1,28 @@
 //! The checks on the committed blobs: every one passes, and each class of refusal is shown on a
-//! real cubin, fatbin or bundle with one field broken.
+//! real cubin (NVRTC 12.0's), the committed fatbin or a bundle with one field broken. Offsets,
+//! section indexes and counts are read from the blob, so the expected refusals follow the layout
+//! of whatever toolchain made it.
 
 use std::borrow::Cow;
 
 use atlas_kernels::{CUBIN_ARCHS, ELEMENTWISE_FATBIN, MODELS, cubin_for_model, ptx_for_model};
 
+use super::read::Size;
 use super::*;
 
-/// A blob of the demo model by module name.
-fn demo_cubin(module: &str) -> &'static [u8] {
-    cubin_for_model("demo", 90)
+/// The committed cubin of demo module `module` for `sm`.
+fn cubin(module: &str, sm: u32) -> &'static [u8] {
+    cubin_for_model("demo", sm)
         .unwrap()
         .iter()
         .find(|(name, _)| *name == module)
         .unwrap()
         .1
+}
+
+/// The committed sm_90 cubin of demo module `module`.
+fn demo_cubin(module: &str) -> &'static [u8] {
+    cubin(module, 90)
 }
 
 fn refusal(blob: &[u8]) -> String {
@@ -31,6 +39,28 @@ fn assert_refused(blob: &[u8], words: &[&str]) {
         assert!(reason.contains(word), "{reason:?} does not say {word:?}");
     }
 }
+
+#[track_caller]
+fn assert_passes(blob: &[u8]) {
+    assert_eq!(check(blob), Ok(BlobKind::Cubin));
+}
+
+const SH_NAME: usize = 0;
+const SH_TYPE: usize = 4;
+const SH_FLAGS: usize = 8;
+const SH_OFFSET: usize = 24;
+const SH_SIZE: usize = 32;
+const SH_LINK: usize = 40;
+const SH_INFO: usize = 44;
+const SH_ALIGN: usize = 48;
+const SH_ENTSIZE: usize = 56;
+
+const SHT_SYMTAB: u32 = 2;
+const SHT_RELA: u32 = 4;
+const SHT_NOTE: u32 = 7;
+const SHT_REL: u32 = 9;
+const SHT_CUDA_INFO: u32 = 0x7000_0000;
+const SHF_INFO_LINK: u64 = 0x40;
 
 /// A copy of a real ELF image with fields to break, found by name.
 #[derive(Clone)]
@@ -60,19 +90,43 @@ impl Image {
         self
     }
 
+    /// A copy with `bytes` at `at`.
+    fn with(&self, at: usize, bytes: &[u8]) -> Vec<u8> {
+        let mut image = self.clone();
+        image.set(at, bytes);
+        image.b
+    }
+
+    fn len(&self) -> usize {
+        self.b.len()
+    }
+
+    fn shnum(&self) -> usize {
+        usize::from(self.u16(60))
+    }
+
     fn header_of(&self, index: usize) -> usize {
         self.u64(40) as usize + 64 * index
     }
 
+    /// The name of section `index`.
+    fn name_of(&self, index: usize) -> String {
+        let names = self.u64(self.header_of(usize::from(self.u16(62))) + SH_OFFSET) as usize;
+        let at = names + self.u32(self.header_of(index)) as usize;
+        let end = at + self.b[at..].iter().position(|&c| c == 0).unwrap();
+        String::from_utf8(self.b[at..end].to_vec()).unwrap()
+    }
+
     /// The index of the section called `name`.
     fn index(&self, name: &str) -> usize {
-        let names = self.u64(self.header_of(usize::from(self.u16(62))) + 24) as usize;
-        (0..usize::from(self.u16(60)))
-            .find(|&i| {
-                let at = names + self.u32(self.header_of(i)) as usize;
-                self.b[at..].starts_with(name.as_bytes()) && self.b[at + name.len()] == 0
-            })
+        (0..self.shnum())
+            .find(|&i| self.name_of(i) == name)
             .unwrap_or_else(|| panic!("no section {name}"))
+    }
+
+    /// `section 7 (.nv.info.scale)`, as refusals name it.
+    fn label(&self, name: &str) -> String {
+        format!("section {} ({name})", self.index(name))
     }
 
     /// Where field `field` (byte offset in a section header) of section `name` is.
@@ -80,9 +134,23 @@ impl Image {
         self.header_of(self.index(name)) + field
     }
 
+    /// A copy with field `field` of section `name` set to `bytes`.
+    fn with_field(&self, name: &str, field: usize, bytes: &[u8]) -> Vec<u8> {
+        self.with(self.field(name, field), bytes)
+    }
+
     /// Where the bytes of section `name` start.
     fn data(&self, name: &str) -> usize {
-        self.u64(self.field(name, 24)) as usize
+        self.u64(self.field(name, SH_OFFSET)) as usize
+    }
+
+    fn size(&self, name: &str) -> u64 {
+        self.u64(self.field(name, SH_SIZE))
+    }
+
+    /// How many symbols `.symtab` has.
+    fn symbols(&self) -> u64 {
+        self.size(".symtab") / 24
     }
 
     /// Where symbol `n` is.
@@ -90,13 +158,25 @@ impl Image {
         self.data(".symtab") + 24 * n
     }
 
-    /// Where the first `.nv.info` record of `attribute` in section `name` is.
-    fn record(&self, name: &str, attribute: u8) -> usize {
-        let (start, size) = (self.data(name), self.u64(self.field(name, 32)) as usize);
+    /// The index of the symbol called `name`.
+    fn symbol_named(&self, name: &str) -> usize {
+        let strings = self.data(".strtab");
+        (0..self.symbols() as usize)
+            .find(|&n| {
+                let at = strings + self.u32(self.symbol(n)) as usize;
+                self.b[at..].starts_with(name.as_bytes()) && self.b[at + name.len()] == 0
+            })
+            .unwrap_or_else(|| panic!("no symbol {name}"))
+    }
+
+    /// Where each `.nv.info` record of `attribute` in section `name` is.
+    fn records(&self, name: &str, attribute: u8) -> Vec<usize> {
+        let (start, size) = (self.data(name), self.size(name) as usize);
+        let mut found = Vec::new();
         let mut at = start;
         while at < start + size {
             if self.b[at + 1] == attribute {
-                return at;
+                found.push(at);
             }
             let value = if self.b[at] == 4 {
                 usize::from(self.u16(at + 2))
@@ -105,55 +185,119 @@ impl Image {
             };
             at = (at + 4 + value + 3) & !3;
         }
-        panic!("no attribute {attribute:#x} in {name}")
+        found
+    }
+
+    /// Where the first `.nv.info` record of `attribute` in section `name` is.
+    fn record(&self, name: &str, attribute: u8) -> usize {
+        *self
+            .records(name, attribute)
+            .first()
+            .unwrap_or_else(|| panic!("no attribute {attribute:#x} in {name}"))
+    }
+
+    /// Where program header `n` is.
+    fn program_header(&self, n: usize) -> usize {
+        self.u64(32) as usize + 56 * n
     }
 }
 
-const SH_NAME: usize = 0;
-const SH_TYPE: usize = 4;
-const SH_FLAGS: usize = 8;
-const SH_OFFSET: usize = 24;
-const SH_SIZE: usize = 32;
-const SH_LINK: usize = 40;
-const SH_INFO: usize = 44;
-const SH_ALIGN: usize = 48;
-const SH_ENTSIZE: usize = 56;
+/// `real` with the header and links nvcc 13 writes: `EI_OSABI` 0x41, `EI_ABIVERSION` 8,
+/// `e_version` 1, the SM number in bits 8-15 of `e_flags`, the sections holding symbol indexes
+/// linked to `.symtab`, and every `sh_info` that is a section index flagged `SHF_INFO_LINK`.
+fn nvcc13_style(real: &[u8]) -> Image {
+    let mut image = Image::new(real);
+    let sm = sm_arch(real).unwrap();
+    image
+        .set(7, &[0x41])
+        .set(8, &[8])
+        .set(20, &1u32.to_le_bytes())
+        .set(48, &(0x0600_0004 | sm << 8).to_le_bytes());
+    let symtab = image.index(".symtab") as u32;
+    for i in 1..image.shnum() {
+        let (header, name) = (image.header_of(i), image.name_of(i));
+        let kind = image.u32(header + SH_TYPE);
+        if matches!(kind, SHT_REL | SHT_RELA | SHT_CUDA_INFO) || name.starts_with(".text.") {
+            image.set(header + SH_LINK, &symtab.to_le_bytes());
+        }
+        let info_is_a_section = matches!(kind, SHT_REL | SHT_RELA)
+            || (kind == SHT_CUDA_INFO || name.starts_with(".nv.constant0."))
+                && image.u32(header + SH_INFO) != 0;
+        if info_is_a_section {
+            let flags = image.u64(header + SH_FLAGS) | SHF_INFO_LINK;
+            image.set(header + SH_FLAGS, &flags.to_le_bytes());
+        }
+    }
+    image
+}
 
 #[test]
 fn every_committed_blob_passes() {
-    let mut count = 0;
+    let mut embedded = 0;
     for model in MODELS {
-        let cubins = CUBIN_ARCHS
-            .iter()
-            .map(|&sm| cubin_for_model(model, sm).unwrap());
+        let cubins = CUBIN_ARCHS.iter().map(|&sm| {
+            let blobs = cubin_for_model(model, sm).unwrap();
+            for (name, blob) in blobs {
+                assert_eq!(sm_arch(blob), Some(sm), "{model}/{name} for sm_{sm}");
+            }
+            blobs
+        });
         for blobs in std::iter::once(ptx_for_model(model).unwrap()).chain(cubins) {
             for (name, blob) in blobs {
                 check(blob).unwrap_or_else(|e| panic!("{model}/{name}: {e}"));
-                count += 1;
+                embedded += 1;
             }
         }
     }
     assert_eq!(check(ELEMENTWISE_FATBIN), Ok(BlobKind::Fatbin));
-    // Straight from disk too, so that blobs added there later are covered without a change here.
+    // 7 modules (4 demo, 1 each for model_a, model_b, faults), as PTX and for every architecture.
+    assert_eq!(embedded, 7 * (1 + CUBIN_ARCHS.len()));
+
+    // Straight from disk too, every file there: blobs added later are checked without a change
+    // here, and a file of a kind this does not know fails it.
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../kernels/gen");
-    let mut on_disk = 0;
+    let (mut ptx, mut cubins, mut fatbins) = (0, 0, 0);
     for file in std::fs::read_dir(dir).unwrap() {
         let path = file.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        let expected = match path.extension().and_then(|e| e.to_str()) {
-            Some("ptx") => BlobKind::Ptx,
-            Some("cubin") => BlobKind::Cubin,
-            Some("fatbin") => BlobKind::Fatbin,
-            _ => continue,
-        };
         let blob = std::fs::read(&path).unwrap();
+        let expected = match path.extension().and_then(|e| e.to_str()) {
+            Some("ptx") => {
+                ptx += 1;
+                BlobKind::Ptx
+            }
+            Some("cubin") => {
+                cubins += 1;
+                // `NAME.sm_XY.cubin` holds SASS for sm_XY.
+                let sm = name
+                    .rsplit_once(".sm_")
+                    .unwrap()
+                    .1
+                    .trim_end_matches(".cubin");
+                assert_eq!(sm_arch(&blob), sm.parse().ok(), "{name}");
+                BlobKind::Cubin
+            }
+            Some("fatbin") => {
+                fatbins += 1;
+                BlobKind::Fatbin
+            }
+            _ => {
+                assert_eq!(
+                    name, "NVRTC_VERSION",
+                    "a file in kernels/gen/ of an unknown kind"
+                );
+                continue;
+            }
+        };
         assert_eq!(check(&blob), Ok(expected), "{name}");
-        on_disk += 1;
     }
-    assert!(
-        count >= 14 && on_disk >= 15,
-        "{count} embedded, {on_disk} on disk"
+    assert!(ptx >= 7, "{ptx} PTX files");
+    assert_eq!(
+        cubins,
+        ptx * CUBIN_ARCHS.len(),
+        "a cubin per PTX file and architecture"
     );
+    assert_eq!(fatbins, 1);
 }
 
 #[test]
@@ -161,19 +305,26 @@ fn the_sm_architecture_comes_from_e_flags_in_both_layouts() {
     for model in MODELS {
         for &sm in CUBIN_ARCHS {
             for (name, blob) in cubin_for_model(model, sm).unwrap() {
-                // NVRTC 12.0: EI_ABIVERSION 7, the SM number in the low byte and in bits 16-23.
-                assert_eq!(blob[8], 7, "{model}/{name}");
+                // NVRTC 12.0: EI_ABIVERSION 7, the SM number in the low byte and in bits 16-23,
+                // and CUDA 12.0's version, 120, in e_version.
+                let image = Image::new(blob);
+                assert_eq!((blob[8], image.u32(20)), (7, 120), "{model}/{name}");
+                assert_eq!(image.u32(48), sm << 16 | 0x0500 | sm, "{model}/{name}");
                 assert_eq!(sm_arch(blob), Some(sm), "{model}/{name} for sm_{sm}");
             }
         }
     }
     // The newer layout (nvcc 13): EI_ABIVERSION 8, the SM number in bits 8-15.
-    let mut new = Image::new(demo_cubin("noop"));
-    new.set(8, &[8]).set(48, &0x0600_5a04u32.to_le_bytes());
-    assert_eq!(sm_arch(&new.b), Some(90));
-    let mut old = Image::new(demo_cubin("noop"));
-    old.set(8, &[9]);
-    assert_eq!(sm_arch(&old.b), None, "an ABI version after the known ones");
+    let new = nvcc13_style(cubin("noop", 86));
+    assert_eq!(new.u32(48), 0x0600_5604);
+    assert_eq!(sm_arch(&new.b), Some(86));
+    let mut later = Image::new(demo_cubin("noop"));
+    later.set(8, &[9]);
+    assert_eq!(
+        sm_arch(&later.b),
+        None,
+        "an ABI version after the known ones"
+    );
     let mut amd = Image::new(demo_cubin("noop"));
     amd.set(18, &224u16.to_le_bytes());
     assert_eq!(sm_arch(&amd.b), None);
@@ -181,6 +332,7 @@ fn the_sm_architecture_comes_from_e_flags_in_both_layouts() {
     assert_eq!(sm_arch(&demo_cubin("noop")[..40]), None);
 
     assert_eq!(code_targets(demo_cubin("noop")), "sm_90 SASS");
+    assert_eq!(code_targets(cubin("noop", 75)), "sm_75 SASS");
     assert_eq!(code_targets(&amd.b), "an AMD GPU code object");
     assert_eq!(
         code_targets(ELEMENTWISE_FATBIN),
@@ -191,6 +343,36 @@ fn the_sm_architecture_comes_from_e_flags_in_both_layouts() {
         "PTX for sm_75"
     );
     assert_eq!(code_targets(b"\xff\xfe"), "an unknown binary");
+}
+
+/// Both layouts in use pass: NVRTC 12.0's (committed) and nvcc 13's (header and links rewritten
+/// the way nvcc 13 writes them), for every architecture.
+#[test]
+fn nvcc_13_style_cubins_pass_too() {
+    for &sm in CUBIN_ARCHS {
+        for (name, blob) in cubin_for_model("demo", sm).unwrap() {
+            let nvcc = nvcc13_style(blob);
+            assert_eq!(check(&nvcc.b), Ok(BlobKind::Cubin), "{name} for sm_{sm}");
+            assert_eq!(sm_arch(&nvcc.b), Some(sm));
+            // NVRTC 12.0 does not link these sections to the symbol table, nvcc 13 does.
+            let real = Image::new(blob);
+            let symtab = real.index(".symtab") as u32;
+            assert_ne!(real.u32(real.field(".nv.info", SH_LINK)), symtab);
+            assert_eq!(nvcc.u32(nvcc.field(".nv.info", SH_LINK)), symtab);
+        }
+    }
+    // The object file version is the CUDA toolkit's in CUDA 12 cubins and 1 in nvcc 13's; none
+    // is refused but 0.
+    let real = Image::new(demo_cubin("elementwise"));
+    for version in [1u32, 115, 120, 128, 130, u32::MAX] {
+        assert_passes(&real.with(20, &version.to_le_bytes()));
+    }
+    assert_refused(
+        &real.with(20, &0u32.to_le_bytes()),
+        &["e_version is 0 (EV_NONE)"],
+    );
+    // `.nv.info` linked to nothing (0), as some cubins have it.
+    assert_passes(&real.with_field(".nv.info", SH_LINK, &0u32.to_le_bytes()));
 }
 
 #[test]
@@ -229,374 +411,532 @@ fn other_binaries_get_a_terminating_nul() {
 #[test]
 fn elf_header_fields_are_checked() {
     let real = Image::new(demo_cubin("elementwise"));
-    let len = real.b.len();
-    let broken = |at: usize, bytes: &[u8]| {
-        let mut image = real.clone();
-        image.set(at, bytes);
-        image.b
-    };
+    let (len, shnum) = (real.len(), real.shnum());
     assert_refused(&real.b[..63], &["truncated", "64-byte header"]);
-    assert_refused(&broken(4, &[1]), &["64-bit"]);
-    assert_refused(&broken(5, &[2]), &["little-endian"]);
-    assert_refused(&broken(6, &[0]), &["ELF version"]);
-    assert_refused(&broken(20, &[2]), &["ELF version"]);
+    assert_refused(&real.with(4, &[1]), &["64-bit"]);
+    assert_refused(&real.with(5, &[2]), &["little-endian"]);
     assert_refused(
-        &broken(18, &62u16.to_le_bytes()),
+        &real.with(6, &[0]),
+        &["identification version 0 (EI_VERSION)"],
+    );
+    assert_refused(&real.with(6, &[2]), &["identification version 2"]);
+    assert_refused(&real.with(20, &[0, 0]), &["e_version is 0"]);
+    assert_refused(
+        &real.with(18, &62u16.to_le_bytes()),
         &["machine 62", "CUDA (190)"],
     );
-    assert_refused(&broken(16, &[9]), &["file type 9"]);
-    assert_refused(&broken(52, &[40]), &["e_ehsize is 40"]);
-    assert_refused(&broken(54, &[32]), &["e_phentsize is 32"]);
-    assert_refused(&broken(58, &[32]), &["e_shentsize is 32"]);
+    assert_refused(&real.with(16, &[9]), &["file type 9"]);
+    assert_refused(&real.with(52, &[40]), &["e_ehsize is 40"]);
+    assert_refused(&real.with(54, &[32]), &["e_phentsize is 32"]);
+    assert_refused(&real.with(58, &[32]), &["e_shentsize is 32"]);
     // The section header table past the end, overlapping the header, or wrapping around.
-    let past = format!("past the end of the {}-byte blob", read::Size(len as u64));
+    let past = format!("past the end of the {}-byte blob", Size(len as u64));
     assert_refused(
-        &broken(40, &(len as u64 - 64).to_le_bytes()),
-        &["section header table (18 entries)", &past, "truncated"],
+        &real.with(40, &(len as u64 - 64).to_le_bytes()),
+        &[
+            &format!("section header table ({shnum} entries)"),
+            &past,
+            "truncated",
+        ],
     );
     assert_refused(
-        &broken(40, &8u64.to_le_bytes()),
+        &real.with(40, &8u64.to_le_bytes()),
         &["overlaps the ELF header"],
     );
     assert_refused(
-        &broken(40, &u64::MAX.to_le_bytes()),
+        &real.with(40, &u64::MAX.to_le_bytes()),
         &["section header table"],
     );
-    assert_refused(&broken(60, &[200]), &["section header table (200 entries)"]);
-    assert_refused(&broken(60, &[0, 0xff]), &["reserved range"]);
-    assert_refused(&broken(60, &[0, 0]), &["extended section numbering"]);
     assert_refused(
-        &broken(32, &(len as u64).to_le_bytes()),
+        &real.with(60, &[200, 0]),
+        &["section header table (200 entries)"],
+    );
+    assert_refused(&real.with(60, &[0, 0xff]), &["reserved range"]);
+    assert_refused(&real.with(60, &[0, 0]), &["extended section numbering"]);
+    assert_refused(
+        &real.with(32, &(len as u64).to_le_bytes()),
         &["program header table"],
     );
     assert_refused(
-        &broken(56, &[0xff, 0xff]),
+        &real.with(56, &[0xff, 0xff]),
         &["extended program header numbering"],
     );
-    assert_refused(&broken(62, &[18]), &["e_shstrndx 18"]);
-    assert_refused(&broken(62, &[0]), &["e_shstrndx 0"]);
-    assert_refused(&broken(62, &[3]), &["section 3", "not a string table"]);
+    assert_refused(
+        &real.with(62, &(shnum as u16).to_le_bytes()),
+        &[&format!(
+            "e_shstrndx {shnum} is not one of the {shnum} sections"
+        )],
+    );
+    assert_refused(&real.with(62, &[0, 0]), &["e_shstrndx 0"]);
+    let symtab = real.index(".symtab");
+    assert_refused(
+        &real.with(62, &(symtab as u16).to_le_bytes()),
+        &[&format!("section {symtab}"), "not a string table"],
+    );
     // No section table at all: an ELF file, but not a cubin.
-    let mut bare = broken(40, &0u64.to_le_bytes());
-    bare[60..62].copy_from_slice(&[0, 0]);
-    assert_refused(&bare, &["without a section header table"]);
+    let mut bare = Image::new(&real.with(40, &0u64.to_le_bytes()));
+    bare.set(60, &[0, 0]);
+    assert_refused(&bare.b, &["without a section header table"]);
 }
 
 #[test]
 fn section_header_fields_are_checked() {
     let real = Image::new(demo_cubin("elementwise"));
-    let broken = |name: &str, field: usize, bytes: &[u8]| {
-        let mut image = real.clone();
-        image.set(real.field(name, field), bytes);
-        image.b
-    };
+    let (len, shnum) = (real.len() as u64, real.shnum());
+    let broken = |name: &str, field: usize, bytes: &[u8]| real.with_field(name, field, bytes);
     // The example of the documentation: bytes past the end.
+    let scale = real.label(".nv.info.scale");
+    let size = real.size(".nv.info.scale");
+    assert_refused(
+        &broken(".nv.info.scale", SH_OFFSET, &4500u64.to_le_bytes()),
+        &[&format!(
+            "{scale}: offset 4500 + size {size} is past the end of the {}-byte blob (truncated \
+             or corrupt)",
+            Size(len)
+        )],
+    );
     let at = real.data(".nv.info.scale") as u64;
     assert_refused(
-        &broken(".nv.info.scale", SH_OFFSET, &(5600 - 100u64).to_le_bytes()),
-        &[
-            "section 10 (.nv.info.scale): offset 5500 + size 104 is past the end of the \
-           5,600-byte blob (truncated or corrupt)",
-        ],
-    );
-    assert_refused(
-        &broken(".nv.info.scale", SH_SIZE, &(5600 - at + 1).to_le_bytes()),
-        &["section 10 (.nv.info.scale)", "past the end"],
+        &broken(".nv.info.scale", SH_SIZE, &(len - at + 1).to_le_bytes()),
+        &[&scale, "past the end"],
     );
     assert_refused(
         &broken(".text.axpy", SH_SIZE, &u64::MAX.to_le_bytes()),
-        &["section 13 (.text.axpy)", "past the end"],
+        &[&real.label(".text.axpy"), "past the end"],
     );
     // NOBITS sections have no bytes in the file: their offset and size point nowhere.
-    assert_eq!(
-        check(&broken(
-            ".nv.shared.reserved.0",
-            SH_SIZE,
-            &(1u64 << 40).to_le_bytes()
-        )),
-        Ok(BlobKind::Cubin)
+    let shared = Image::new(demo_cubin("block_reduce"));
+    assert_passes(&shared.with_field(".nv.shared.block_sum", SH_SIZE, &(1u64 << 40).to_le_bytes()));
+    let names = real.size(".shstrtab");
+    assert_refused(
+        &broken(".nv.info.scale", SH_NAME, &(names as u32).to_le_bytes()),
+        &[&format!(
+            "section {}: its name offset {names} is outside the {names}-byte section name table",
+            real.index(".nv.info.scale")
+        )],
+    );
+    let symtab = real.label(".symtab");
+    assert_refused(
+        &broken(".symtab", SH_LINK, &99u32.to_le_bytes()),
+        &[&format!(
+            "{symtab}: sh_link 99 is not one of the {shnum} sections"
+        )],
     );
     assert_refused(
-        &broken(".nv.info.scale", SH_NAME, &5000u32.to_le_bytes()),
+        &broken(
+            ".symtab",
+            SH_LINK,
+            &(real.index(".symtab") as u32).to_le_bytes(),
+        ),
+        &[&format!(
+            "{symtab}: links to {symtab}, which is not a string table"
+        )],
+    );
+    // An sh_info that says it is a section index must be one.
+    let mut flagged = real.clone();
+    flagged.set(
+        real.field(".nv.info.axpy", SH_FLAGS),
+        &SHF_INFO_LINK.to_le_bytes(),
+    );
+    assert_passes(&flagged.b);
+    assert_refused(
+        &flagged.with_field(".nv.info.axpy", SH_INFO, &(shnum as u32).to_le_bytes()),
         &[
-            "section 10: its name offset 5000",
-            "315-byte section name table",
+            &format!("{}: sh_info {shnum}", real.label(".nv.info.axpy")),
+            "SHF_INFO_LINK",
         ],
     );
     assert_refused(
-        &broken(".symtab", SH_LINK, &99u32.to_le_bytes()),
-        &["section 3 (.symtab): sh_link 99 is not one of the 18 sections"],
+        &broken(".nv.info", SH_FLAGS, &SHF_INFO_LINK.to_le_bytes()),
+        &[&format!(
+            "{}: sh_info 0 is flagged as a section index (SHF_INFO_LINK)",
+            real.label(".nv.info")
+        )],
+    );
+    // A kernel's constant bank names its code section, flagged or not (NVRTC 12.0 does not).
+    let bank = real.label(".nv.constant0.scale");
+    assert_eq!(
+        real.u32(real.field(".nv.constant0.scale", SH_INFO)) as usize,
+        real.index(".text.scale")
     );
     assert_refused(
-        &broken(".symtab", SH_LINK, &3u32.to_le_bytes()),
-        &["section 3 (.symtab): links to section 3 (.symtab), which is not a string table"],
+        &broken(
+            ".nv.constant0.scale",
+            SH_INFO,
+            &(shnum as u32).to_le_bytes(),
+        ),
+        &[&format!(
+            "{bank}: sh_info {shnum} (the code section this belongs to) is not one of the \
+             {shnum} sections"
+        )],
     );
-    assert_refused(
-        &broken(".nv.info.axpy", SH_INFO, &18u32.to_le_bytes()),
-        &["section 9 (.nv.info.axpy): sh_info 18", "SHF_INFO_LINK"],
-    );
-    assert_refused(
-        &broken(".nv.constant0.scale", SH_INFO, &0u32.to_le_bytes()),
-        &["section 17 (.nv.constant0.scale): sh_info 0"],
-    );
+    assert_passes(&broken(".nv.constant0.scale", SH_INFO, &0u32.to_le_bytes()));
+    let count = real.symbols();
     assert_refused(
         &broken(".symtab", SH_ENTSIZE, &16u64.to_le_bytes()),
-        &["section 3 (.symtab): entry size 16", "24-byte"],
+        &[&format!("{symtab}: entry size 16"), "24-byte"],
     );
     assert_refused(
-        &broken(".symtab", SH_SIZE, &(13 * 24 - 1u64).to_le_bytes()),
+        &broken(".symtab", SH_SIZE, &(count * 24 - 1).to_le_bytes()),
         &["whole 24-byte entries"],
     );
     assert_refused(
-        &broken(".symtab", SH_INFO, &14u32.to_le_bytes()),
-        &["sh_info 14", "past its 13 symbols"],
+        &broken(".symtab", SH_INFO, &(count as u32 + 1).to_le_bytes()),
+        &[&format!(
+            "sh_info {} (its first global symbol) is past its {count} symbols",
+            count + 1
+        )],
     );
     assert_refused(
         &broken(".symtab", SH_TYPE, &1u32.to_le_bytes()),
         &["without a symbol table"],
+    );
+    // A cubin has one symbol table, which every symbol index refers to.
+    assert_refused(
+        &broken(".debug_frame", SH_TYPE, &SHT_SYMTAB.to_le_bytes()),
+        &[&format!(
+            "{symtab} and {} are both symbol tables; a CUDA cubin has one",
+            real.label(".debug_frame")
+        )],
     );
     assert_refused(
         &broken(".text.axpy", SH_ALIGN, &96u64.to_le_bytes()),
         &["alignment 96 is not a power of two"],
     );
     assert_refused(
-        &broken(".strtab", SH_SIZE, &(0x180 - 1u64).to_le_bytes()),
-        &["section 2 (.strtab): the string table does not end with a NUL"],
+        &broken(
+            ".strtab",
+            SH_SIZE,
+            &(real.size(".strtab") - 1).to_le_bytes(),
+        ),
+        &[&format!(
+            "{}: the string table does not end with a NUL",
+            real.label(".strtab")
+        )],
     );
     assert_refused(
-        &broken(".shstrtab", SH_SIZE, &(0x13b - 1u64).to_le_bytes()),
+        &broken(".shstrtab", SH_SIZE, &(names - 1).to_le_bytes()),
         &["section name table", "does not end with a NUL"],
     );
     assert_refused(
-        &{
-            let mut image = real.clone();
-            image.set(image.header_of(0) + SH_TYPE, &1u32.to_le_bytes());
-            image.b
-        },
+        &real.with(real.header_of(0) + SH_TYPE, &1u32.to_le_bytes()),
         &["section 0 has a non-zero byte at offset 4 of its header"],
     );
     assert_refused(
-        &broken(".nv.constant0.scale", SH_FLAGS, &0x842u64.to_le_bytes()),
-        &["section 17 (.nv.constant0.scale): flagged compressed (SHF_COMPRESSED)"],
+        &broken(".nv.constant0.scale", SH_FLAGS, &0x802u64.to_le_bytes()),
+        &[&format!("{bank}: flagged compressed (SHF_COMPRESSED)")],
     );
     // A section header with an unknown type and flags but sound offsets is not the checks' call.
-    assert_eq!(
-        check(&broken(
-            ".debug_frame",
-            SH_TYPE,
-            &0x6000_1234u32.to_le_bytes()
-        )),
-        Ok(BlobKind::Cubin)
-    );
-    assert_refused(
-        &broken(".nv.info", SH_FLAGS, &0x40u64.to_le_bytes()),
-        &["section 7 (.nv.info): sh_info 0 is flagged as a section index (SHF_INFO_LINK)"],
-    );
+    assert_passes(&broken(
+        ".debug_frame",
+        SH_TYPE,
+        &0x6000_1234u32.to_le_bytes(),
+    ));
 }
 
 #[test]
 fn program_headers_are_checked() {
-    let real = Image::new(demo_cubin("elementwise"));
-    let phoff = real.u64(32) as usize;
-    let mut image = real.clone();
-    image.set(phoff + 56 * 2 + 8, &5000u64.to_le_bytes());
-    assert_refused(&image.b, &["program header 2 (type 0x1)", "past the end"]);
-    let mut image = real.clone();
-    image.set(phoff + 56 * 2 + 40, &1u64.to_le_bytes());
-    assert_refused(
-        &image.b,
-        &["program header 2", "in the file but 1 in memory"],
-    );
-}
-
-#[test]
-fn symbols_are_checked() {
-    let real = Image::new(demo_cubin("elementwise"));
-    let broken = |n: usize, field: usize, bytes: &[u8]| {
-        let mut image = real.clone();
-        image.set(real.symbol(n) + field, bytes);
-        image.b
-    };
-    assert_refused(
-        &broken(9, 0, &0x180u32.to_le_bytes()),
-        &[
-            "section 3 (.symtab): symbol 9: its name offset 384",
-            "384-byte string table section 2 (.strtab)",
-        ],
-    );
-    assert_refused(
-        &broken(9, 6, &99u16.to_le_bytes()),
-        &["symbol 9 (axpy): section index 99 is not one of the 18 sections"],
-    );
-    assert_refused(
-        &broken(9, 6, &0xff05u16.to_le_bytes()),
-        &["symbol 9 (axpy)", "0xff05 is reserved"],
-    );
-    assert_refused(&broken(9, 6, &0xffffu16.to_le_bytes()), &["SHN_XINDEX"]);
-    // axpy is a 512-byte function at 0 of its 512-byte section.
-    assert_refused(
-        &broken(9, 8, &16u64.to_le_bytes()),
-        &["symbol 9 (axpy): value 16 + size 512 is past the end of section 13 (.text.axpy)"],
-    );
-    assert_refused(
-        &broken(9, 16, &u64::MAX.to_le_bytes()),
-        &["symbol 9 (axpy): value 0"],
-    );
-    assert_refused(&broken(0, 0, &[1]), &["symbol 0 is not all zeros"]);
-    assert_refused(
-        &broken(9, 4, &[0x32]),
-        &["symbol 9 (axpy): binding 3 and type 2 (st_info): one of them is reserved"],
-    );
-    assert_refused(&broken(9, 4, &[0x18]), &["binding 1 and type 8"]);
-    assert_eq!(
-        check(&broken(9, 4, &[0xd2])),
-        Ok(BlobKind::Cubin),
-        "a processor binding"
-    );
-    // Undefined, absolute and common symbols are fine.
-    for shndx in [0u16, 0xfff1, 0xfff2] {
-        assert_eq!(
-            check(&broken(9, 6, &shndx.to_le_bytes())),
-            Ok(BlobKind::Cubin)
+    for sm in [75, 90] {
+        let real = Image::new(cubin("elementwise", sm));
+        // The first loaded segment with bytes in the file.
+        let n = (0..usize::from(real.u16(56)))
+            .find(|&n| {
+                let h = real.program_header(n);
+                real.u32(h) == 1 && real.u64(h + 32) > 0
+            })
+            .unwrap();
+        let h = real.program_header(n);
+        assert_refused(
+            &real.with(h + 8, &(real.len() as u64).to_le_bytes()),
+            &[&format!("program header {n} (type 0x1)"), "past the end"],
+        );
+        assert_refused(
+            &real.with(h + 40, &1u64.to_le_bytes()),
+            &[&format!(
+                "program header {n} (type 0x1): {} bytes in the file but 1 in memory",
+                real.u64(h + 32)
+            )],
         );
     }
 }
 
 #[test]
-fn relocations_are_checked() {
+fn symbols_are_checked() {
     let real = Image::new(demo_cubin("elementwise"));
-    let rela = real.data(".rela.debug_frame");
-    let broken = |at: usize, bytes: &[u8]| {
+    let shnum = real.shnum();
+    let axpy = real.symbol_named("axpy");
+    let broken = |n: usize, field: usize, bytes: &[u8]| real.with(real.symbol(n) + field, bytes);
+    let symtab = real.label(".symtab");
+    let strings = real.size(".strtab");
+    assert_refused(
+        &broken(axpy, 0, &(strings as u32).to_le_bytes()),
+        &[
+            &format!("{symtab}: symbol {axpy}: its name offset {strings}"),
+            &format!(
+                "{}-byte string table {}",
+                Size(strings),
+                real.label(".strtab")
+            ),
+        ],
+    );
+    let named = format!("{symtab}: symbol {axpy} (axpy)");
+    assert_refused(
+        &broken(axpy, 6, &99u16.to_le_bytes()),
+        &[&format!(
+            "{named}: section index 99 is not one of the {shnum} sections"
+        )],
+    );
+    assert_refused(
+        &broken(axpy, 6, &0xff05u16.to_le_bytes()),
+        &[&named, "0xff05 is reserved"],
+    );
+    assert_refused(&broken(axpy, 6, &0xffffu16.to_le_bytes()), &["SHN_XINDEX"]);
+    // axpy is a function at 0 of its code section, as long as the section.
+    let code = real.size(".text.axpy");
+    assert_eq!(real.u64(real.symbol(axpy) + 16), code);
+    assert_refused(
+        &broken(axpy, 8, &16u64.to_le_bytes()),
+        &[&format!(
+            "{named}: value 16 + size {code} is past the end of {} ({code} bytes)",
+            real.label(".text.axpy")
+        )],
+    );
+    assert_refused(
+        &broken(axpy, 16, &u64::MAX.to_le_bytes()),
+        &[&format!("{named}: value 0")],
+    );
+    assert_refused(&broken(0, 0, &[1]), &["symbol 0 is not all zeros"]);
+    assert_refused(
+        &broken(axpy, 4, &[0x32]),
+        &[&format!(
+            "{named}: binding 3 and type 2 (st_info): one of them is reserved"
+        )],
+    );
+    assert_refused(&broken(axpy, 4, &[0x18]), &["binding 1 and type 8"]);
+    assert_passes(&broken(axpy, 4, &[0xd2]));
+    // Undefined, absolute and common symbols are fine.
+    for shndx in [0u16, 0xfff1, 0xfff2] {
+        assert_passes(&broken(axpy, 6, &shndx.to_le_bytes()));
+    }
+}
+
+/// The relocations of `name` in `image`: where each entry is.
+fn relocation_entries(image: &Image, name: &str) -> Vec<usize> {
+    let entry = image.u64(image.field(name, SH_ENTSIZE)) as usize;
+    let start = image.data(name);
+    (0..image.size(name) as usize / entry)
+        .map(|n| start + n * entry)
+        .collect()
+}
+
+#[test]
+fn relocations_are_checked() {
+    // sm_90: RELA; sm_75 to sm_89: REL. Either way the same checks.
+    for (sm, table) in [(90, ".rela.debug_frame"), (86, ".rel.debug_frame")] {
+        let real = Image::new(cubin("elementwise", sm));
+        let count = real.symbols();
+        let label = real.label(table);
+        let first = relocation_entries(&real, table)[0];
+        // R_CUDA_64 into .debug_frame.
+        assert_eq!(real.u32(first + 8), 2);
+        assert_refused(
+            &real.with(first + 12, &(count as u32).to_le_bytes()),
+            &[&format!(
+                "{label}: relocation 0: symbol index {count} is past the {count} symbols of {}",
+                real.label(".symtab")
+            )],
+        );
+        let frame = real.size(".debug_frame");
+        assert_refused(
+            &real.with(first, &(frame - 7).to_le_bytes()),
+            &[&format!(
+                "relocation 0: offset {} + 8 bytes is past the end of {} ({frame} bytes)",
+                frame - 7,
+                real.label(".debug_frame")
+            )],
+        );
+        assert_passes(&real.with(first, &(frame - 8).to_le_bytes()));
+        assert_refused(
+            &real.with(first + 8, &0x5000u32.to_le_bytes()),
+            &["type 0x5000", "R_CUDA"],
+        );
+        assert_passes(&real.with(first + 8, &0x1_0001u32.to_le_bytes()));
+        let field = |field, bytes: &[u8]| real.with_field(table, field, bytes);
+        assert_refused(&field(SH_INFO, &0u32.to_le_bytes()), &["sh_info 0"]);
+        // In a cubin, symbol indexes refer to the one symbol table whatever sh_link names
+        // (NVRTC 12.0 names .nv.info), as long as it names a section.
+        for link in [".nv.info", ".strtab", ".symtab"] {
+            assert_passes(&field(SH_LINK, &(real.index(link) as u32).to_le_bytes()));
+        }
+        assert_refused(
+            &field(SH_LINK, &(real.shnum() as u32).to_le_bytes()),
+            &[&format!("{label}: sh_link {}", real.shnum())],
+        );
+        let (kind, entry, other, other_entry) = if sm == 90 {
+            ("RELA", 24, SHT_REL, 16)
+        } else {
+            ("REL", 16, SHT_RELA, 24)
+        };
+        assert_refused(
+            &field(SH_ENTSIZE, &(other_entry as u64).to_le_bytes()),
+            &[
+                &format!("entry size {other_entry}"),
+                &format!("a {kind} table has whole {entry}-byte entries"),
+            ],
+        );
+        assert_refused(
+            &field(SH_TYPE, &other.to_le_bytes()),
+            &[&format!("entry size {entry}"), "table has whole"],
+        );
+    }
+}
+
+/// How many bytes a relocation rewrites follows its type: a 128-bit instruction's whole 16
+/// bytes, one byte of an address, 8 for the low 32 bits of one in an instruction's second word.
+#[test]
+fn relocations_rewrite_what_their_type_says() {
+    let real = Image::new(demo_cubin("device_global"));
+    let table = ".rela.text.add_bias";
+    let first = relocation_entries(&real, table)[0];
+    // R_CUDA_ABS32_LO_32 / _HI_32 into the code: the address of the global.
+    assert!(matches!(real.u32(first + 8), 56 | 57));
+    let code = real.size(".text.add_bias");
+    let at_end = |offset: u64, rtype: u32| {
         let mut image = real.clone();
-        image.set(at, bytes);
+        image
+            .set(first, &offset.to_le_bytes())
+            .set(first + 8, &rtype.to_le_bytes());
         image.b
     };
-    // Entry 0: offset 0xac, symbol 10 (scale), type 2 (R_CUDA_64) into the 208-byte .debug_frame.
-    assert_eq!(real.u64(rela + 8), (10 << 32) | 2);
+    assert_passes(&at_end(code - 8, 56));
     assert_refused(
-        &broken(rela + 12, &13u32.to_le_bytes()),
-        &[
-            "section 12 (.rela.debug_frame): relocation 0: symbol index 13 is past the 13 symbols of section 3 (.symtab)",
-        ],
+        &at_end(code - 4, 56),
+        &[&format!(
+            "offset {} + 8 bytes is past the end of {} ({code} bytes)",
+            code - 4,
+            real.label(".text.add_bias")
+        )],
     );
-    assert_refused(
-        &broken(rela, &201u64.to_le_bytes()),
-        &[
-            "relocation 0: offset 201 + 8 bytes is past the end of section 4 (.debug_frame) (208 bytes)",
-        ],
-    );
-    assert_eq!(
-        check(&broken(rela, &200u64.to_le_bytes())),
-        Ok(BlobKind::Cubin)
-    );
-    assert_refused(
-        &broken(rela + 8, &0x5000u32.to_le_bytes()),
-        &["type 0x5000", "R_CUDA"],
-    );
-    assert_eq!(
-        check(&broken(rela + 8, &0x1_0001u32.to_le_bytes())),
-        Ok(BlobKind::Cubin),
-        "an R_MERCURY type"
-    );
-    let field = |name, field, bytes: &[u8]| broken(real.field(name, field), bytes);
-    assert_refused(
-        &field(".rela.debug_frame", SH_INFO, &0u32.to_le_bytes()),
-        &["sh_info 0"],
-    );
-    assert_refused(
-        &field(".rela.debug_frame", SH_LINK, &2u32.to_le_bytes()),
-        &["links to section 2 (.strtab), which is not a symbol table"],
-    );
-    assert_refused(
-        &field(".rela.debug_frame", SH_ENTSIZE, &16u64.to_le_bytes()),
-        &["entry size 16", "RELA"],
-    );
-    assert_refused(
-        &field(".rela.debug_frame", SH_TYPE, &9u32.to_le_bytes()),
-        &["entry size 24", "REL table has whole 16-byte entries"],
-    );
+    // R_CUDA_INSTRUCTION128 rewrites a whole 16-byte instruction.
+    assert_passes(&at_end(code - 16, 67));
+    assert_refused(&at_end(code - 8, 67), &["+ 16 bytes is past the end"]);
+    // R_CUDA_8_0 rewrites one byte, R_CUDA_NONE none.
+    assert_passes(&at_end(code - 1, 76));
+    assert_passes(&at_end(code, 0));
+    assert_refused(&at_end(code, 76), &["+ 1 bytes is past the end"]);
 }
 
 #[test]
 fn nv_info_records_are_checked() {
     let real = Image::new(demo_cubin("elementwise"));
-    let broken = |at: usize, bytes: &[u8]| {
-        let mut image = real.clone();
-        image.set(at, bytes);
-        image.b
-    };
-    let info = real.data(".nv.info");
-    let axpy = real.data(".nv.info.axpy");
+    let count = real.symbols();
+    let axpy = real.label(".nv.info.axpy");
+    let info = real.label(".nv.info");
     assert_refused(
-        &broken(axpy, &[7]),
-        &["section 9 (.nv.info.axpy): the attribute record at offset 0 has format 0x07"],
+        &real.with(real.data(".nv.info.axpy"), &[7]),
+        &[&format!(
+            "{axpy}: the attribute record at offset 0 has format 0x07"
+        )],
     );
     // The first record of .nv.info.axpy is CUDA_API_VERSION, 4 bytes of value.
+    let api = real.record(".nv.info.axpy", 0x37);
+    assert_eq!((api, real.u32(api + 4)), (real.data(".nv.info.axpy"), 120));
     assert_refused(
-        &broken(axpy + 2, &0x100u16.to_le_bytes()),
-        &[
-            "record at offset 0 (attribute 0x37): its 256-byte value is past the end of the 120-byte section",
-        ],
+        &real.with(api + 2, &0x100u16.to_le_bytes()),
+        &[&format!(
+            "record at offset 0 (attribute 0x37): its 256-byte value is past the end of the \
+             {}-byte section",
+            real.size(".nv.info.axpy")
+        )],
     );
     // REGCOUNT in the global .nv.info: the first word is a symbol.
     let regcount = real.record(".nv.info", 0x2f);
-    assert_eq!(regcount, info);
+    assert_eq!(regcount, real.data(".nv.info"));
     assert_refused(
-        &broken(regcount + 4, &13u32.to_le_bytes()),
-        &[
-            "section 7 (.nv.info): the attribute record at offset 0 (attribute 0x2f): symbol index 13 is past the 13 symbols",
-        ],
+        &real.with(regcount + 4, &(count as u32).to_le_bytes()),
+        &[&format!(
+            "{info}: the attribute record at offset 0 (attribute 0x2f): symbol index {count} is \
+             past the {count} symbols"
+        )],
     );
-    for attribute in [0x11, 0x12] {
+    for attribute in [0x11, 0x12, 0x23] {
         let at = real.record(".nv.info", attribute);
-        assert_refused(&broken(at + 4, &99u32.to_le_bytes()), &["symbol index 99"]);
+        assert_refused(
+            &real.with(at + 4, &99u32.to_le_bytes()),
+            &[&format!("(attribute {attribute:#04x}): symbol index 99")],
+        );
     }
-    // PARAM_CBANK: symbol 11 (.nv.constant0.axpy, 552 bytes), parameters at 0x210, 24 bytes.
+    // PARAM_CBANK: the symbol of the constant bank, and where in it the parameters are.
     let cbank = real.record(".nv.info.axpy", 0x0a);
-    assert_eq!(
-        (real.u32(cbank + 4), real.u32(cbank + 8)),
-        (11, 0x0018_0210)
+    let symbol = real.u32(cbank + 4) as usize;
+    let section = usize::from(real.u16(real.symbol(symbol) + 6));
+    let bank = real.name_of(section);
+    assert_eq!(bank, ".nv.constant0.axpy");
+    let bank_size = real.size(&bank);
+    let placement = real.u32(cbank + 8);
+    let offset = u64::from(placement & 0xffff);
+    let too_big = (bank_size - offset + 1) as u32;
+    assert_refused(
+        &real.with(cbank + 8, &(offset as u32 | too_big << 16).to_le_bytes()),
+        &[&format!(
+            "parameters at offset {offset} + size {too_big} are past the end of {} ({bank_size} \
+             bytes)",
+            real.label(&bank)
+        )],
     );
     assert_refused(
-        &broken(cbank + 8, &0x0019_0210u32.to_le_bytes()),
-        &[
-            "parameters at offset 528 + size 25 are past the end of section 16 (.nv.constant0.axpy) (552 bytes)",
-        ],
-    );
-    assert_refused(
-        &broken(cbank + 4, &40u32.to_le_bytes()),
+        &real.with(cbank + 4, &40u32.to_le_bytes()),
         &["symbol index 40"],
     );
-    // KPARAM_INFO: ordinal and placement within CBANK_PARAM_SIZE (24 bytes for axpy).
-    let kparam = real.record(".nv.info.axpy", 0x17);
+    // KPARAM_INFO: ordinal and placement within CBANK_PARAM_SIZE bytes.
+    let params = real.records(".nv.info.axpy", 0x17);
+    let bytes = real.u16(real.record(".nv.info.axpy", 0x19) + 2);
+    let kparam = params[0];
+    let ordinal = real.u16(kparam + 8);
+    let size = real.u32(kparam + 12) >> 18;
     assert_refused(
-        &broken(kparam + 8, &4u16.to_le_bytes()),
-        &["parameter ordinal 4, but the kernel has 4 parameters"],
+        &real.with(kparam + 8, &(params.len() as u16).to_le_bytes()),
+        &[&format!(
+            "parameter ordinal {0}, but the kernel has {0} parameters",
+            params.len()
+        )],
     );
+    let offset = bytes - size as u16 + 1;
     assert_refused(
-        &broken(kparam + 10, &21u16.to_le_bytes()),
-        &["parameter 3 at offset 21 + size 4 is past the kernel's 24 bytes of parameters"],
+        &real.with(kparam + 10, &offset.to_le_bytes()),
+        &[&format!(
+            "parameter {ordinal} at offset {offset} + size {size} is past the kernel's {bytes} \
+             bytes of parameters"
+        )],
     );
-    // EXIT_INSTR_OFFSETS: inside the kernel's 512 bytes of code.
+    // EXIT_INSTR_OFFSETS: inside the kernel's code.
     let exits = real.record(".nv.info.axpy", 0x1c);
+    let code = real.size(".text.axpy");
     assert_refused(
-        &broken(exits + 4, &512u32.to_le_bytes()),
-        &["instruction offset 512 is past the end of section 13 (.text.axpy) (512 bytes)"],
+        &real.with(exits + 4, &(code as u32).to_le_bytes()),
+        &[&format!(
+            "instruction offset {code} is past the end of {} ({code} bytes)",
+            real.label(".text.axpy")
+        )],
     );
-    // .nv.compat has records of the same form.
+    // .nv.compat (nvcc 13) has records of the same form.
+    let mut compat = real.clone();
+    compat.set(
+        real.field(".nv.info.scale", SH_TYPE),
+        &0x7000_0086u32.to_le_bytes(),
+    );
+    assert_passes(&compat.b);
     assert_refused(
-        &broken(real.data(".nv.compat"), &[9]),
-        &["section 8 (.nv.compat)", "format 0x09"],
+        &compat.with(real.data(".nv.info.scale"), &[9]),
+        &[&real.label(".nv.info.scale"), "format 0x09"],
     );
     // A truncated record header at the end of a section.
+    let cut = real.size(".nv.info.scale") - 2;
     assert_refused(
-        &broken(
-            real.field(".nv.info.scale", SH_SIZE),
-            &(0x68 - 2u64).to_le_bytes(),
-        ),
+        &real.with_field(".nv.info.scale", SH_SIZE, &cut.to_le_bytes()),
         &[
-            "section 10 (.nv.info.scale)",
-            "past the end of the 102-byte section",
+            &real.label(".nv.info.scale"),
+            &format!("past the end of the {cut}-byte section"),
         ],
     );
 }
@@ -604,72 +944,109 @@ fn nv_info_records_are_checked() {
 #[test]
 fn cuda_sections_linking_to_symbols_are_checked() {
     let real = Image::new(demo_cubin("elementwise"));
-    let broken = |at: usize, bytes: &[u8]| {
-        let mut image = real.clone();
-        image.set(at, bytes);
-        image.b
-    };
+    let (count, shnum) = (real.symbols(), real.shnum());
     assert_refused(
-        &broken(real.field(".text.scale", SH_INFO), &13u32.to_le_bytes()),
-        &["section 14 (.text.scale): sh_info 0xd names symbol 13, past the 13 symbols"],
+        &real.with_field(".text.scale", SH_INFO, &(count as u32).to_le_bytes()),
+        &[&format!(
+            "{}: sh_info {count:#x} names symbol {count}, past the {count} symbols",
+            real.label(".text.scale")
+        )],
     );
-    // Older toolchains keep the register count in the high byte.
-    assert_eq!(
-        check(&broken(
-            real.field(".text.scale", SH_INFO),
-            &0x2000_000au32.to_le_bytes()
-        )),
-        Ok(BlobKind::Cubin)
-    );
+    // NVRTC 12.0 keeps the register count in the high byte before sm_90.
+    let older = Image::new(cubin("elementwise", 86));
+    assert_ne!(older.u32(older.field(".text.scale", SH_INFO)) >> 24, 0);
+    let symbol = real.u32(real.field(".text.scale", SH_INFO));
+    assert_passes(&real.with_field(
+        ".text.scale",
+        SH_INFO,
+        &(0x2000_0000 | symbol).to_le_bytes(),
+    ));
+    // Attribute sections may link to anything (NVRTC 12.0 links them to .nv.info itself), but to
+    // a section.
+    for link in [0, real.index(".strtab"), real.index(".symtab")] {
+        assert_passes(&real.with_field(".nv.info", SH_LINK, &(link as u32).to_le_bytes()));
+    }
     assert_refused(
-        &broken(real.field(".nv.info", SH_LINK), &2u32.to_le_bytes()),
-        &["section 7 (.nv.info): links to section 2 (.strtab), which is not a symbol table"],
+        &real.with_field(".nv.info", SH_LINK, &(shnum as u32).to_le_bytes()),
+        &[&format!("{}: sh_link {shnum}", real.label(".nv.info"))],
     );
-    let graph = real.data(".nv.callgraph");
+    // The call graph (nvcc 13): pairs of symbols. A constant bank of zeros made one.
+    let mut graph = real.clone();
+    let bank = ".nv.constant0.scale";
+    graph.set(real.field(bank, SH_TYPE), &0x7000_0001u32.to_le_bytes());
+    assert!(real.b[real.data(bank)..][..16].iter().all(|&b| b == 0));
+    assert_passes(&graph.b);
     assert_refused(
-        &broken(graph, &13u32.to_le_bytes()),
-        &["section 11 (.nv.callgraph): entry 0: symbol index 13 is past the 13 symbols"],
+        &graph.with(real.data(bank) + 4, &(count as u32).to_le_bytes()),
+        &[&format!(
+            "{}: entry 0: symbol index {count} is past the {count} symbols",
+            real.label(bank)
+        )],
     );
+    assert_passes(&graph.with(real.data(bank) + 4, &0xffff_fff1u32.to_le_bytes()));
     assert_refused(
-        &broken(real.field(".nv.callgraph", SH_ENTSIZE), &4u64.to_le_bytes()),
+        &graph.with(real.field(bank, SH_ENTSIZE), &4u64.to_le_bytes()),
         &["whole 8-byte entries"],
     );
 }
 
 #[test]
 fn notes_are_checked() {
-    let real = Image::new(demo_cubin("elementwise"));
-    let note = real.data(".note.nv.cuinfo");
-    let mut image = real.clone();
-    image.set(note, &1000u32.to_le_bytes());
+    // Two notes, the second filling what is left, in what was a constant bank of zeros (its size
+    // kept: the kernel's parameters are in it).
+    let mut real = Image::new(demo_cubin("elementwise"));
+    let bank = ".nv.constant0.scale";
+    let (label, note, size) = (real.label(bank), real.data(bank), real.size(bank));
+    assert!(real.b[note..][..size as usize].iter().all(|&b| b == 0));
+    real.set(real.field(bank, SH_TYPE), &SHT_NOTE.to_le_bytes())
+        .set(note + 16, &(size as u32 - 24).to_le_bytes());
+    assert_passes(&real.b);
     assert_refused(
-        &image.b,
-        &[
-            "section 6 (.note.nv.cuinfo): the note at offset 0 runs past the end of the 32-byte section",
-        ],
+        &real.with(note, &1000u32.to_le_bytes()),
+        &[&format!(
+            "{label}: the note at offset 0 runs past the end of the {size}-byte section"
+        )],
     );
-    let mut image = real.clone();
-    image.set(note + 4, &u32::MAX.to_le_bytes());
     assert_refused(
-        &image.b,
-        &["section 6 (.note.nv.cuinfo): the note at offset 0"],
+        &real.with(note + 16, &u32::MAX.to_le_bytes()),
+        &[&format!("{label}: the note at offset 12 runs past the end")],
     );
 }
 
 /// AMD GPU code objects get the generic checks only, and are not refused for their machine.
 #[test]
 fn amd_gpu_elf_gets_the_generic_checks() {
-    let mut amd = Image::new(demo_cubin("elementwise"));
+    // An AMD code object links its relocations to its symbol table and has e_version 1.
+    let mut amd = nvcc13_style(demo_cubin("elementwise"));
     amd.set(18, &224u16.to_le_bytes());
     assert_eq!(check(&amd.b), Ok(BlobKind::Cubin));
-    // NVIDIA's records are not AMD's business...
-    let mut records = amd.clone();
-    records.set(amd.data(".nv.info.axpy"), &[7]);
-    assert_eq!(check(&records.b), Ok(BlobKind::Cubin));
-    // ...but every generic link, offset and index is.
-    let mut link = amd.clone();
-    link.set(amd.field(".symtab", SH_LINK), &99u32.to_le_bytes());
-    assert_refused(&link.b, &["sh_link 99"]);
+    assert_refused(
+        &amd.with(20, &120u32.to_le_bytes()),
+        &["e_version is 120, not the 1 (EV_CURRENT) of an AMD GPU code object"],
+    );
+    // NVIDIA's records and sections are not AMD's business...
+    assert_eq!(
+        check(&amd.with(amd.data(".nv.info.axpy"), &[7])),
+        Ok(BlobKind::Cubin)
+    );
+    let count = amd.symbols() as u32;
+    assert_eq!(
+        check(&amd.with_field(".text.scale", SH_INFO, &count.to_le_bytes())),
+        Ok(BlobKind::Cubin)
+    );
+    // ...but every generic link, offset and index is: relocations name their symbol table.
+    assert_refused(
+        &amd.with_field(".symtab", SH_LINK, &99u32.to_le_bytes()),
+        &["sh_link 99"],
+    );
+    let info = amd.index(".nv.info") as u32;
+    assert_refused(
+        &amd.with_field(".rela.debug_frame", SH_LINK, &info.to_le_bytes()),
+        &[&format!(
+            "links to {}, which is not a symbol table",
+            amd.label(".nv.info")
+        )],
+    );
     // Inside a fatbin only NVIDIA's ELF belongs.
     assert_refused(
         &with_fatbin_elf(&amd.b),
@@ -699,146 +1076,239 @@ fn a_real_shared_object_passes_the_generic_checks() {
     );
 }
 
-/// The committed fatbin with `edit` applied to its ELF entry's payload.
+/// A fatbin entry, as read from its header.
+#[derive(Debug, Clone, Copy)]
+struct FatEntry {
+    at: usize,
+    header: usize,
+    payload: usize,
+    kind: u16,
+    arch: u32,
+}
+
+impl FatEntry {
+    fn payload_at(&self) -> usize {
+        self.at + self.header
+    }
+}
+
+/// The entries of fatbin `b`.
+fn fatbin_entries(b: &[u8]) -> Vec<FatEntry> {
+    let image = Image::new(b);
+    let end = usize::from(image.u16(6)) + image.u64(8) as usize;
+    let mut at = usize::from(image.u16(6));
+    let mut entries = Vec::new();
+    while at < end {
+        let entry = FatEntry {
+            at,
+            header: image.u32(at + 4) as usize,
+            payload: image.u64(at + 8) as usize,
+            kind: image.u16(at),
+            arch: image.u32(at + 28),
+        };
+        entries.push(entry);
+        at += entry.header + entry.payload;
+    }
+    entries
+}
+
+/// The committed fatbin's entry for `sm` SASS.
+fn fatbin_elf_entry(sm: u32) -> (usize, FatEntry) {
+    fatbin_entries(ELEMENTWISE_FATBIN)
+        .into_iter()
+        .enumerate()
+        .find(|(_, e)| e.kind == 2 && e.arch == sm)
+        .unwrap()
+}
+
+/// The committed fatbin with `elf` (the size of the sm_90 cubin) as its sm_90 entry's payload.
 fn with_fatbin_elf(elf: &[u8]) -> Vec<u8> {
-    let (at, size) = fatbin_entry(ELEMENTWISE_FATBIN, 1);
+    let (_, entry) = fatbin_elf_entry(90);
     let mut b = ELEMENTWISE_FATBIN.to_vec();
-    let payload = at + 64;
-    assert_eq!(size, elf.len());
-    b[payload..payload + size].copy_from_slice(elf);
+    assert_eq!(entry.payload, elf.len());
+    b[entry.payload_at()..][..entry.payload].copy_from_slice(elf);
     b
 }
 
-/// Offset and payload size of fatbin entry `n`.
-fn fatbin_entry(b: &[u8], n: usize) -> (usize, usize) {
-    let image = Image::new(b);
-    let mut at = usize::from(image.u16(6));
-    for _ in 0..n {
-        at += image.u32(at + 4) as usize + image.u64(at + 8) as usize;
-    }
-    (at, image.u64(at + 8) as usize)
+/// A zstd frame holding `content` in one raw (stored) block: what a compressor writes for data
+/// it cannot shrink, and valid for every zstd decoder (RFC 8878, 3.1.1).
+fn zstd_frame(content: &[u8]) -> Vec<u8> {
+    assert!((256..65536 + 256).contains(&content.len()));
+    let mut frame = vec![0x28, 0xb5, 0x2f, 0xfd];
+    // Single segment, a 2-byte content size (stored less 256), no checksum, no dictionary.
+    frame.push(0x60);
+    frame.extend_from_slice(&(content.len() as u16 - 256).to_le_bytes());
+    // The last block, raw, of content.len() bytes.
+    let block = 1 | (content.len() as u32) << 3;
+    frame.extend_from_slice(&block.to_le_bytes()[..3]);
+    frame.extend_from_slice(content);
+    frame
+}
+
+/// The committed fatbin's PTX entry alone, zstd-compressed as nvcc stores it by default.
+fn zstd_ptx_fatbin() -> Vec<u8> {
+    let entry = fatbin_entries(ELEMENTWISE_FATBIN)[0];
+    assert_eq!(entry.kind, 1);
+    let ptx = &ELEMENTWISE_FATBIN[entry.payload_at()..][..entry.payload];
+    let text = &ptx[..ptx.iter().position(|&c| c == 0).unwrap() + 1];
+    let frame = zstd_frame(text);
+    let payload = frame.len().div_ceil(8) * 8;
+    let mut header = ELEMENTWISE_FATBIN[entry.at..entry.payload_at()].to_vec();
+    header[8..16].copy_from_slice(&(payload as u64).to_le_bytes());
+    header[16..20].copy_from_slice(&(frame.len() as u32).to_le_bytes());
+    header[40..48].copy_from_slice(&0x8011u64.to_le_bytes());
+    header[56..64].copy_from_slice(&(text.len() as u64).to_le_bytes());
+    let mut b = ELEMENTWISE_FATBIN[..16].to_vec();
+    b[8..16].copy_from_slice(&((header.len() + payload) as u64).to_le_bytes());
+    b.extend_from_slice(&header);
+    b.extend_from_slice(&frame);
+    b.resize(16 + header.len() + payload, 0);
+    b
 }
 
 #[test]
 fn fatbin_entries_are_checked() {
     let real = Image::new(ELEMENTWISE_FATBIN);
-    let (ptx, elf) = (fatbin_entry(&real.b, 0).0, fatbin_entry(&real.b, 1).0);
-    assert_eq!((ptx, elf), (16, 560));
-    // Entry 0: zstd-compressed PTX, 80-byte header, 464 bytes (458 compressed, 1426 plain).
-    assert_eq!(
-        (real.u16(ptx), real.u32(ptx + 4), real.u64(ptx + 8)),
-        (1, 80, 464)
-    );
-    assert_eq!(
-        (real.u32(ptx + 16), real.u64(ptx + 40), real.u64(ptx + 56)),
-        (458, 0x8011, 1426)
-    );
-    // Entry 1: a plain sm_90 ELF, 64-byte header, the 5,600-byte cubin.
-    assert_eq!(
-        (
-            real.u16(elf),
-            real.u32(elf + 4),
-            real.u64(elf + 8),
-            real.u32(elf + 28)
-        ),
-        (2, 64, 5600, 90)
-    );
-    assert_eq!(&real.b[elf + 64..], demo_cubin("elementwise"));
-    let broken = |at: usize, bytes: &[u8]| {
-        let mut image = real.clone();
-        image.set(at, bytes);
-        image.b
-    };
-    assert_refused(&broken(4, &[2]), &["fatbin version 2"]);
-    assert_refused(&broken(8, &0u64.to_le_bytes()), &["no entries"]);
-    assert_refused(&real.b[..real.b.len() - 1], &["truncated fatbin"]);
+    let entries = fatbin_entries(&real.b);
+    // The PTX (plain, 80-byte header, NUL-terminated), then the cubin of every architecture.
+    let ptx = entries[0];
+    assert_eq!((ptx.at, ptx.kind, ptx.header, ptx.arch), (16, 1, 80, 75));
+    let text = ptx_for_model("demo").unwrap()[1];
+    assert_eq!(text.0, "elementwise");
+    assert!(real.b[ptx.payload_at()..].starts_with(text.1));
+    assert_eq!(entries.len(), 1 + CUBIN_ARCHS.len());
+    for (entry, &sm) in entries[1..].iter().zip(CUBIN_ARCHS) {
+        assert_eq!((entry.kind, entry.header, entry.arch), (2, 64, sm));
+        assert_eq!(
+            &real.b[entry.payload_at()..][..entry.payload],
+            cubin("elementwise", sm)
+        );
+    }
+    let (index, elf) = fatbin_elf_entry(90);
+    let at = elf.at;
+    assert_refused(&real.with(4, &[2]), &["fatbin version 2"]);
+    assert_refused(&real.with(8, &0u64.to_le_bytes()), &["no entries"]);
+    assert_refused(&real.b[..real.len() - 1], &["truncated fatbin"]);
     assert_refused(
-        &broken(elf, &[7]),
-        &["fatbin entry 1 (unknown kind sm_90 at offset 560): kind 7"],
+        &real.with(at, &[7]),
+        &[&format!(
+            "fatbin entry {index} (unknown kind sm_90 at offset {at}): kind 7"
+        )],
     );
     assert_refused(
-        &broken(elf + 4, &[32]),
-        &["malformed fatbin: fatbin entry 1", "32-byte header"],
+        &real.with(at + 4, &[32]),
+        &[
+            &format!("malformed fatbin: fatbin entry {index}"),
+            "32-byte header",
+        ],
     );
     assert_refused(
-        &broken(elf + 8, &5601u64.to_le_bytes()),
-        &["malformed fatbin", "5601-byte payload"],
+        &real.with(at + 8, &(elf.payload as u64 + 1).to_le_bytes()),
+        &[
+            "malformed fatbin",
+            &format!("{}-byte payload", elf.payload + 1),
+        ],
     );
+    let whole = elf.header + elf.payload;
     assert_refused(
-        &broken(ptx + 8, &456u64.to_le_bytes()),
-        &["compressed size 458 does not fit the 456-byte payload"],
-    );
-    assert_refused(
-        &broken(elf + 32, &[0x70, 0x17, 0, 0, 8]),
-        &["its name at offset 6000 + size 8 is outside the 5,664-byte entry"],
+        &real.with(at + 32, &[0x70, 0x17, 0, 0, 8]),
+        &[&format!(
+            "its name at offset 6000 + size 8 is outside the {}-byte entry",
+            Size(whole as u64)
+        )],
     );
     // The ELF inside is checked as a cubin, and refusals say where it is.
     let mut cubin = Image::new(demo_cubin("elementwise"));
     cubin.set(cubin.field(".symtab", SH_LINK), &99u32.to_le_bytes());
     assert_refused(
         &with_fatbin_elf(&cubin.b),
-        &["fatbin entry 1 (ELF sm_90 at offset 560): section 3 (.symtab): sh_link 99"],
+        &[&format!(
+            "fatbin entry {index} (ELF sm_90 at offset {at}): {}: sh_link 99",
+            cubin.label(".symtab")
+        )],
     );
-    let mut cubin = Image::new(demo_cubin("elementwise"));
-    cubin.set(
-        cubin.field(".nv.info.scale", SH_OFFSET),
-        &5500u64.to_le_bytes(),
-    );
+    let cubin = Image::new(demo_cubin("elementwise"));
     assert_refused(
-        &with_fatbin_elf(&cubin.b),
-        &["past the end of the 5,600-byte ELF payload"],
+        &with_fatbin_elf(&cubin.with_field(".nv.info.scale", SH_OFFSET, &4500u64.to_le_bytes())),
+        &[&format!(
+            "past the end of the {}-byte ELF payload",
+            Size(elf.payload as u64)
+        )],
     );
-    // Compressed entries: the container only.
-    assert_refused(
-        &broken(ptx + 16, &0u32.to_le_bytes()),
-        &["fatbin entry 0 (PTX sm_90 at offset 16): compressed size 0"],
-    );
-    assert_refused(
-        &broken(ptx + 16, &465u32.to_le_bytes()),
-        &["compressed size 465"],
-    );
-    assert_refused(
-        &broken(ptx + 56, &0u64.to_le_bytes()),
-        &["no uncompressed size"],
-    );
-    assert_refused(
-        &broken(ptx + 56, &1427u64.to_le_bytes()),
-        &["the zstd frame holds 1,426 bytes, the entry declares 1,427 uncompressed"],
-    );
-    assert_refused(
-        &broken(ptx + 80, &[0]),
-        &["does not start with a zstd frame header"],
-    );
-    assert_refused(&broken(ptx + 41, &[0xa0]), &["more than one compression"]);
-    // NVIDIA's own compression: the container only.
-    assert_eq!(check(&broken(ptx + 41, &[0x20])), Ok(BlobKind::Fatbin));
-    // The compressed bytes after the frame header are the driver's to refuse.
-    assert_eq!(check(&broken(ptx + 100, &[0x55])), Ok(BlobKind::Fatbin));
 }
 
 #[test]
 fn uncompressed_ptx_entries_must_end_inside_the_payload() {
-    let ptx = b".version 8.0\n.target sm_90\n.address_size 64\n\0\0\0\0";
-    let mut b = fatbin::MAGIC.to_vec();
-    b.extend_from_slice(&1u16.to_le_bytes());
-    b.extend_from_slice(&16u16.to_le_bytes());
-    b.extend_from_slice(&(64 + ptx.len() as u64).to_le_bytes());
-    let mut entry = [0u8; 64];
-    entry[0] = 1;
-    entry[4] = 64;
-    entry[8..16].copy_from_slice(&(ptx.len() as u64).to_le_bytes());
-    entry[28] = 90;
-    b.extend_from_slice(&entry);
-    b.extend_from_slice(ptx);
-    assert_eq!(check(&b), Ok(BlobKind::Fatbin));
-    assert_eq!(code_targets(&b), "compute_90 PTX");
-    let len = b.len();
-    b[len - 4..].copy_from_slice(b"    ");
+    let entry = fatbin_entries(ELEMENTWISE_FATBIN)[0];
+    let mut b = ELEMENTWISE_FATBIN.to_vec();
+    let payload = &mut b[entry.payload_at()..][..entry.payload];
+    assert_eq!(payload.last(), Some(&0));
+    for byte in payload.iter_mut().filter(|b| **b == 0) {
+        *byte = b' ';
+    }
     assert_refused(
         &b,
-        &[
-            "fatbin entry 0 (PTX sm_90 at offset 16): the 48-byte PTX payload has no terminating NUL",
-        ],
+        &[&format!(
+            "fatbin entry 0 (PTX sm_75 at offset 16): the {}-byte PTX payload has no terminating \
+             NUL",
+            Size(entry.payload as u64)
+        )],
+    );
+}
+
+/// Compressed entries are checked as containers only (see `fatbin`).
+#[test]
+fn compressed_fatbin_entries_are_checked_as_containers() {
+    let good = Image::new(&zstd_ptx_fatbin());
+    assert_eq!(check(&good.b), Ok(BlobKind::Fatbin));
+    assert_eq!(code_targets(&good.b), "compute_75 PTX");
+    let entry = fatbin_entries(&good.b)[0];
+    let (at, payload) = (entry.at, entry.payload as u64);
+    let compressed = u64::from(good.u32(at + 16));
+    let plain = good.u64(at + 56);
+    assert_eq!(
+        fatbin::zstd_content_size(&good.b[entry.payload_at()..]),
+        Some(Some(plain))
+    );
+    assert_refused(
+        &good.with(at + 16, &0u32.to_le_bytes()),
+        &["fatbin entry 0 (PTX sm_75 at offset 16): compressed size 0"],
+    );
+    assert_refused(
+        &good.with(at + 16, &(payload as u32 + 1).to_le_bytes()),
+        &[&format!(
+            "compressed size {} does not fit the {}-byte payload",
+            payload + 1,
+            Size(payload)
+        )],
+    );
+    assert_refused(
+        &good.with(at + 8, &(compressed - 8).to_le_bytes()),
+        &["does not fit"],
+    );
+    assert_refused(
+        &good.with(at + 56, &0u64.to_le_bytes()),
+        &["no uncompressed size"],
+    );
+    assert_refused(
+        &good.with(at + 56, &(plain + 1).to_le_bytes()),
+        &[&format!(
+            "the zstd frame holds {} bytes, the entry declares {} uncompressed",
+            Size(plain),
+            Size(plain + 1)
+        )],
+    );
+    assert_refused(
+        &good.with(entry.payload_at(), &[0]),
+        &["does not start with a zstd frame header"],
+    );
+    assert_refused(&good.with(at + 41, &[0xa0]), &["more than one compression"]);
+    // NVIDIA's own compression: the container only.
+    assert_eq!(check(&good.with(at + 41, &[0x20])), Ok(BlobKind::Fatbin));
+    // The compressed bytes after the frame header are the driver's to refuse.
+    assert_eq!(
+        check(&good.with(entry.payload_at() + 100, &[0x55])),
+        Ok(BlobKind::Fatbin)
     );
 }
 
@@ -867,19 +1337,19 @@ fn offload_bundles_are_checked() {
     let good = bundle(cubin);
     assert_eq!(check(&good), Ok(BlobKind::OffloadBundle));
     assert!(matches!(prepare("m", &good).unwrap().1, Cow::Borrowed(_)));
-    let mut amd = cubin.to_vec();
-    amd[18..20].copy_from_slice(&224u16.to_le_bytes());
-    assert_eq!(check(&bundle(&amd)), Ok(BlobKind::OffloadBundle));
+    let mut amd = nvcc13_style(cubin);
+    amd.set(18, &224u16.to_le_bytes());
+    assert_eq!(check(&bundle(&amd.b)), Ok(BlobKind::OffloadBundle));
     // Non-ELF code objects (bitcode, PTX) go to the driver as they are.
     assert_eq!(check(&bundle(b"BC\xc0\xde")), Ok(BlobKind::OffloadBundle));
 
-    let mut bad = Image::new(cubin);
-    bad.set(bad.field(".symtab", SH_LINK), &99u32.to_le_bytes());
+    let bad = Image::new(cubin);
     assert_refused(
-        &bundle(&bad.b),
-        &[
-            "offload bundle entry 1 (cuda-nvptx64-nvidia-cuda-sm_90): section 3 (.symtab): sh_link 99",
-        ],
+        &bundle(&bad.with_field(".symtab", SH_LINK, &99u32.to_le_bytes())),
+        &[&format!(
+            "offload bundle entry 1 (cuda-nvptx64-nvidia-cuda-sm_90): {}: sh_link 99",
+            bad.label(".symtab")
+        )],
     );
     let second = 32 + 24 + 30;
     let broken = |at: usize, bytes: &[u8]| {
@@ -919,11 +1389,10 @@ fn offload_bundles_are_checked() {
 
 #[test]
 fn truncations_are_refused_as_truncated() {
-    for blob in [
-        demo_cubin("elementwise"),
-        demo_cubin("noop"),
-        ELEMENTWISE_FATBIN,
-    ] {
+    let cubins = CUBIN_ARCHS
+        .iter()
+        .flat_map(|&sm| [cubin("elementwise", sm), cubin("noop", sm)]);
+    for blob in cubins.chain([ELEMENTWISE_FATBIN]) {
         for cut in [10, 63, 64, blob.len() / 2, blob.len() - 1] {
             let reason = refusal(&blob[..cut]);
             assert!(reason.contains("truncated"), "cut at {cut}: {reason}");

@@ -1,7 +1,8 @@
 //! Mutants of the committed blobs, for the blob fuzzer: a seed alone makes one mutant, and always
 //! the same one for the same committed blobs.
 //!
-//! A mutant is a copy of one committed blob (a cubin, the fatbin, a PTX module) with one change,
+//! A mutant is a copy of one committed blob (a cubin, the fatbin, a PTX module, or a fatbin made
+//! from the committed one's PTX entry) with one change,
 //! or now and then two: random bytes changed, a truncation, a random tail, or a targeted change to
 //! one field of the structures a loader follows (ELF header, section headers, symbols,
 //! relocations, `.nv.info` records, fatbin headers) set to a value chosen to be interesting
@@ -70,8 +71,8 @@ pub struct Source {
     pub committed: bool,
 }
 
-/// Every committed blob of `atlas_kernels`, in a fixed order: the cubins and PTX of every model,
-/// and the fatbin.
+/// Every committed blob of `atlas_kernels`, in a fixed order: the cubins of every architecture
+/// and the PTX of every model, the fatbin, and two fatbins made from the fatbin's PTX entry.
 pub fn corpus() -> Vec<Source> {
     let mut corpus = Vec::new();
     for model in MODELS {
@@ -99,61 +100,67 @@ pub fn corpus() -> Vec<Source> {
         blob: ELEMENTWISE_FATBIN,
         committed: true,
     });
-    // The committed fatbin's PTX is compressed, so the driver's reading of plain PTX inside a
-    // fatbin (where random text once crashed it) needs a fatbin made here.
-    let ptx = ptx_for_model("demo")
-        .unwrap_or_default()
-        .iter()
-        .find(|(module, _)| *module == "elementwise")
-        .map_or(&b""[..], |(_, blob)| blob);
-    corpus.push(Source {
-        name: "elementwise.ptx in a made fatbin".into(),
-        kind: Kind::Fatbin,
-        blob: Vec::leak(ptx_fatbin(ptx)),
-        committed: false,
-    });
+    // The fatbin's PTX entry alone: a device the fatbin has SASS for takes the SASS, so its PTX
+    // entry is read and compiled only where it is the fatbin's one entry. Plain, and compressed as
+    // nvcc stores entries by default (no committed blob has a compressed entry, and what one
+    // holds is the driver's to check, see `atlas-registry/src/blob/fatbin.rs`).
+    for (compressed, name) in [(false, "plain"), (true, "zstd")] {
+        corpus.push(Source {
+            name: format!("elementwise.fatbin's PTX entry alone, {name}"),
+            kind: Kind::Fatbin,
+            blob: Vec::leak(ptx_entry_alone(ELEMENTWISE_FATBIN, compressed)),
+            committed: false,
+        });
+    }
     corpus
 }
 
-/// `ptx` (NUL-terminated) as the one entry of a fatbin, uncompressed, laid out as nvcc lays out
-/// entries (see `atlas-registry/src/blob/fatbin.rs`): the version and architecture come from its
-/// `.version` and `.target` lines.
-pub fn ptx_fatbin(ptx: &[u8]) -> Vec<u8> {
-    let text = String::from_utf8_lossy(ptx);
-    let directive = |name: &str| {
-        text.lines()
-            .find_map(|line| line.trim_start().strip_prefix(name))
-            .map(|rest| rest.trim().to_string())
-            .unwrap_or_default()
+/// A fatbin holding only the first PTX entry of `fatbin` (empty when it has none): as it is, or
+/// zstd-compressed. The compressed payload is a zstd frame of one raw (stored) block, which is
+/// what a zstd compressor writes for data it cannot shrink and every zstd decoder reads
+/// (RFC 8878, 3.1.1): no compressor needed here.
+pub fn ptx_entry_alone(fatbin: &[u8], compressed: bool) -> Vec<u8> {
+    let Some(&(at, header, _)) = fatbin_entries(fatbin)
+        .iter()
+        .find(|&&(_, _, kind)| kind == 1)
+    else {
+        return Vec::new();
     };
-    let version = directive(".version");
-    let (major, minor) = version.split_once('.').unwrap_or(("0", "0"));
-    let target = directive(".target");
-    let arch: u64 = target
-        .trim_start_matches("sm_")
-        .trim_start_matches("compute_")
-        .split(|c: char| !c.is_ascii_digit())
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    let payload = ptx.len().div_ceil(8) * 8;
-    let mut b = vec![0u8; 16 + 64];
-    put(&mut b, 0, 4, 0xBA55_ED50);
-    put(&mut b, 4, 2, 1);
-    put(&mut b, 6, 2, 16);
-    put(&mut b, 8, 8, (64 + payload) as u64);
-    let entry = 16;
-    put(&mut b, entry, 2, 1); // PTX
-    put(&mut b, entry + 2, 2, 0x0101);
-    put(&mut b, entry + 4, 4, 64);
-    put(&mut b, entry + 8, 8, payload as u64);
-    put(&mut b, entry + 20, 4, 64); // as nvcc writes for PTX entries
-    put(&mut b, entry + 24, 2, minor.parse().unwrap_or(0));
-    put(&mut b, entry + 26, 2, major.parse().unwrap_or(0));
-    put(&mut b, entry + 28, 4, arch);
-    put(&mut b, entry + 40, 8, 0x11); // 64-bit, Linux, not compressed
-    b.extend_from_slice(ptx);
-    b.resize(16 + 64 + payload, 0);
+    let payload_size = get(fatbin, at + 8, 8).unwrap_or(0) as usize;
+    let (Some(header_bytes), Some(payload)) = (
+        fatbin.get(at..at + header),
+        fatbin.get(at + header..at + header + payload_size),
+    ) else {
+        return Vec::new();
+    };
+    let mut entry = header_bytes.to_vec();
+    let payload = if compressed {
+        // The text and its NUL, as nvcc compresses it.
+        let text = payload
+            .iter()
+            .position(|&c| c == 0)
+            .map_or(payload, |end| &payload[..=end]);
+        let mut frame = vec![0x28, 0xb5, 0x2f, 0xfd];
+        // Single segment, an 8-byte content size, no checksum, no dictionary.
+        frame.push(0xe0);
+        frame.extend_from_slice(&(text.len() as u64).to_le_bytes());
+        // The last block, raw, holding the text (at most 128 KiB: PTX entries are smaller).
+        frame.extend_from_slice(&(1 | (text.len() as u32) << 3).to_le_bytes()[..3]);
+        frame.extend_from_slice(text);
+        put(&mut entry, 16, 4, frame.len() as u64);
+        let flags = get(&entry, 40, 8).unwrap_or(0) | 0x8000;
+        put(&mut entry, 40, 8, flags);
+        put(&mut entry, 56, 8, text.len() as u64);
+        frame.resize(frame.len().div_ceil(8) * 8, 0);
+        frame
+    } else {
+        payload.to_vec()
+    };
+    put(&mut entry, 8, 8, payload.len() as u64);
+    let mut b = fatbin.get(..16).unwrap_or_default().to_vec();
+    put(&mut b, 8, 8, (entry.len() + payload.len()) as u64);
+    b.extend_from_slice(&entry);
+    b.extend_from_slice(&payload);
     b
 }
 
@@ -619,17 +626,18 @@ fn mutate_fatbin(rng: &mut Rng, b: &mut Vec<u8>) -> String {
             )
         }
         _ => {
-            // The ELF inside: an uncompressed ELF entry's payload.
-            let elf = entries
+            // The ELF inside: one uncompressed ELF entry's payload.
+            let elves: Vec<usize> = entries
                 .iter()
-                .find(|&&(at, size, kind)| {
+                .filter(|&&(at, size, kind)| {
                     kind == 2
                         && get(b, at + 40, 8).is_some_and(|flags| flags & 0xb000 == 0)
                         && b.get(at + size..at + size + 4) == Some(b"\x7fELF")
                 })
-                .map(|&(at, size, _)| at + size);
-            match elf {
-                Some(base) => mutate_elf_blob(rng, b, base),
+                .map(|&(at, size, _)| at + size)
+                .collect();
+            match elves.get(rng.index(elves.len())) {
+                Some(&base) => mutate_elf_blob(rng, b, base),
                 None => generic(rng, b),
             }
         }

@@ -1,13 +1,23 @@
-//! NVIDIA's own parts of a cubin: the `.nv.info` attribute records, the call graph, the link from
-//! a kernel's code section to its symbol, relocation types, and the SM architecture in `e_flags`.
+//! NVIDIA's own parts of a cubin: the `.nv.info` attribute records, the call graph, the links
+//! from a kernel's sections to its symbol and code, relocation types, and the SM architecture in
+//! `e_flags`.
 //!
-//! What these look like was read from the committed sm_90 cubins (nvcc 13.0) and checked against
-//! public descriptions of the format:
+//! What these look like was read from cubins of two toolchains, nvcc 13.0 (the sm_90 cubins once
+//! committed) and NVRTC 12.0 (the committed sm_75 to sm_90 ones), and checked against public
+//! descriptions of the format. Where the two differ, both are accepted:
 //!
-//! - `.nv.info` (global) and `.nv.info.<kernel>` have type `SHT_CUDA_INFO` (0x7000_0000); `sh_link`
-//!   names the symbol table (0 in some cubins, meaning the first one) and, for a kernel's,
-//!   `sh_info` (flagged `SHF_INFO_LINK`) its `.text.<kernel>` section. `.nv.compat`
-//!   (0x7000_0086) holds records of the same form.
+//! - One symbol table (`.symtab`), which every symbol index of the cubin refers to. The sections
+//!   holding symbol indexes (relocations, `.nv.info*`, `.nv.callgraph`, `.text.<kernel>`) name it
+//!   in `sh_link` in nvcc 13's cubins, but name `.nv.info` in NVRTC 12.0's (section 5, whatever
+//!   the layout), and the driver loads both: its reader does not follow those links. So every
+//!   symbol index is checked against the one symbol table, and a second one is refused.
+//! - `.nv.info` (global) and `.nv.info.<kernel>` have type `SHT_CUDA_INFO` (0x7000_0000); for a
+//!   kernel's, `sh_info` is its `.text.<kernel>` section (flagged `SHF_INFO_LINK` by nvcc 13, not
+//!   by NVRTC 12.0). `.nv.compat` (0x7000_0086, nvcc 13 only) holds records of the same form.
+//! - A kernel's constant banks and memory (`.nv.constant0.<kernel>`, `.nv.shared.<kernel>`) name
+//!   its code section in `sh_info`, again flagged by nvcc 13 only; so in a cubin the `sh_info` of
+//!   every loaded data section (`SHF_ALLOC`, not code) is checked as a section index, flagged or
+//!   not.
 //! - A record is a 4-byte header, `u8 format, u8 attribute, u16 value-or-size`: format 1 has no
 //!   value, 2 a byte and 3 a half word (both in those two bytes), 4 is followed by `size` bytes.
 //!   Records start 4-byte aligned.
@@ -20,10 +30,16 @@
 //!   into the kernel's code section.
 //! - `.nv.callgraph` (`SHT_CUDA_CALLGRAPH`, 0x7000_0001) is pairs of 32-bit symbol indexes, with
 //!   values from 0xffff_fff0 up as markers.
-//! - A kernel's `.text.<kernel>` links to the symbol table, and the low 24 bits of its `sh_info`
-//!   are the kernel's symbol (older toolchains keep the register count in the high 8).
+//! - The low 24 bits of a kernel's `.text.<kernel>` `sh_info` are the kernel's symbol; the high 8
+//!   hold its register count in NVRTC 12.0's cubins for sm_75 to sm_89, and are 0 otherwise.
+//! - Relocations are REL (NVRTC 12.0 before sm_90) or RELA (sm_90, nvcc 13), of R_CUDA types.
+//! - The header: `e_version` is the CUDA format version (see `Elf::parse`), `EI_ABIVERSION` 7 or
+//!   8 says where `e_flags` keeps the SM number ([`sm_arch`]); neither locates anything, so
+//!   neither is checked beyond what every ELF file needs.
 
-use object::elf::{EM_CUDA, SHF_EXECINSTR, SHN_LORESERVE, SHT_LOPROC, SHT_PROGBITS};
+use object::elf::{
+    EM_CUDA, SHF_ALLOC, SHF_EXECINSTR, SHN_LORESERVE, SHT_LOPROC, SHT_NOBITS, SHT_PROGBITS,
+};
 
 use super::{Elf, MAGIC, Section};
 use crate::blob::read::{Check, Size, bytes_at, fits, u8_at, u16_at, u32_at};
@@ -51,16 +67,17 @@ const EIATTR_REGCOUNT: u8 = 0x2f;
 const CALLGRAPH_MARKERS: u32 = 0xffff_fff0;
 
 /// `e_ident[EI_ABIVERSION]` from which the SM number is in bits 8–15 of `e_flags` rather than
-/// the low byte (LLVM's `ELFABIVERSION_CUDA_V2`; nvcc 13 writes it for sm_90 too).
+/// the low byte (LLVM's `ELFABIVERSION_CUDA_V2`; nvcc 13 writes it for every architecture).
 const ABI_VERSION_SM_IN_BYTE_1: u8 = 8;
 
 /// The SM architecture an NVIDIA cubin was built for, as its number (90 for sm_90), from its
 /// `e_flags`; `None` for anything else (or a cubin of an ABI version after the known ones).
 ///
-/// Two layouts are in use, told apart by `e_ident[EI_ABIVERSION]`: up to version 7 the SM number
-/// is the low byte (`EF_CUDA_SM`, e.g. `0x0056_0556` is sm_86), from version 8 it is bits 8–15
-/// (`EF_CUDA_SM_MASK`), where the old layout kept feature flags: the committed nvcc 13 sm_90
-/// cubins are version 8 with `e_flags` `0x0600_5a04`.
+/// Two layouts are in use, told apart by `e_ident[EI_ABIVERSION]`: up to version 7
+/// (`ELFABIVERSION_CUDA_V1`, CUDA 12 and older) the SM number is the low byte (`EF_CUDA_SM`; NVRTC
+/// 12.0 writes `0x005a_055a` for sm_90, the virtual architecture again in bits 16–23), from
+/// version 8 it is bits 8–15 (`EF_CUDA_SM_MASK`), where the old layout kept feature flags: nvcc 13
+/// writes `0x0600_5a04` for sm_90.
 pub(crate) fn sm_arch(blob: &[u8]) -> Option<u32> {
     if !blob.starts_with(MAGIC) || u16_at(blob, 18)? != EM_CUDA {
         return None;
@@ -74,29 +91,38 @@ pub(crate) fn sm_arch(blob: &[u8]) -> Option<u32> {
     (sm != 0).then_some(sm)
 }
 
-/// Relocation types the driver can know: R_CUDA (below 0x100: about 120 are defined) and
-/// R_MERCURY (0x10000 up, 65 defined). The driver indexes its tables with them.
+/// Relocation types the driver can know: R_CUDA (below 0x100: 117 are defined by CUDA 13.0, up
+/// from about 100 in CUDA 11) and R_MERCURY (0x10000 up, 65 defined). The driver indexes its
+/// tables with them.
 pub(super) fn is_relocation_type(rtype: u64) -> bool {
     rtype < 0x100 || (0x1_0000..0x1_0100).contains(&rtype)
 }
 
-/// How many bytes at a relocation's offset the relocation rewrites, at least: a field of an
-/// instruction's first 8 bytes in code (instructions are 8 or 16 bytes and relocations point at
-/// their start), 8 bytes for the 64-bit data types (`R_CUDA_64`, `R_CUDA_G64`,
-/// `R_CUDA_FUNC_DESC_64`), else 4.
+/// How many bytes from a relocation's offset the relocation rewrites, at least, by the highest bit
+/// its type writes (for the R_CUDA types as ptxas 13.0 describes them): one byte for the
+/// byte-of-an-address types (`R_CUDA_8_0` to `R_CUDA_FUNC_DESC_8_56`, `R_CUDA_UNIFIED_8_*`), 4
+/// for the 32-bit ones (`R_CUDA_32`, `R_CUDA_G32`, header indexes, descriptors), 11 to 16 for the
+/// fields past bit 63 of a 128-bit instruction (`R_CUDA_ABS47_34`, `R_CUDA_ABS55_16_34`,
+/// `R_CUDA_ABS56_16_34`, `R_CUDA_YIELD_CLEAR_PRED4_87`, `R_CUDA_INSTRUCTION128`), none for
+/// `R_CUDA_NONE`, and 8 for the rest, which write within an instruction's or an address's first 8
+/// bytes. Types after those: 8 in code (instructions are 8 or 16 bytes, relocations point at
+/// their start), else 4.
 pub(super) fn relocated_bytes(rtype: u64, target: &Section) -> u64 {
-    if target.kind == SHT_PROGBITS && target.flag(SHF_EXECINSTR) {
-        8
-    } else {
-        match rtype {
-            0x02 | 0x04 | 0x23 => 8,
-            _ => 4,
-        }
+    match rtype {
+        0 | 116 => 0,
+        76..=99 | 104..=111 => 1,
+        1 | 3 | 6..=9 | 34 | 52 | 70..=72 | 101 | 103 => 4,
+        58 | 75 | 114 => 11,
+        69 => 12,
+        67 => 16,
+        2..=115 => 8,
+        _ if target.kind == SHT_PROGBITS && target.flag(SHF_EXECINSTR) => 8,
+        _ => 4,
     }
 }
 
 /// Checks section `i` of a cubin for what NVIDIA's reader needs beyond generic ELF. `symtab` is
-/// the first symbol table, which a zero `sh_link` means.
+/// the cubin's one symbol table.
 pub(super) fn check_section(elf: &Elf<'_>, i: u32, s: &Section, symtab: u32) -> Check {
     let in_section = |e: String| format!("{}: {e}", elf.label(i, s));
     match s.kind {
@@ -114,8 +140,7 @@ pub(super) fn check_section(elf: &Elf<'_>, i: u32, s: &Section, symtab: u32) -> 
                     s.entsize, s.size
                 )));
             }
-            let table = if s.link == 0 { symtab } else { s.link };
-            let symbols = elf.symbols(i, s, table)?;
+            let symbols = elf.symbols_of(i, s, symtab)?;
             let data = elf.data(i, s)?;
             for n in 0..s.size / 4 {
                 let index = u32_at(data, n * 4).unwrap_or(0);
@@ -129,8 +154,19 @@ pub(super) fn check_section(elf: &Elf<'_>, i: u32, s: &Section, symtab: u32) -> 
             }
             Ok(())
         }
+        // A kernel's constant banks and memory (`.nv.constant0.K`, `.nv.shared.K`: loaded data)
+        // name its code section in `sh_info`; nvcc 13 flags it SHF_INFO_LINK, NVRTC 12.0 does not.
+        SHT_PROGBITS | SHT_NOBITS if s.flag(SHF_ALLOC) && !s.flag(SHF_EXECINSTR) => {
+            if s.info >= elf.shnum {
+                return Err(in_section(format!(
+                    "sh_info {} (the code section this belongs to) is not one of the {} sections",
+                    s.info, elf.shnum
+                )));
+            }
+            Ok(())
+        }
         SHT_PROGBITS if s.flag(SHF_EXECINSTR) && s.link != 0 => {
-            let symbols = elf.symbols(i, s, s.link)?;
+            let symbols = elf.symbols_of(i, s, symtab)?;
             let symbol = s.info & 0x00ff_ffff;
             if u64::from(symbol) >= symbols.count {
                 return Err(in_section(format!(
@@ -232,7 +268,7 @@ impl<'a> Iterator for Records<'a> {
 fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symtab: u32) -> Check {
     let in_section = |e: String| format!("{}: {e}", elf.label(i, s));
     let data = elf.data(i, s)?;
-    let symbols = elf.symbols(i, s, if s.link == 0 { symtab } else { s.link })?;
+    let symbols = elf.symbols_of(i, s, symtab)?;
     // A kernel's attributes: its code section, when `sh_info` names one.
     let code = match s.info {
         0 => None,

@@ -5,21 +5,23 @@
 //! crashes the process inside `cuModuleLoadData` (measured on an H200 with single-byte changes to
 //! real cubins). So every offset, size and index that a reader follows is checked here first:
 //!
-//! - the header: 64-bit, little-endian, version 1, a GPU machine, a known file type, and the
-//!   header and table entry sizes of ELF64;
+//! - the header: 64-bit, little-endian, ELF identification version 1, a GPU machine, a known file
+//!   type, and the header and table entry sizes of ELF64 (the object file version `e_version`
+//!   varies with the CUDA toolkit, see `Elf::parse`);
 //! - the program header table and the section header table lie inside the image (after the ELF
 //!   header), and so does every segment's file image and every section's bytes (except `NOBITS`);
 //! - the section name table exists and ends in a NUL, and every section name starts inside it;
 //!   every string table ends in a NUL, so every name in one is terminated inside it;
 //! - every `sh_link` is a section, and names a section of the right type where the type of the
 //!   section says what it links to (symbol table → string table; relocations, hash tables,
-//!   groups → symbol table; dynamic section → string table); an `sh_info` flagged as a section
-//!   index (`SHF_INFO_LINK`) is a section;
+//!   groups → symbol table; dynamic section → string table; in a cubin, symbol indexes refer to
+//!   its one symbol table whatever `sh_link` says, see [`cuda`]); an `sh_info` flagged as a
+//!   section index (`SHF_INFO_LINK`) is a section;
 //! - symbol tables have 24-byte entries, each name inside the string table and each section index
 //!   a section (or undefined, absolute, common);
 //! - relocations have 16- or 24-byte entries, each naming a symbol of the linked table, and,
 //!   where offsets are section offsets (cubins, relocatable files), an offset inside the section
-//!   that `sh_info` names;
+//!   that `sh_info` names (in a cubin, with every byte its type rewrites);
 //! - notes lie inside their section.
 //!
 //! NVIDIA's own sections of a cubin are checked in [`cuda`]. What is not checked: instruction
@@ -187,9 +189,12 @@ impl<'a> Elf<'a> {
                 byte(5)
             ));
         }
-        let version = u32_at(b, 20).unwrap_or(0);
-        if byte(6) != EV_CURRENT || version != u32::from(EV_CURRENT) {
-            return Err(format!("ELF version {} (header {version}), not 1", byte(6)));
+        // EI_VERSION is the version of the ELF format itself, which every reader relies on.
+        if byte(6) != EV_CURRENT {
+            return Err(format!(
+                "ELF identification version {} (EI_VERSION), not {EV_CURRENT}",
+                byte(6)
+            ));
         }
         let machine = half(18);
         let cuda = match (machine, machines) {
@@ -211,6 +216,19 @@ impl<'a> Elf<'a> {
                 ));
             }
         };
+        // e_version is the object file's version: 1 (EV_CURRENT) in AMD code objects and nvcc 13
+        // cubins, but other CUDA toolchains write the toolkit's version there as
+        // `10 * major + minor` (NVRTC 12.0: 120, nvJitLink 12.8: 128). No reader locates anything
+        // by it; 0 (EV_NONE) is invalid in every ELF file.
+        let version = u32_at(b, 20).unwrap_or(0);
+        if version == 0 {
+            return Err("e_version is 0 (EV_NONE), which no object file has".into());
+        }
+        if !cuda && version != u32::from(EV_CURRENT) {
+            return Err(format!(
+                "e_version is {version}, not the {EV_CURRENT} (EV_CURRENT) of an AMD GPU code object"
+            ));
+        }
         let file_type = half(16);
         if !matches!(file_type, ET_REL | ET_EXEC | ET_DYN) {
             return Err(format!(
@@ -423,7 +441,7 @@ impl<'a> Elf<'a> {
         }
         // First what every section must be on its own, so that the checks that follow links can
         // rely on the sections they reach.
-        let mut symtab = None;
+        let (mut symtab, mut first_table) = (None, None);
         for i in 1..self.shnum {
             let s = self.section(i)?;
             if s.name as usize >= self.names.len() {
@@ -467,6 +485,17 @@ impl<'a> Elf<'a> {
                     self.label(i, &s)
                 ));
             }
+            // Every symbol index of a cubin refers to its one symbol table (`symbols_of`).
+            if self.cuda
+                && matches!(s.kind, SHT_SYMTAB | SHT_DYNSYM)
+                && let Some(first) = first_table.replace(i)
+            {
+                return Err(format!(
+                    "{} and {} are both symbol tables; a CUDA cubin has one",
+                    self.label_of(first),
+                    self.label(i, &s)
+                ));
+            }
             if s.kind == SHT_SYMTAB && symtab.is_none() {
                 symtab = Some(i);
             }
@@ -480,7 +509,7 @@ impl<'a> Elf<'a> {
             let s = self.section(i)?;
             match s.kind {
                 SHT_SYMTAB | SHT_DYNSYM => self.check_symbols(i, &s)?,
-                SHT_REL | SHT_RELA => self.check_relocations(i, &s)?,
+                SHT_REL | SHT_RELA => self.check_relocations(i, &s, symtab)?,
                 SHT_HASH | SHT_GNU_HASH | SHT_GNU_VERSYM | SHT_GROUP | SHT_SYMTAB_SHNDX => {
                     self.symbols(i, &s, s.link)?;
                 }
@@ -495,6 +524,13 @@ impl<'a> Elf<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The symbol table whose indexes section `i` holds: the one its `sh_link` names, except in
+    /// a cubin, which has one symbol table, `symtab`, whatever `sh_link` says (NVRTC 12.0 links
+    /// relocation, attribute and code sections to `.nv.info`, and the driver loads them).
+    fn symbols_of(&self, i: u32, s: &Section, symtab: u32) -> Check<Symbols<'a>> {
+        self.symbols(i, s, if self.cuda { symtab } else { s.link })
     }
 
     /// The symbol table `index` that section `i` links to: a symbol table with 24-byte entries.
@@ -651,7 +687,7 @@ impl<'a> Elf<'a> {
         Ok(())
     }
 
-    fn check_relocations(&self, i: u32, s: &Section) -> Check {
+    fn check_relocations(&self, i: u32, s: &Section, symtab: u32) -> Check {
         let (entry, kind) = if s.kind == SHT_REL {
             (REL_SIZE, "REL")
         } else {
@@ -666,7 +702,7 @@ impl<'a> Elf<'a> {
             ));
         }
         let data = self.data(i, s)?;
-        let symbols = self.symbols(i, s, s.link)?;
+        let symbols = self.symbols_of(i, s, symtab)?;
         let target = match s.info {
             // Dynamic relocations apply to the whole image, not to one section.
             0 if !self.cuda => None,
