@@ -3,7 +3,9 @@
 mod common;
 
 use atlas_kernels::ptx_for_model;
-use atlas_registry::{AtlasLibrary, AtlasRegistry, DeviceBuffer, LaunchConfig, device_count};
+use atlas_registry::{
+    AtlasError, AtlasLibrary, AtlasRegistry, DeviceBuffer, LaunchConfig, device_count,
+};
 use common::{Rng, assert_close};
 
 fn check_scale(registry: &AtlasRegistry) {
@@ -58,5 +60,28 @@ fn two_gpus_one_library_load_serves_both() {
     for _ in 0..3 {
         check_scale(&r0);
         check_scale(&r1);
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn ptx_that_does_not_compile_fails_at_registry_with_the_jit_log() {
+    // `cuLibraryLoadData` defers the JIT: the load succeeds, the first registry compiles.
+    let broken: &[u8] = b".version 8.0\n.target sm_75\n.address_size 64\n\n.visible .entry broken()\n{\n    not_an_instruction;\n}\n";
+    let library = AtlasLibrary::load(&[("broken", broken)]).expect("the JIT is deferred");
+    match library.registry(0) {
+        Err(AtlasError::ModuleLoad {
+            module,
+            jit_log,
+            code,
+            ..
+        }) => {
+            assert_eq!((module.as_str(), code), ("broken", 218), "{jit_log}");
+            assert!(
+                jit_log.contains("line "),
+                "the log names the line: {jit_log}"
+            );
+        }
+        other => panic!("expected a ModuleLoad error with the JIT log, got {other:?}"),
     }
 }

@@ -1146,23 +1146,40 @@ fn blob_layouts_of_every_model_match_the_driver() {
 fn ptx_layouts_of_every_type_and_alignment_match_the_driver() {
     AtlasRegistry::load(0, ptx_for_model("demo").unwrap())
         .unwrap_or_else(|e| panic!("this test needs an NVIDIA GPU: {e}"));
-    // One module per case, so that a type the JIT compiler refuses shows up as one line below.
+    // One module per case, between two one-byte parameters (so that alignment padding shows), so
+    // that a declaration the JIT compiler refuses costs only its own case. The JIT refuses some
+    // declarations the reader accepts (measured with driver 580: `.bf16`, `.bf16x2` and `.f16x2`
+    // parameters, and declaration 4, a `.ptr.shared` pointer): a module it refuses cannot be
+    // launched, so no layout of it is ever used; such cases are listed, and only those in
+    // `REFUSED_BY_THE_JIT` may be refused.
+    const REFUSED_BY_THE_JIT: &[&str] =
+        &["type_bf16", "type_bf16x2", "type_f16x2", "declaration_4"];
     let mut modules: Vec<(String, String)> = SCALAR_TYPES
         .iter()
         .map(|(ty, _)| (format!("type_{}", &ty[1..]), between(ty)))
         .collect();
-    modules.push(("every_type".into(), format!("{HEAD}{EVERY_TYPE}")));
-    modules.push((
-        "structs_and_pointers".into(),
-        format!("{HEAD}{STRUCTS_AND_POINTERS}"),
-    ));
+    let declarations = STRUCTS_AND_POINTERS
+        .lines()
+        .map(|line| line.trim().trim_end_matches(','))
+        .filter(|line| line.starts_with(".param"));
+    for (i, declaration) in declarations.enumerate() {
+        modules.push((
+            format!("declaration_{i}"),
+            format!(
+                "{HEAD}.visible .entry between(.param .u8 a, {declaration}, .param .u8 c)\n{{\n    ret;\n}}\n"
+            ),
+        ));
+    }
     let mut failures = Vec::new();
+    let mut refused = Vec::new();
     for (module, text) in &modules {
         let layouts = kernel_layouts(text.as_bytes()).unwrap();
         let registry = match AtlasRegistry::load(0, &[(module.as_str(), text.as_bytes())]) {
             Ok(registry) => registry,
             Err(e) => {
-                failures.push(format!("{module}: the driver refuses the module: {e}"));
+                let first_line = e.to_string().lines().next().unwrap_or_default().to_string();
+                println!("{module}: the driver refuses the module: {first_line}");
+                refused.push(module.as_str());
                 continue;
             }
         };
@@ -1181,6 +1198,15 @@ fn ptx_layouts_of_every_type_and_alignment_match_the_driver() {
             }
         }
     }
-    println!("{} PTX modules checked", modules.len());
+    for module in &refused {
+        if !REFUSED_BY_THE_JIT.contains(module) {
+            failures.push(format!("{module}: refused by the driver (see above)"));
+        }
+    }
+    println!(
+        "{} PTX modules checked, {} refused by the JIT",
+        modules.len(),
+        refused.len()
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -12,13 +12,15 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The driver functions atlas-sys declares, from its generated table.
+/// The driver functions atlas-sys declares: the fields of its generated `CudaDriver` table.
 fn driver_functions() -> Vec<&'static str> {
     const BINDINGS: &str = include_str!("../../../atlas-sys/src/bindings.rs");
     BINDINGS
         .lines()
+        .skip_while(|line| !line.starts_with("pub struct CudaDriver {"))
+        .take_while(|line| *line != "}")
         .filter_map(|line| line.strip_prefix("    pub "))
-        .filter_map(|rest| rest.split_once(": Result<").map(|(name, _)| name))
+        .filter_map(|rest| rest.split_once(':').map(|(name, _)| name))
         .filter(|name| name.starts_with("cu"))
         .collect()
 }
