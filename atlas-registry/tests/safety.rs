@@ -14,7 +14,7 @@ mod shim;
 mod standin;
 
 use std::ffi::c_void;
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 
 use atlas_kernels::{MODELS, ptx_for_model};
 use atlas_registry::sys::{self, CUcontext, CUresult};
@@ -29,8 +29,7 @@ standin::bodies!(
     too_few_arguments_without_param_info_are_refused,
     blob_layouts_check_launches_without_param_info,
     unreadable_layout_refuses_naming_the_raw_path,
-    buffer_of_another_device_is_refused,
-    stream_of_another_device_is_refused,
+    other_device_is_refused,
     foreign_current_context_is_not_used,
     launch_on_a_created_stream_is_one_driver_call,
     early_jit_failure_leaves_an_empty_log,
@@ -212,82 +211,46 @@ fn gpu_too_few_arguments_without_param_info_are_refused() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
-fn a_buffer_of_another_device_is_refused_naming_both() {
-    standin::run(
-        buffer_of_another_device_is_refused,
-        &["-DSTANDIN_DEVICES=2"],
-    );
+fn a_buffer_or_stream_of_another_device_is_refused_naming_both() {
+    standin::run(other_device_is_refused, &["-DSTANDIN_DEVICES=2"]);
 }
 
-fn buffer_of_another_device_is_refused() {
+fn other_device_is_refused() {
     let blobs = ptx_for_model("demo").unwrap();
-    let (gpu0, gpu1) = (
-        AtlasRegistry::load(0, blobs).unwrap(),
-        AtlasRegistry::load(1, blobs).unwrap(),
-    );
-    let mut on0 = DeviceBuffer::from_slice(gpu0.ctx(), gpu0.stream(), &[1.0f32; 64]).unwrap();
-    let scale1 = gpu1.function_cached("elementwise", "scale").unwrap();
-    // SAFETY: refused before the driver is called (argument 0 is memory of device 0).
-    let e = unsafe {
-        scale1.launch(
-            gpu1.stream(),
-            &LaunchConfig::for_elements(64, 64),
-            (&mut on0, 2.0f32, 64u32),
-        )
-    }
-    .unwrap_err();
-    assert!(
-        matches!(
-            e,
-            AtlasError::WrongDevice {
-                expected: 1,
-                given: Some(0),
-                ..
-            }
-        ),
-        "{e}"
-    );
-    let text = e.to_string();
-    assert!(
-        text.contains("argument 0") && text.contains("device 0") && text.contains("device 1"),
-        "{text}"
-    );
-    assert_eq!(probe().launches(), 0, "the driver saw the launch");
+    let gpu0 = AtlasRegistry::load(0, blobs).unwrap();
+    let gpu1 = AtlasRegistry::load(1, blobs).unwrap();
+    refuse_the_other_devices_buffer_and_stream(&gpu0, &gpu1);
+    assert_eq!(probe().launches(), 0, "the driver saw a launch");
     // Device 1 is untouched and works.
     scale_and_check(&gpu1, "elementwise", 1000);
     assert_eq!(probe().count("fault"), 0);
 }
 
-#[test]
-fn a_stream_of_another_device_is_refused() {
-    standin::run(
-        stream_of_another_device_is_refused,
-        &["-DSTANDIN_DEVICES=2"],
-    );
-}
-
-fn stream_of_another_device_is_refused() {
-    let blobs = ptx_for_model("demo").unwrap();
-    let (gpu0, gpu1) = (
-        AtlasRegistry::load(0, blobs).unwrap(),
-        AtlasRegistry::load(1, blobs).unwrap(),
-    );
+/// Device 1's `scale` given device 0's buffer, then device 0's stream: each refused before the
+/// driver is called, naming both devices.
+fn refuse_the_other_devices_buffer_and_stream(gpu0: &AtlasRegistry, gpu1: &AtlasRegistry) {
+    let cfg = LaunchConfig::for_elements(64, 64);
+    let mut on0 = DeviceBuffer::from_slice(gpu0.ctx(), gpu0.stream(), &[1.0f32; 64]).unwrap();
     let mut on1 = DeviceBuffer::from_slice(gpu1.ctx(), gpu1.stream(), &[1.0f32; 64]).unwrap();
     let scale1 = gpu1.function_cached("elementwise", "scale").unwrap();
+    // SAFETY: refused before the driver is called (argument 0 is memory of device 0); run, it
+    // would fault and lose device 1's context.
+    let e = unsafe { scale1.launch(gpu1.stream(), &cfg, (&mut on0, 2.0f32, 64u32)) }.unwrap_err();
+    assert!(
+        matches!(e, AtlasError::WrongDevice { expected: 1, given: Some(0), ref what, .. } if what == "argument 0"),
+        "{e}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("device 0") && text.contains("device 1"),
+        "{text}"
+    );
     // SAFETY: refused before the driver is called (the stream is device 0's).
-    let e = unsafe {
-        scale1.launch(
-            gpu0.stream(),
-            &LaunchConfig::for_elements(64, 64),
-            (&mut on1, 2.0f32, 64u32),
-        )
-    }
-    .unwrap_err();
+    let e = unsafe { scale1.launch(gpu0.stream(), &cfg, (&mut on1, 2.0f32, 64u32)) }.unwrap_err();
     assert!(
         matches!(e, AtlasError::WrongDevice { expected: 1, given: Some(0), ref what, .. } if what == "the stream"),
         "{e}"
     );
-    assert_eq!(probe().launches(), 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -451,21 +414,58 @@ fn early_jit_failure_leaves_an_empty_log() {
 const CHUNK_64K: u32 = 16 * 1024;
 const CHUNK_96K: u32 = 24 * 1024;
 
+/// How [`block_sum`] launches: typed, or through `launch_on_stream` with a raw handle.
+#[derive(Clone, Copy)]
+enum Path {
+    Typed,
+    Raw(RawCudaFunc),
+}
+
 /// `block_reduce::block_sum` over one chunk of `chunk` floats (4 × `chunk` bytes of dynamic shared
-/// memory), checked against the CPU; the error of a refused launch otherwise.
-fn block_sum(registry: &AtlasRegistry, stream: &CudaStream, chunk: u32) -> Result<(), AtlasError> {
+/// memory) on fresh data, checked against the CPU; the error of a refused launch otherwise.
+/// `ready`, when given, is waited on just before the launch (to start two threads' launches at
+/// once).
+fn block_sum(
+    registry: &AtlasRegistry,
+    stream: &CudaStream,
+    chunk: u32,
+    path: Path,
+    ready: Option<&Barrier>,
+) -> Result<(), AtlasError> {
     let input = Rng::new().vec(chunk as usize);
     let x = DeviceBuffer::from_slice(registry.ctx(), stream, &input)?;
     let mut out = DeviceBuffer::from_slice(registry.ctx(), stream, &[f32::NAN])?;
-    let sum = registry.function_cached("block_reduce", "block_sum")?;
     let cfg = LaunchConfig {
         grid: (1, 1, 1),
         block: (1024, 1, 1),
         shared_mem_bytes: chunk * 4,
     };
-    // SAFETY: one block reads `chunk` floats of `x` (all of it) and writes `out[0]`; both outlive
-    // the launch (`to_vec` below waits on the same stream).
-    unsafe { sum.launch(stream, &cfg, (&x, &mut out, chunk, chunk)) }?;
+    if let Some(ready) = ready {
+        ready.wait();
+    }
+    match path {
+        Path::Typed => {
+            let sum = registry.function_cached("block_reduce", "block_sum")?;
+            // SAFETY: one block reads `chunk` floats of `x` (all of it) and writes `out[0]`; both
+            // outlive the launch (`to_vec` below waits on the same stream).
+            unsafe { sum.launch(stream, &cfg, (&x, &mut out, chunk, chunk)) }?;
+        }
+        Path::Raw(raw) => {
+            let (mut x_ptr, mut out_ptr, mut n, mut c) =
+                (x.device_ptr(), out.device_ptr(), chunk, chunk);
+            let mut params: [*mut c_void; 4] = [
+                (&mut x_ptr as *mut u64).cast(),
+                (&mut out_ptr as *mut u64).cast(),
+                (&mut n as *mut u32).cast(),
+                (&mut c as *mut u32).cast(),
+            ];
+            // SAFETY: the callers' handles are of a module still loaded in this registry's
+            // context, and the stream is of that context; four pointers to values of block_sum's
+            // parameter types; the kernel reads `chunk` floats of `x` and writes `out[0]`, both
+            // alive until `to_vec` below has waited for the stream.
+            unsafe { registry.launch_on_stream(raw, &cfg, stream.raw(), &mut params) }?;
+        }
+    }
     let got = out.to_vec(stream)?[0];
     let want: f64 = input.iter().map(|&v| f64::from(v)).sum();
     assert!(
@@ -475,33 +475,45 @@ fn block_sum(registry: &AtlasRegistry, stream: &CudaStream, chunk: u32) -> Resul
     Ok(())
 }
 
+/// Two threads launch `path` with 64 KiB and 96 KiB of dynamic shared memory at once, on a fresh
+/// registry each round; afterwards a 96 KiB launch must still work.
+fn race_opt_ins(rounds: usize, path: impl Fn(&AtlasRegistry) -> Path + Sync) {
+    for round in 0..rounds {
+        let registry = demo();
+        let path = path(&registry);
+        let ready = Barrier::new(2);
+        std::thread::scope(|scope| {
+            for chunk in [CHUNK_64K, CHUNK_96K] {
+                let (registry, ready) = (&registry, &ready);
+                scope.spawn(move || {
+                    let stream = CudaStream::new(registry.ctx()).unwrap();
+                    block_sum(registry, &stream, chunk, path, Some(ready))
+                        .unwrap_or_else(|e| panic!("round {round}, {chunk} floats: {e}"));
+                });
+            }
+        });
+        // Whichever thread finished last, 96 KiB launches keep working.
+        block_sum(&registry, registry.stream(), CHUNK_96K, path, None)
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+    }
+}
+
+/// `block_reduce::block_sum` of `registry`.
+fn block_sum_of(registry: &AtlasRegistry) -> sys::CUfunction {
+    registry
+        .function("block_reduce", "block_sum")
+        .unwrap()
+        .raw()
+        .raw()
+}
+
 #[test]
 fn two_threads_opting_in_at_once_leave_the_larger_limit() {
     standin::run(concurrent_opt_ins_never_lower_the_limit, &[]);
 }
 
 fn concurrent_opt_ins_never_lower_the_limit() {
-    for round in 0..12 {
-        let registry = demo();
-        let barrier = Barrier::new(2);
-        std::thread::scope(|scope| {
-            for chunk in [CHUNK_64K, CHUNK_96K] {
-                let (registry, barrier) = (&registry, &barrier);
-                scope.spawn(move || {
-                    let stream = CudaStream::new(registry.ctx()).unwrap();
-                    barrier.wait();
-                    block_sum(registry, &stream, chunk).unwrap();
-                });
-            }
-        });
-        // Whichever thread finished last, 96 KiB launches keep working.
-        block_sum(&registry, registry.stream(), CHUNK_96K)
-            .unwrap_or_else(|e| panic!("round {round}: {e}"));
-        let sum = registry
-            .function_cached("block_reduce", "block_sum")
-            .unwrap();
-        assert!(probe().max_dynamic_shared(sum.raw().raw()).unwrap() >= CHUNK_96K * 4);
-    }
+    race_opt_ins(12, |_| Path::Typed);
 }
 
 #[test]
@@ -512,84 +524,18 @@ fn two_threads_opting_in_raw_handles_at_once_leave_the_larger_limit() {
 /// A `from_raw` handle has no entry to remember its limit in: every launch needing shared memory
 /// asks the driver. Two of them at once must not lower each other's limit either.
 fn concurrent_raw_opt_ins_never_lower_the_limit() {
-    for round in 0..12 {
-        let registry = demo();
-        let raw = RawCudaFunc::from_raw(
-            registry
-                .raw_module("block_reduce")
-                .map(|_| ())
-                .and_then(|()| Ok(registry.function("block_reduce", "block_sum")?.raw().raw()))
-                .unwrap(),
-        );
-        let barrier = Arc::new(Barrier::new(2));
-        let failures: Vec<Option<AtlasError>> = std::thread::scope(|scope| {
-            let workers: Vec<_> = [CHUNK_64K, CHUNK_96K]
-                .into_iter()
-                .map(|chunk| {
-                    let (registry, barrier) = (&registry, Arc::clone(&barrier));
-                    scope.spawn(move || {
-                        let stream = CudaStream::new(registry.ctx()).unwrap();
-                        let input = vec![1.0f32; chunk as usize];
-                        let x = DeviceBuffer::from_slice(registry.ctx(), &stream, &input).unwrap();
-                        let out = DeviceBuffer::<f32>::alloc(registry.ctx(), 1).unwrap();
-                        let (mut x_ptr, mut out_ptr, mut n, mut c) =
-                            (x.device_ptr(), out.device_ptr(), chunk, chunk);
-                        let mut params: [*mut c_void; 4] = [
-                            (&mut x_ptr as *mut u64).cast(),
-                            (&mut out_ptr as *mut u64).cast(),
-                            (&mut n as *mut u32).cast(),
-                            (&mut c as *mut u32).cast(),
-                        ];
-                        let cfg = LaunchConfig {
-                            grid: (1, 1, 1),
-                            block: (1024, 1, 1),
-                            shared_mem_bytes: chunk * 4,
-                        };
-                        barrier.wait();
-                        // SAFETY: a function of this registry's loaded module, on a stream of its
-                        // context; four pointers to values of block_sum's parameter types; the
-                        // kernel reads `chunk` floats of `x` and writes `out[0]`, both alive until
-                        // the stream is synchronized below.
-                        let launched = unsafe {
-                            registry.launch_on_stream(raw, &cfg, stream.raw(), &mut params)
-                        };
-                        stream.synchronize().unwrap();
-                        launched.err()
-                    })
-                })
-                .collect();
-            workers.into_iter().map(|w| w.join().unwrap()).collect()
-        });
-        if let Some(failure) = failures.into_iter().flatten().next() {
-            panic!("round {round}: {failure}");
-        }
-        let limit = probe().max_dynamic_shared(raw.raw()).unwrap();
-        assert!(
-            limit >= CHUNK_96K * 4,
-            "round {round}: the limit went down to {limit}"
-        );
-    }
+    race_opt_ins(12, |registry| {
+        Path::Raw(RawCudaFunc::from_raw(block_sum_of(registry)))
+    });
 }
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn gpu_two_threads_opting_in_at_once_leave_the_larger_limit() {
-    for round in 0..50 {
-        let registry = demo();
-        let barrier = Barrier::new(2);
-        std::thread::scope(|scope| {
-            for chunk in [CHUNK_64K, CHUNK_96K] {
-                let (registry, barrier) = (&registry, &barrier);
-                scope.spawn(move || {
-                    let stream = CudaStream::new(registry.ctx()).unwrap();
-                    barrier.wait();
-                    block_sum(registry, &stream, chunk).unwrap();
-                });
-            }
-        });
-        block_sum(&registry, registry.stream(), CHUNK_96K)
-            .unwrap_or_else(|e| panic!("round {round}: {e}"));
-    }
+    race_opt_ins(50, |_| Path::Typed);
+    race_opt_ins(50, |registry| {
+        Path::Raw(RawCudaFunc::from_raw(block_sum_of(registry)))
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -629,34 +575,8 @@ fn handle_of_a_dropped_registry_is_not_trusted() {
         let spray: Vec<Vec<u8>> = (8..64)
             .flat_map(|words| (0..32).map(move |_| vec![0xFF; words * 8]))
             .collect();
-        let stream = keeper.stream();
-        let input = Rng::new().vec(CHUNK_96K as usize);
-        let x = DeviceBuffer::from_slice(keeper.ctx(), stream, &input).unwrap();
-        let out = DeviceBuffer::from_slice(keeper.ctx(), stream, &[f32::NAN]).unwrap();
-        let (mut x_ptr, mut out_ptr, mut n) = (x.device_ptr(), out.device_ptr(), CHUNK_96K);
-        let mut chunk = CHUNK_96K;
-        let mut params: [*mut c_void; 4] = [
-            (&mut x_ptr as *mut u64).cast(),
-            (&mut out_ptr as *mut u64).cast(),
-            (&mut n as *mut u32).cast(),
-            (&mut chunk as *mut u32).cast(),
-        ];
-        let cfg = LaunchConfig {
-            grid: (1, 1, 1),
-            block: (1024, 1, 1),
-            shared_mem_bytes: CHUNK_96K * 4,
-        };
-        // SAFETY: the function's module is still loaded (the library and `keeper` keep it), in
-        // `keeper`'s context, and the stream is `keeper`'s; four pointers to values of block_sum's
-        // parameter types; the kernel reads the `n` floats of `x` and writes `out[0]`, both alive
-        // until `to_vec` below has waited for the stream.
-        unsafe { keeper.launch_on_stream(raw, &cfg, stream.raw(), &mut params) }.unwrap();
-        let got = out.to_vec(stream).unwrap()[0];
-        let want: f64 = input.iter().map(|&v| f64::from(v)).sum();
-        assert!(
-            (f64::from(got) - want).abs() < 1e-2,
-            "got {got}, want {want}"
-        );
+        // The function's module is still loaded: the library and `keeper` keep it.
+        block_sum(&keeper, keeper.stream(), CHUNK_96K, Path::Raw(raw), None).unwrap();
         drop(spray);
     }
 }
@@ -719,34 +639,12 @@ fn codes_are_named_when_the_driver_cannot() {
 
 #[test]
 #[ignore = "needs two NVIDIA GPUs"]
-fn two_gpus_a_buffer_of_the_other_device_is_refused() {
+fn two_gpus_a_buffer_or_stream_of_the_other_device_is_refused() {
     let blobs = ptx_for_model("demo").unwrap();
-    let (gpu0, gpu1) = (
-        AtlasRegistry::load(0, blobs).unwrap(),
-        AtlasRegistry::load(1, blobs).expect("a second GPU"),
-    );
-    let mut on0 = DeviceBuffer::from_slice(gpu0.ctx(), gpu0.stream(), &[1.0f32; 4096]).unwrap();
-    let scale1 = gpu1.function_cached("elementwise", "scale").unwrap();
-    let cfg = LaunchConfig::for_elements(4096, 256);
-    // SAFETY: refused before the driver is called (argument 0 is memory of device 0); run, it
-    // would fault and lose device 1's context.
-    let e = unsafe { scale1.launch(gpu1.stream(), &cfg, (&mut on0, 2.0f32, 4096u32)) }.unwrap_err();
-    assert!(
-        matches!(
-            e,
-            AtlasError::WrongDevice {
-                expected: 1,
-                given: Some(0),
-                ..
-            }
-        ),
-        "{e}"
-    );
-    // SAFETY: refused before the driver is called (the stream is device 0's).
-    let e = unsafe { scale1.launch(gpu0.stream(), &cfg, (&mut on0, 2.0f32, 4096u32)) }.unwrap_err();
-    assert!(matches!(e, AtlasError::WrongDevice { .. }), "{e}");
+    let gpu0 = AtlasRegistry::load(0, blobs).unwrap();
+    let gpu1 = AtlasRegistry::load(1, blobs).expect("a second GPU");
+    refuse_the_other_devices_buffer_and_stream(&gpu0, &gpu1);
     // Both devices still work, checked against the CPU.
-    gpu1.stream_synchronize().unwrap();
     scale_and_check(&gpu1, "elementwise", 100_003);
     scale_and_check(&gpu0, "elementwise", 100_003);
 }
