@@ -45,13 +45,13 @@ pub(super) fn u64_at(b: &[u8], at: u64) -> Option<u64> {
 /// The `N` bytes of `record` at `at`, for records of a fixed size read once with [`bytes_at`]: with
 /// constant offsets inside the record the compiler drops every check. Zeros outside it (never, for
 /// the records and offsets this crate uses).
-#[inline]
+#[inline(always)]
 pub(super) fn field<const R: usize, const N: usize>(record: &[u8; R], at: usize) -> [u8; N] {
-    let mut out = [0; N];
-    if let Some(bytes) = at.checked_add(N).and_then(|end| record.get(at..end)) {
-        out.copy_from_slice(bytes);
-    }
-    out
+    record
+        .get(at..)
+        .and_then(<[u8]>::first_chunk)
+        .copied()
+        .unwrap_or([0; N])
 }
 
 /// `offset + size <= limit`, in checked arithmetic.

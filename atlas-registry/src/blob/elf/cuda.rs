@@ -178,47 +178,83 @@ pub(super) fn relocated_bytes(rtype: u64, target: &Section) -> u64 {
         69 => 12,
         67 => 16,
         2..=115 => 8,
-        _ if target.kind == SHT_PROGBITS && target.flag(SHF_EXECINSTR) => 8,
+        _ if target.kind() == SHT_PROGBITS && target.flag(SHF_EXECINSTR) => 8,
         _ => 4,
     }
 }
 
-/// Whether [`check_section`] has anything to check in section `s`: most sections of a cubin
-/// need nothing beyond generic ELF, and the call is skipped for them.
-#[inline]
-pub(super) fn has_own_checks(s: &Section) -> bool {
-    match s.kind {
-        SHT_CUDA_INFO | SHT_CUDA_COMPAT | SHT_CUDA_CALLGRAPH => true,
-        SHT_PROGBITS => s.flag(SHF_ALLOC),
-        SHT_NOBITS => s.flag(SHF_ALLOC) && !s.flag(SHF_EXECINSTR),
-        _ => false,
+/// Checks section `i` of a cubin for what NVIDIA's reader needs beyond generic ELF. `symtab` is
+/// the cubin's one symbol table. Called for every section: the checks of loaded data and code
+/// are a few comparisons, made here; the sections of records are checked out of line.
+#[inline(always)]
+pub(super) fn check_section(elf: &Elf<'_>, i: u32, s: &Section, symtab: &Symbols<'_>) -> Check {
+    match s.kind() {
+        SHT_CUDA_INFO | SHT_CUDA_COMPAT | SHT_CUDA_CALLGRAPH => check_records(elf, i, s, symtab),
+        // A kernel's constant banks and memory (`.nv.constant0.K`, `.nv.shared.K`: loaded data)
+        // name its code section in `sh_info`; nvcc 13 flags it SHF_INFO_LINK, NVRTC 12.0 does not.
+        SHT_PROGBITS | SHT_NOBITS if s.flag(SHF_ALLOC) && !s.flag(SHF_EXECINSTR) => {
+            if s.info() >= elf.shnum {
+                return Err(section_refusal(elf, i, s, symtab, Fault::DataOwner));
+            }
+            Ok(())
+        }
+        SHT_PROGBITS if s.flag(SHF_EXECINSTR) && s.link() != 0 => {
+            if u64::from(s.info() & 0x00ff_ffff) >= symtab.count {
+                return Err(section_refusal(elf, i, s, symtab, Fault::CodeSymbol));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }
 
-/// Checks section `i` of a cubin for what NVIDIA's reader needs beyond generic ELF. `symtab` is
-/// the cubin's one symbol table.
-pub(super) fn check_section(elf: &Elf<'_>, i: u32, s: &Section, symtab: &Symbols<'_>) -> Check {
+/// What can be wrong with a section that [`check_section`] checks itself.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// Loaded data whose `sh_info` is not a section.
+    DataOwner,
+    /// Code whose `sh_info` names no symbol.
+    CodeSymbol,
+}
+
+#[cold]
+fn section_refusal(
+    elf: &Elf<'_>,
+    i: u32,
+    s: &Section,
+    symtab: &Symbols<'_>,
+    fault: Fault,
+) -> String {
+    let why = match fault {
+        Fault::DataOwner => format!(
+            "sh_info {} (the code section this belongs to) is not one of the {} sections",
+            s.info(),
+            elf.shnum
+        ),
+        Fault::CodeSymbol => format!(
+            "sh_info {:#x} names symbol {}, past the {} symbols",
+            s.info(),
+            s.info() & 0x00ff_ffff,
+            symtab.count
+        ),
+    };
+    format!("{}: {why}", elf.label(i, s))
+}
+
+/// The sections of records and symbol indexes: attributes (`.nv.info*`), compatibility records
+/// (`.nv.compat`), the call graph.
+fn check_records(elf: &Elf<'_>, i: u32, s: &Section, symtab: &Symbols<'_>) -> Check {
     let in_section = |e: String| format!("{}: {e}", elf.label(i, s));
-    match s.kind {
+    match s.kind() {
         SHT_CUDA_INFO => check_info(elf, i, s, symtab),
-        SHT_CUDA_COMPAT => {
-            let data = elf.data(i, s)?;
-            let mut rest = data;
-            loop {
-                match next_record(data, &mut rest) {
-                    Ok(Some(_)) => {}
-                    Ok(None) => return Ok(()),
-                    Err((at, byte, why)) => {
-                        return Err(info_refusal(elf, i, s, symtab, None, at, byte, why));
-                    }
-                }
-            }
-        }
-        SHT_CUDA_CALLGRAPH => {
-            if !matches!(s.entsize, 0 | 8) || !s.size.is_multiple_of(8) {
+        SHT_CUDA_COMPAT => walk_records(elf.data(i, s)?)
+            .map_err(|(at, byte, why)| info_refusal(elf, i, s, symtab, None, at, byte, why)),
+        _ => {
+            if !matches!(s.entsize(), 0 | 8) || !s.size().is_multiple_of(8) {
                 return Err(in_section(format!(
                     "entry size {} and size {}: a call graph has whole 8-byte entries",
-                    s.entsize, s.size
+                    s.entsize(),
+                    s.size()
                 )));
             }
             let data = elf.data(i, s)?;
@@ -234,85 +270,37 @@ pub(super) fn check_section(elf: &Elf<'_>, i: u32, s: &Section, symtab: &Symbols
             }
             Ok(())
         }
-        // A kernel's constant banks and memory (`.nv.constant0.K`, `.nv.shared.K`: loaded data)
-        // name its code section in `sh_info`; nvcc 13 flags it SHF_INFO_LINK, NVRTC 12.0 does not.
-        SHT_PROGBITS | SHT_NOBITS if s.flag(SHF_ALLOC) && !s.flag(SHF_EXECINSTR) => {
-            if s.info >= elf.shnum {
-                return Err(in_section(format!(
-                    "sh_info {} (the code section this belongs to) is not one of the {} sections",
-                    s.info, elf.shnum
-                )));
-            }
-            Ok(())
-        }
-        SHT_PROGBITS if s.flag(SHF_EXECINSTR) && s.link != 0 => {
-            let symbol = s.info & 0x00ff_ffff;
-            if u64::from(symbol) >= symtab.count {
-                return Err(in_section(format!(
-                    "sh_info {:#x} names symbol {symbol}, past the {} symbols",
-                    s.info, symtab.count
-                )));
-            }
-            Ok(())
-        }
-        _ => Ok(()),
     }
 }
 
-/// An attribute record of `.nv.info` or `.nv.compat`, as [`next_record`] reads it.
-#[derive(Clone, Copy)]
-struct Record<'a> {
-    /// Its offset in the section.
-    at: usize,
-    format: u8,
-    attribute: u8,
-    /// The value of formats 2 and 3; the size of format 4's.
-    half: u16,
-    /// Format 4's value; empty for the others.
-    value: &'a [u8],
-}
-
-/// The record at the start of `rest`, the part of section bytes `data` not read yet, and moves
-/// `rest` past it (and its padding: records start 4-byte aligned); `None` when `rest` is empty.
+/// Reads the attribute records of section bytes `data` (`.nv.compat`'s, which hold nothing the
+/// driver follows) to check that each lies inside them: a 4-byte header `u8 format, u8
+/// attribute, u16 value-or-size`, a value of `size` bytes for format 4, records 4-byte aligned.
 /// A record that does not lie inside the section, or has an unknown format, is an `Err` with its
-/// offset, the byte to name (its format or its attribute) and why.
-#[inline(always)]
-fn next_record<'a>(
-    data: &'a [u8],
-    rest: &mut &'a [u8],
-) -> Result<Option<Record<'a>>, (usize, u8, Why)> {
-    if rest.is_empty() {
-        return Ok(None);
+/// offset, the byte to name (its format or its attribute) and why. `check_info` reads
+/// `.nv.info`'s records the same way, with what it checks in them.
+fn walk_records(data: &[u8]) -> Result<(), (usize, u8, Why)> {
+    let mut next = 0;
+    while next < data.len() {
+        let at = next;
+        let Some(&[format, attribute, h0, h1]) = data.get(at..).and_then(<[u8]>::first_chunk)
+        else {
+            return Err((at, 0, Why::HeaderPastEnd));
+        };
+        let half = u16::from_le_bytes([h0, h1]);
+        next = match format {
+            EIFMT_NVAL | EIFMT_BVAL | EIFMT_HVAL => at + 4,
+            EIFMT_SVAL => {
+                let end = at + 4 + usize::from(half);
+                if end > data.len() {
+                    return Err((at, attribute, Why::ValuePastEnd(half)));
+                }
+                (end + 3) & !3
+            }
+            _ => return Err((at, format, Why::Format)),
+        };
     }
-    let at = data.len() - rest.len();
-    let Some((&[format, attribute, h0, h1], tail)) = rest.split_first_chunk() else {
-        return Err((at, 0, Why::HeaderPastEnd));
-    };
-    let half = u16::from_le_bytes([h0, h1]);
-    let value = match format {
-        EIFMT_NVAL | EIFMT_BVAL | EIFMT_HVAL => {
-            *rest = tail;
-            &[][..]
-        }
-        EIFMT_SVAL => {
-            let Some((value, after)) = tail.split_at_checked(usize::from(half)) else {
-                return Err((at, attribute, Why::ValuePastEnd(half)));
-            };
-            // `at` is 4-byte aligned, so the next record starts after the value's padding.
-            *rest = after
-                .get(value.len().wrapping_neg() & 3..)
-                .unwrap_or_default();
-            value
-        }
-        _ => return Err((at, format, Why::Format)),
-    };
-    Ok(Some(Record {
-        at,
-        format,
-        attribute,
-        half,
-        value,
-    }))
+    Ok(())
 }
 
 /// A kernel's parameter description (`KPARAM_INFO`), where the checks after the last record need
@@ -356,14 +344,14 @@ fn words(value: &[u8]) -> impl Iterator<Item = u32> + '_ {
 fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Check {
     let data = elf.data(i, s)?;
     // A kernel's attributes: its code section, when `sh_info` names one.
-    let code = match s.info {
+    let code = match s.info() {
         0 => None,
         index => Some(
             elf.section(index)
                 .map_err(|e| format!("{}: {e}", elf.label(i, s)))?,
         ),
     };
-    let code_size = code.filter(|c| c.flag(SHF_EXECINSTR)).map(|c| c.size);
+    let code_size = code.filter(|c| c.flag(SHF_EXECINSTR)).map(|c| c.size());
     let count = symbols.count;
     let is_symbol = |index: u32| u64::from(index) < count;
     let refuse = |at: usize, attribute: u8, why: Why| {
@@ -375,67 +363,75 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Chec
     // records are read: the one with the highest ordinal, and the one that ends furthest.
     let mut highest: Option<Param> = None;
     let mut furthest: Option<Param> = None;
-    let mut rest = data;
-    loop {
-        let record = match next_record(data, &mut rest) {
-            Ok(Some(record)) => record,
-            Ok(None) => break,
-            Err((at, byte, why)) => return Err(refuse(at, byte, why)),
+    // The records as `walk_records` reads them, written out: this loop runs for every record of
+    // every cubin loaded.
+    let mut next = 0;
+    while next < data.len() {
+        let record_at = next;
+        let Some(&[format, attribute, h0, h1]) =
+            data.get(record_at..).and_then(<[u8]>::first_chunk)
+        else {
+            return Err(refuse(record_at, 0, Why::HeaderPastEnd));
         };
-        let Record {
-            at,
-            format,
-            attribute,
-            half,
-            value,
-        } = record;
+        let half = u16::from_le_bytes([h0, h1]);
         if format != EIFMT_SVAL {
+            if !matches!(format, EIFMT_NVAL | EIFMT_BVAL | EIFMT_HVAL) {
+                return Err(refuse(record_at, format, Why::Format));
+            }
             if attribute == EIATTR_CBANK_PARAM_SIZE && format == EIFMT_HVAL {
                 param_bank = Some(u64::from(half));
             }
+            next = record_at + 4;
             continue;
         }
+        // Inside the section: no overflow.
+        let end = record_at + 4 + usize::from(half);
+        let Some(value) = data.get(record_at + 4..end) else {
+            return Err(refuse(record_at, attribute, Why::ValuePastEnd(half)));
+        };
+        // `record_at` is 4-byte aligned, so the next record starts after the value's padding.
+        next = (end + 3) & !3;
         match attribute {
             EIATTR_REGCOUNT | EIATTR_FRAME_SIZE | EIATTR_MIN_STACK_SIZE | EIATTR_MAX_STACK_SIZE => {
                 match word(value, 0) {
                     Some(index) if is_symbol(index) => {}
-                    Some(index) => return Err(refuse(at, attribute, Why::Symbol(index))),
-                    None => return Err(refuse(at, attribute, Why::NoSymbol(value.len()))),
+                    Some(index) => return Err(refuse(record_at, attribute, Why::Symbol(index))),
+                    None => return Err(refuse(record_at, attribute, Why::NoSymbol(value.len()))),
                 }
             }
             EIATTR_EXTERNS => {
                 if let Some(index) = words(value).find(|&n| !is_symbol(n)) {
-                    return Err(refuse(at, attribute, Why::Symbol(index)));
+                    return Err(refuse(record_at, attribute, Why::Symbol(index)));
                 }
             }
             EIATTR_PARAM_CBANK => {
                 let index = match word(value, 0) {
                     Some(index) if is_symbol(index) => index,
-                    Some(index) => return Err(refuse(at, attribute, Why::Symbol(index))),
-                    None => return Err(refuse(at, attribute, Why::NoSymbol(value.len()))),
+                    Some(index) => return Err(refuse(record_at, attribute, Why::Symbol(index))),
+                    None => return Err(refuse(record_at, attribute, Why::NoSymbol(value.len()))),
                 };
                 let placement = word(value, 1);
                 let Some(placement) = placement else {
-                    return Err(refuse(at, attribute, Why::NoPlacement));
+                    return Err(refuse(record_at, attribute, Why::NoPlacement));
                 };
                 let (offset, size) = (u64::from(placement & 0xffff), u64::from(placement >> 16));
                 let bank = symbols.get(u64::from(index)).map_or(0, |sym| sym.shndx);
                 if bank != 0 && bank < SHN_LORESERVE {
                     let fitting = elf
                         .header(u32::from(bank))
-                        .map(|section| fits(offset, size, section.size));
+                        .map(|section| fits(offset, size, section.size()));
                     if fitting != Some(true) {
-                        return Err(refuse(at, attribute, Why::Bank(bank, offset, size)));
+                        return Err(refuse(record_at, attribute, Why::Bank(bank, offset, size)));
                     }
                 }
             }
             EIATTR_KPARAM_INFO => {
                 let (Some(position), Some(flags)) = (word(value, 1), word(value, 2)) else {
-                    return Err(refuse(at, attribute, Why::ShortParam(value.len())));
+                    return Err(refuse(record_at, attribute, Why::ShortParam(value.len())));
                 };
                 params += 1;
                 let param = Param {
-                    at,
+                    at: record_at,
                     ordinal: u64::from(position & 0xffff),
                     offset: u64::from(position >> 16),
                     size: u64::from(flags >> 18),
@@ -451,7 +447,7 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Chec
                 if let Some(size) = code_size
                     && let Some(offset) = words(value).find(|&n| u64::from(n) >= size)
                 {
-                    return Err(refuse(at, attribute, Why::Exit(offset)));
+                    return Err(refuse(record_at, attribute, Why::Exit(offset)));
                 }
             }
             _ => {}
@@ -516,7 +512,7 @@ fn info_refusal(
     why: Why,
 ) -> String {
     let section = elf.label(i, s);
-    let len = Size(s.size);
+    let len = Size(s.size());
     let record = format!("the attribute record at offset {at} (attribute {attribute:#04x})");
     let e = match why {
         Why::HeaderPastEnd => {
@@ -548,7 +544,7 @@ fn info_refusal(
             Ok(target) => format!(
                 "parameters at offset {offset} + size {size} are past the end of {} ({} bytes)",
                 elf.label(u32::from(bank), &target),
-                Size(target.size)
+                Size(target.size())
             ),
             Err(e) => e,
         },
@@ -559,8 +555,8 @@ fn info_refusal(
             let code = code.copied().unwrap_or_default();
             format!(
                 "instruction offset {offset} is past the end of {} ({} bytes)",
-                elf.label(s.info, &code),
-                Size(code.size)
+                elf.label(s.info(), &code),
+                Size(code.size())
             )
         }
         Why::Ordinal(ordinal, params) => {

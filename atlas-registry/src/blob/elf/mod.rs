@@ -76,41 +76,95 @@ pub(super) fn check(b: &[u8], whole: &str, machines: Machines) -> Check {
     elf.check_sections()
 }
 
-/// A section header, as read.
-#[derive(Debug, Clone, Copy, Default)]
-struct Section {
-    name: u32,
-    kind: u32,
-    flags: u64,
-    offset: u64,
-    size: u64,
-    link: u32,
-    info: u32,
-    align: u64,
-    entsize: u64,
+/// A section header: its 64 bytes in the image, each field read where it is used (a check
+/// that follows one link reads one or two fields of the section it reaches).
+#[derive(Debug, Clone, Copy)]
+struct Section<'a> {
+    h: &'a [u8; SECTION_HEADER_SIZE as usize],
 }
 
-impl Section {
-    #[inline]
-    fn read(h: &[u8; SECTION_HEADER_SIZE as usize]) -> Self {
-        let u32_ = |at| u32::from_le_bytes(field(h, at));
-        let u64_ = |at| u64::from_le_bytes(field(h, at));
+impl Default for Section<'_> {
+    /// The null section's header, all zeros.
+    fn default() -> Self {
         Self {
-            name: u32_(0),
-            kind: u32_(4),
-            flags: u64_(8),
-            offset: u64_(24),
-            size: u64_(32),
-            link: u32_(40),
-            info: u32_(44),
-            align: u64_(48),
-            entsize: u64_(56),
+            h: &[0; SECTION_HEADER_SIZE as usize],
         }
     }
+}
 
-    #[inline]
+impl<'a> Section<'a> {
+    #[inline(always)]
+    fn read(h: &'a [u8; SECTION_HEADER_SIZE as usize]) -> Self {
+        Self { h }
+    }
+
+    #[inline(always)]
+    fn u32(&self, at: usize) -> u32 {
+        u32::from_le_bytes(field(self.h, at))
+    }
+
+    #[inline(always)]
+    fn u64(&self, at: usize) -> u64 {
+        u64::from_le_bytes(field(self.h, at))
+    }
+
+    /// `sh_name`: the offset of its name in the section name table.
+    #[inline(always)]
+    fn name(&self) -> u32 {
+        self.u32(0)
+    }
+
+    /// `sh_type`.
+    #[inline(always)]
+    fn kind(&self) -> u32 {
+        self.u32(4)
+    }
+
+    /// `sh_flags`.
+    #[inline(always)]
+    fn flags(&self) -> u64 {
+        self.u64(8)
+    }
+
+    /// `sh_offset`.
+    #[inline(always)]
+    fn offset(&self) -> u64 {
+        self.u64(24)
+    }
+
+    /// `sh_size`.
+    #[inline(always)]
+    fn size(&self) -> u64 {
+        self.u64(32)
+    }
+
+    /// `sh_link`.
+    #[inline(always)]
+    fn link(&self) -> u32 {
+        self.u32(40)
+    }
+
+    /// `sh_info`.
+    #[inline(always)]
+    fn info(&self) -> u32 {
+        self.u32(44)
+    }
+
+    /// `sh_addralign`.
+    #[inline(always)]
+    fn align(&self) -> u64 {
+        self.u64(48)
+    }
+
+    /// `sh_entsize`.
+    #[inline(always)]
+    fn entsize(&self) -> u64 {
+        self.u64(56)
+    }
+
+    #[inline(always)]
     fn flag(&self, flag: u32) -> bool {
-        self.flags & u64::from(flag) != 0
+        self.flags() & u64::from(flag) != 0
     }
 }
 
@@ -357,15 +411,15 @@ impl<'a> Elf<'a> {
         let index = u32::from(shstrndx);
         let table = elf.section(index)?;
         let what = || format!("section {index} (the section name table, e_shstrndx)");
-        if table.kind != SHT_STRTAB {
+        if table.kind() != SHT_STRTAB {
             return Err(format!(
                 "{}: type {:#x}, not a string table",
                 what(),
-                table.kind
+                table.kind()
             ));
         }
-        let names = bytes_at(b, table.offset, table.size)
-            .ok_or_else(|| past_end(&what(), table.offset, table.size, b.len(), whole))?;
+        let names = bytes_at(b, table.offset(), table.size())
+            .ok_or_else(|| past_end(&what(), table.offset(), table.size(), b.len(), whole))?;
         if names.last() != Some(&0) {
             return Err(format!("{}: does not end with a NUL byte", what()));
         }
@@ -375,7 +429,7 @@ impl<'a> Elf<'a> {
 
     /// Section header `i`, `None` when it is not one of the table's.
     #[inline]
-    fn header(&self, i: u32) -> Option<Section> {
+    fn header(&self, i: u32) -> Option<Section<'a>> {
         let at = usize::try_from(i)
             .ok()?
             .checked_mul(SECTION_HEADER_SIZE as usize)?;
@@ -384,7 +438,7 @@ impl<'a> Elf<'a> {
 
     /// Section header `i`, which must be one of the table's (else a refusal).
     #[inline]
-    fn section(&self, i: u32) -> Check<Section> {
+    fn section(&self, i: u32) -> Check<Section<'a>> {
         self.header(i).ok_or_else(|| self.not_a_section(i))
     }
 
@@ -398,7 +452,7 @@ impl<'a> Elf<'a> {
 
     /// A section's name, for refusals; a name offset outside the name table reads as empty.
     fn name(&self, s: &Section) -> Cow<'a, str> {
-        let tail = usize::try_from(s.name)
+        let tail = usize::try_from(s.name())
             .ok()
             .and_then(|at| self.names.get(at..))
             .unwrap_or_default();
@@ -423,10 +477,10 @@ impl<'a> Elf<'a> {
     /// lie inside the image.
     #[inline(always)]
     fn data(&self, i: u32, s: &Section) -> Check<&'a [u8]> {
-        if matches!(s.kind, SHT_NOBITS | SHT_NULL) {
+        if matches!(s.kind(), SHT_NOBITS | SHT_NULL) {
             return Ok(&[]);
         }
-        match bytes_at(self.b, s.offset, s.size) {
+        match bytes_at(self.b, s.offset(), s.size()) {
             Some(data) => Ok(data),
             None => Err(self.data_past_end(i, s)),
         }
@@ -436,20 +490,31 @@ impl<'a> Elf<'a> {
     fn data_past_end(&self, i: u32, s: &Section) -> String {
         past_end(
             &self.label(i, s),
-            s.offset,
-            s.size,
+            s.offset(),
+            s.size(),
             self.b.len(),
             self.whole,
         )
     }
 
     fn check_program_headers(&self) -> Check {
-        for i in 0..u64::from(self.phnum) {
-            // The table lies inside the image (checked in `parse`).
-            let at = self.phoff + i * PROGRAM_HEADER_SIZE;
-            let h = bytes_at(self.b, at, PROGRAM_HEADER_SIZE).unwrap_or_default();
-            let (kind, offset) = (u32_at(h, 0).unwrap_or(0), u64_at(h, 8).unwrap_or(0));
-            let (file_size, memory_size) = (u64_at(h, 32).unwrap_or(0), u64_at(h, 40).unwrap_or(0));
+        // The table lies inside the image (checked in `parse`).
+        let table = bytes_at(
+            self.b,
+            self.phoff,
+            u64::from(self.phnum) * PROGRAM_HEADER_SIZE,
+        )
+        .unwrap_or_default();
+        for (i, h) in (0u64..).zip(table.chunks_exact(PROGRAM_HEADER_SIZE as usize)) {
+            let h: &[u8; PROGRAM_HEADER_SIZE as usize] = h
+                .first_chunk()
+                .unwrap_or(&[0; PROGRAM_HEADER_SIZE as usize]);
+            let kind = u32::from_le_bytes(field(h, 0));
+            let offset = u64::from_le_bytes(field(h, 8));
+            let (file_size, memory_size) = (
+                u64::from_le_bytes(field(h, 32)),
+                u64::from_le_bytes(field(h, 40)),
+            );
             let what = || format!("program header {i} (type {kind:#x})");
             if file_size > 0 && !fits(offset, file_size, self.b.len() as u64) {
                 return Err(past_end(
@@ -490,8 +555,14 @@ impl<'a> Elf<'a> {
         // The symbol table first. In a cubin every symbol index refers to its one symbol table
         // (`symbols_of`), whatever section it is in; it is checked for shape once, here.
         let (mut symtab, mut first_table) = (None, None);
-        for i in 1..self.shnum {
-            let kind = self.header(i).map_or(SHT_NULL, |s| s.kind);
+        for (i, header) in (0..self.shnum)
+            .zip(self.headers.chunks_exact(SECTION_HEADER_SIZE as usize))
+            .skip(1)
+        {
+            let kind = header
+                .get(4..)
+                .and_then(<[u8]>::first_chunk)
+                .map_or(SHT_NULL, |k| u32::from_le_bytes(*k));
             if self.cuda
                 && matches!(kind, SHT_SYMTAB | SHT_DYNSYM)
                 && let Some(first) = first_table.replace(i)
@@ -514,25 +585,26 @@ impl<'a> Elf<'a> {
         // Then every section, in one pass: what it must be on its own, and what its links reach.
         // A check that follows a link checks what it reads there (the type of the section, its
         // bytes inside the image); the rest of that section is checked when the pass gets to it.
-        for i in 1..self.shnum {
-            // One of the table's (`i < shnum`).
-            let s = self.header(i).unwrap_or_default();
+        let headers = self.headers.chunks_exact(SECTION_HEADER_SIZE as usize);
+        for (i, header) in (0..self.shnum).zip(headers).skip(1) {
+            // `chunks_exact` gives whole headers.
+            let s = header
+                .first_chunk()
+                .map_or_else(Section::default, Section::read);
             self.check_section(i, &s)?;
-            match s.kind {
+            match s.kind() {
                 SHT_SYMTAB | SHT_DYNSYM => self.check_symbols(i, &s, symtab)?,
                 SHT_REL | SHT_RELA => self.check_relocations(i, &s, symtab)?,
                 SHT_HASH | SHT_GNU_HASH | SHT_GNU_VERSYM | SHT_GROUP | SHT_SYMTAB_SHNDX => {
-                    self.symbols(i, &s, s.link)?;
+                    self.symbols(i, &s, s.link())?;
                 }
                 SHT_DYNAMIC => {
-                    self.strings(i, &s, s.link)?;
+                    self.strings(i, &s, s.link())?;
                 }
                 SHT_NOTE => self.check_notes(i, &s)?,
                 _ => {}
             }
-            if let Some(symtab) = &symtab
-                && cuda::has_own_checks(&s)
-            {
+            if let Some(symtab) = &symtab {
                 cuda::check_section(self, i, &s, symtab)?;
             }
         }
@@ -544,42 +616,42 @@ impl<'a> Elf<'a> {
     /// a string table ending in a NUL.
     #[inline(always)]
     fn check_section(&self, i: u32, s: &Section) -> Check {
-        if s.name as usize >= self.names.len() {
+        if s.name() as usize >= self.names.len() {
             return Err(format!(
                 "section {i}: its name offset {} is outside the {}-byte section name table",
-                s.name,
+                s.name(),
                 Size(self.names.len() as u64)
             ));
         }
         let data = self.data(i, s)?;
-        if s.align > 1 && !s.align.is_power_of_two() {
+        if s.align() > 1 && !s.align().is_power_of_two() {
             return Err(format!(
                 "{}: alignment {} is not a power of two",
                 self.label(i, s),
-                s.align
+                s.align()
             ));
         }
-        if s.link >= self.shnum {
+        if s.link() >= self.shnum {
             return Err(format!(
                 "{}: sh_link {} is not one of the {} sections",
                 self.label(i, s),
-                s.link,
+                s.link(),
                 self.shnum
             ));
         }
-        if s.flag(SHF_INFO_LINK) && (s.info == 0 || s.info >= self.shnum) {
+        if s.flag(SHF_INFO_LINK) && (s.info() == 0 || s.info() >= self.shnum) {
             return Err(format!(
                 "{}: sh_info {} is flagged as a section index (SHF_INFO_LINK) but is not one \
                  of the {} sections",
                 self.label(i, s),
-                s.info,
+                s.info(),
                 self.shnum
             ));
         }
         if s.flag(SHF_COMPRESSED) {
             self.check_compressed(i, s, data)?;
         }
-        if s.kind == SHT_STRTAB && data.last() != Some(&0) {
+        if s.kind() == SHT_STRTAB && data.last() != Some(&0) {
             return Err(format!(
                 "{}: the string table does not end with a NUL byte",
                 self.label(i, s)
@@ -594,32 +666,32 @@ impl<'a> Elf<'a> {
     fn symbols_of(&self, i: u32, s: &Section, symtab: Option<Symbols<'a>>) -> Check<Symbols<'a>> {
         match symtab {
             Some(symtab) => Ok(symtab),
-            None => self.symbols(i, s, s.link),
+            None => self.symbols(i, s, s.link()),
         }
     }
 
     /// The symbol table `index` that section `i` links to: a symbol table with 24-byte entries.
     fn symbols(&self, i: u32, s: &Section, index: u32) -> Check<Symbols<'a>> {
         let table = self.section(index)?;
-        if !matches!(table.kind, SHT_SYMTAB | SHT_DYNSYM) {
+        if !matches!(table.kind(), SHT_SYMTAB | SHT_DYNSYM) {
             return Err(format!(
                 "{}: links to {}, which is not a symbol table",
                 self.label(i, s),
                 self.label(index, &table)
             ));
         }
-        if table.entsize != SYMBOL_SIZE || !table.size.is_multiple_of(SYMBOL_SIZE) {
+        if table.entsize() != SYMBOL_SIZE || !table.size().is_multiple_of(SYMBOL_SIZE) {
             return Err(format!(
                 "{}: entry size {} and size {}: a symbol table has whole {SYMBOL_SIZE}-byte entries",
                 self.label(index, &table),
-                table.entsize,
-                table.size
+                table.entsize(),
+                table.size()
             ));
         }
         Ok(Symbols {
             index,
             data: self.data(index, &table)?,
-            count: table.size / SYMBOL_SIZE,
+            count: table.size() / SYMBOL_SIZE,
         })
     }
 
@@ -628,7 +700,7 @@ impl<'a> Elf<'a> {
     #[inline]
     fn strings(&self, i: u32, s: &Section, index: u32) -> Check<&'a [u8]> {
         let table = self.section(index)?;
-        if table.kind != SHT_STRTAB {
+        if table.kind() != SHT_STRTAB {
             return Err(format!(
                 "{}: links to {}, which is not a string table",
                 self.label(i, s),
@@ -643,7 +715,7 @@ impl<'a> Elf<'a> {
     fn check_compressed(&self, i: u32, s: &Section, data: &[u8]) -> Check {
         const CHDR_SIZE: u64 = 24;
         let kind = u32_at(data, 0);
-        if s.kind == SHT_NOBITS
+        if s.kind() == SHT_NOBITS
             || (data.len() as u64) < CHDR_SIZE
             || !matches!(kind, Some(ELFCOMPRESS_ZLIB | ELFCOMPRESS_ZSTD))
             || u64_at(data, 8) == Some(0)
@@ -662,12 +734,12 @@ impl<'a> Elf<'a> {
             Some(symtab) if symtab.index == i => symtab,
             _ => self.symbols(i, s, i)?,
         };
-        let strings = self.strings(i, s, s.link)?;
-        if u64::from(s.info) > table.count {
+        let strings = self.strings(i, s, s.link())?;
+        if u64::from(s.info()) > table.count {
             return Err(format!(
                 "{}: sh_info {} (its first global symbol) is past its {} symbols",
                 self.label(i, s),
-                s.info,
+                s.info(),
                 table.count
             ));
         }
@@ -716,7 +788,7 @@ impl<'a> Elf<'a> {
                 if self.cuda && matches!(sym.kind, STT_FUNC | STT_OBJECT) {
                     // One of the table's (checked above).
                     let target = self.header(index).unwrap_or_default();
-                    if !fits(sym.value, sym.size, target.size) {
+                    if !fits(sym.value, sym.size, target.size()) {
                         return Some(SymbolFault::PastSection);
                     }
                 }
@@ -753,7 +825,7 @@ impl<'a> Elf<'a> {
                 self.label(i, s),
                 sym.name,
                 Size(strings.len() as u64),
-                self.label_of(s.link)
+                self.label_of(s.link())
             ),
             SymbolFault::Reserved => format!(
                 "{what}: binding {} and type {} (st_info): one of them is reserved",
@@ -774,7 +846,7 @@ impl<'a> Elf<'a> {
                     sym.value,
                     sym.size,
                     self.label(index, &target),
-                    Size(target.size)
+                    Size(target.size())
                 )
             }
             SymbolFault::ReservedIndex => format!("{what}: section index {x:#x} is reserved"),
@@ -782,22 +854,22 @@ impl<'a> Elf<'a> {
     }
 
     fn check_relocations(&self, i: u32, s: &Section, symtab: Option<Symbols<'a>>) -> Check {
-        let (entry, kind) = if s.kind == SHT_REL {
+        let (entry, kind) = if s.kind() == SHT_REL {
             (REL_SIZE, "REL")
         } else {
             (RELA_SIZE, "RELA")
         };
-        if s.entsize != entry || !s.size.is_multiple_of(entry) {
+        if s.entsize() != entry || !s.size().is_multiple_of(entry) {
             return Err(format!(
                 "{}: entry size {} and size {}: a {kind} table has whole {entry}-byte entries",
                 self.label(i, s),
-                s.entsize,
-                s.size
+                s.entsize(),
+                s.size()
             ));
         }
         let data = self.data(i, s)?;
         let symbols = self.symbols_of(i, s, symtab)?;
-        let target = match s.info {
+        let target = match s.info() {
             // Dynamic relocations apply to the whole image, not to one section.
             0 if !self.cuda => None,
             0 => {
@@ -816,11 +888,9 @@ impl<'a> Elf<'a> {
         // In cubins and relocatable files an offset is one into the target section; in
         // executables and shared objects it is an address.
         let section_offsets = self.cuda || self.file_type == ET_REL;
-        for n in 0..s.size / entry {
-            // `n` is one of the table's entries, which lie inside `data`.
-            let at = n * entry;
-            let offset = u64_at(data, at).unwrap_or(0);
-            let info = u64_at(data, at + 8).unwrap_or(0);
+        for (n, rel) in (0u64..).zip(data.chunks_exact(entry as usize)) {
+            let offset = u64_at(rel, 0).unwrap_or(0);
+            let info = u64_at(rel, 8).unwrap_or(0);
             let (symbol, rtype) = (info >> 32, info & 0xffff_ffff);
             if symbol >= symbols.count {
                 return Err(format!(
@@ -845,13 +915,13 @@ impl<'a> Elf<'a> {
                 } else {
                     1
                 };
-                if !fits(offset, width, target.size) {
+                if !fits(offset, width, target.size()) {
                     return Err(format!(
                         "{}: relocation {n}: offset {offset} + {width} bytes is past the end of \
                          {} ({} bytes)",
                         self.label(i, s),
                         self.label(index, &target),
-                        Size(target.size)
+                        Size(target.size())
                     ));
                 }
             }
@@ -862,7 +932,7 @@ impl<'a> Elf<'a> {
     fn check_notes(&self, i: u32, s: &Section) -> Check {
         let data = self.data(i, s)?;
         let len = data.len() as u64;
-        let align: u64 = if s.align == 8 { 8 } else { 4 };
+        let align: u64 = if s.align() == 8 { 8 } else { 4 };
         let round = |n: u64| n.checked_add(align - 1).map(|n| n & !(align - 1));
         let mut at = 0u64;
         while at < len {
