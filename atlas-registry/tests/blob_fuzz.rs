@@ -145,6 +145,315 @@ fn mutants_replay_from_their_seed() {
     assert_ne!(mutant(&corpus, 7).what, mutant(&corpus, 8).what);
 }
 
+/// Every mutant that crashed the driver (SIGSEGV inside `cuModuleLoadData`) when seeds 0 to
+/// 9,999 were loaded on an H200 (driver 580, CUDA 13.0), with the mutation it was then: 62 of the
+/// two fatbins made from the committed fatbin's PTX entry alone (fields of the entry header
+/// Atlas did not check), 8 cubins of other architectures than the device's with garbage
+/// `e_flags`.
+const DRIVER_CRASHES: &[(u64, &str)] = &[
+    (
+        27,
+        "elementwise.fatbin's PTX entry alone, plain: fatbin entry at 16: name offset at 48: 0x0 -> 0xffffffff",
+    ),
+    (
+        47,
+        "elementwise.fatbin's PTX entry alone, zstd: fatbin entry at 16: extension word 0 at 80: 0x48 -> 0x7fffffff",
+    ),
+    (
+        66,
+        "elementwise.fatbin's PTX entry alone, zstd: fatbin entry at 16: name offset at 48: 0x0 -> 0x7fffffff",
+    ),
+    (
+        131,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 2238 random bytes",
+    ),
+    (
+        202,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 2177 random bytes",
+    ),
+    (
+        279,
+        "elementwise.fatbin's PTX entry alone, zstd: fatbin entry at 16: extension word 0 at 80: 0x48 -> 0xffffffff; then 3 random byte(s) changed at 818, 1591, 554",
+    ),
+    (
+        583,
+        "elementwise.fatbin's PTX entry alone, plain: fatbin entry at 16: extension word 2 at 88: 0x0 -> 0xb3f38d0acb413f99",
+    ),
+    (
+        699,
+        "elementwise.fatbin's PTX entry alone, plain: fatbin entry at 16: name offset at 48: 0x0 -> 0x1; then 5 random byte(s) changed at 986, 210, 1609, 1770, 83",
+    ),
+    (
+        773,
+        "elementwise.fatbin's PTX entry alone, zstd: fatbin entry at 16: name offset at 48: 0x0 -> 0x7fffffff",
+    ),
+    (
+        812,
+        "demo/noop.sm_89.cubin: e_flags at 48: 0x590559 -> 0xffffffff",
+    ),
+    (
+        818,
+        "elementwise.fatbin's PTX entry alone, zstd: fatbin entry at 16: extension word 0 at 80: 0x48 -> 0xffffffff",
+    ),
+    (
+        880,
+        "elementwise.fatbin's PTX entry alone, plain: fatbin entry at 16: extension word 0 at 80: 0x48 -> 0x14d",
+    ),
+    (
+        1106,
+        "elementwise.fatbin's PTX entry alone, plain: fatbin entry at 16: name offset at 48: 0x0 -> 0xffffffff",
+    ),
+    (
+        1770,
+        "elementwise.fatbin's PTX entry alone, plain: 7 random byte(s) changed at 359, 387, 83, 1020, 1060, 1074, 1466",
+    ),
+    (
+        2110,
+        "elementwise.fatbin's PTX entry alone, plain: fatbin entry at 16: extension word 2 at 88: 0x0 -> 0x7fffffffffffffff; then PTX entry at 16: byte at 1494 set to '['",
+    ),
+    (
+        2478,
+        "elementwise.fatbin's PTX entry alone, plain: fatbin entry at 16: extension word 2 at 88: 0x0 -> 0x7fffffffffffffff",
+    ),
+    (
+        2496,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 3582 random bytes",
+    ),
+    (
+        2661,
+        "elementwise.fatbin's PTX entry alone, zstd: fatbin entry at 16: extension word 0 at 80: 0x48 -> 0x80000000",
+    ),
+    (
+        2793,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 3773 random bytes",
+    ),
+    (
+        2810,
+        "elementwise.fatbin's PTX entry alone, zstd: fatbin entry at 16: extension word 0 at 80: 0x48 -> 0x7fffffff",
+    ),
+    (
+        2978,
+        "elementwise.fatbin's PTX entry alone, plain: fatbin entry at 16: name offset at 48: 0x0 -> 0xffffffff",
+    ),
+    (
+        3005,
+        "demo/block_reduce.sm_86.cubin: e_flags at 48: 0x560556 -> 0xffffffff",
+    ),
+    (
+        3358,
+        "elementwise.fatbin's PTX entry alone, plain: 7 random byte(s) changed at 397, 1750, 425, 1501, 39, 131, 819",
+    ),
+    (
+        3423,
+        "demo/elementwise.sm_80.cubin: e_flags at 48: 0x500550 -> 0xffffffff",
+    ),
+    (
+        3487,
+        "elementwise.fatbin's PTX entry alone, zstd: fatbin entry at 16: extension word 0 at 80: 0x48 -> 0x80000000",
+    ),
+    (
+        3980,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 2999 random bytes",
+    ),
+    (
+        4213,
+        "elementwise.fatbin's PTX entry alone, plain: fatbin entry at 16: extension word 2 at 88: 0x0 -> 0x7fffffffffffffff",
+    ),
+    (
+        4351,
+        "elementwise.fatbin's PTX entry alone, zstd: fatbin entry at 16: name offset at 48: 0x0 -> 0x80000000",
+    ),
+    (
+        4406,
+        "elementwise.fatbin's PTX entry alone, zstd: 8 random byte(s) changed at 254, 1475, 1531, 1050, 1456, 529, 1157, 37",
+    ),
+    (
+        4539,
+        "demo/block_reduce.sm_86.cubin: e_flags at 48: 0x560556 -> 0xa893ec90",
+    ),
+    (
+        4562,
+        "elementwise.fatbin's PTX entry alone, zstd: fatbin entry at 16: name offset at 48: 0x0 -> 0x80000000",
+    ),
+    (
+        4621,
+        "elementwise.fatbin's PTX entry alone, zstd: fatbin entry at 16: flags at 56: 0x8011 -> 0x0; then first 64 bytes, then 3651 random bytes",
+    ),
+    (
+        4647,
+        "elementwise.fatbin's PTX entry alone, plain: 4 random byte(s) changed at 80, 908, 634, 176",
+    ),
+    (
+        4942,
+        "elementwise.fatbin's PTX entry alone, plain: fatbin entry at 16: name offset at 48: 0x0 -> 0x7fffffff",
+    ),
+    (
+        4971,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 2098 random bytes",
+    ),
+    (
+        4992,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 3593 random bytes; then PTX entry at 16: NUL inserted at 345",
+    ),
+    (
+        5013,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 3547 random bytes",
+    ),
+    (
+        5063,
+        "elementwise.fatbin's PTX entry alone, plain: fatbin entry at 16: extension word 0 at 80: 0x48 -> 0xb88ca900",
+    ),
+    (
+        5134,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 4096 random bytes; then PTX entry at 16: byte at 867 set to ';'",
+    ),
+    (
+        5233,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 2682 random bytes",
+    ),
+    (
+        5285,
+        "elementwise.fatbin's PTX entry alone, plain: fatbin entry at 16: name offset at 48: 0x0 -> 0x116d696c",
+    ),
+    (
+        5364,
+        "elementwise.fatbin's PTX entry alone, plain: PTX entry at 16: number at 426 replaced by 1048599; then first 64 bytes, then 2940 random bytes",
+    ),
+    (
+        5505,
+        "elementwise.fatbin's PTX entry alone, zstd: 8 random byte(s) changed at 566, 999, 968, 1271, 1521, 457, 80, 1507",
+    ),
+    (
+        5846,
+        "elementwise.fatbin's PTX entry alone, zstd: fatbin entry at 16: name offset at 48: 0x0 -> 0xfffffff4",
+    ),
+    (
+        5889,
+        "elementwise.fatbin's PTX entry alone, plain: fatbin entry at 16: extension word 0 at 80: 0x48 -> 0xc063b485",
+    ),
+    (
+        5913,
+        "elementwise.fatbin's PTX entry alone, zstd: fatbin entry at 16: extension word 0 at 80: 0x48 -> 0x7fffffff",
+    ),
+    (
+        5969,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 3130 random bytes",
+    ),
+    (
+        6000,
+        "demo/elementwise.sm_80.cubin: e_flags at 48: 0x500550 -> 0xffffffff",
+    ),
+    (
+        6046,
+        "elementwise.fatbin's PTX entry alone, zstd: 8 random byte(s) changed at 233, 329, 608, 479, 1106, 38, 808, 1788",
+    ),
+    (
+        6154,
+        "elementwise.fatbin's PTX entry alone, plain: fatbin entry at 16: extension word 2 at 88: 0x0 -> 0x251611d6db5ce1dc",
+    ),
+    (
+        6353,
+        "elementwise.fatbin's PTX entry alone, zstd: fatbin entry at 16: name offset at 48: 0x0 -> 0x8000000",
+    ),
+    (
+        6714,
+        "faults/faults.sm_75.cubin: e_flags at 48: 0x4b054b -> 0xffa9e3be",
+    ),
+    (
+        6718,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 3278 random bytes",
+    ),
+    (
+        6839,
+        "demo/device_global.sm_75.cubin: e_flags at 48: 0x4b054b -> 0xffffffff",
+    ),
+    (
+        7147,
+        "elementwise.fatbin's PTX entry alone, plain: fatbin entry at 16: name offset at 48: 0x0 -> 0xffffffff",
+    ),
+    (
+        7381,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 3689 random bytes",
+    ),
+    (
+        7514,
+        "elementwise.fatbin's PTX entry alone, plain: 4 random byte(s) changed at 1246, 1374, 80, 1472",
+    ),
+    (
+        7815,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 3928 random bytes",
+    ),
+    (
+        8002,
+        "elementwise.fatbin's PTX entry alone, plain: fatbin entry at 16: extension word 0 at 80: 0x48 -> 0x26a6b6d3",
+    ),
+    (
+        8115,
+        "elementwise.fatbin's PTX entry alone, plain: PTX entry at 16: truncated to 1602 bytes, without its NUL; then fatbin entry at 16: extension word 2 at 88: 0x0 -> 0x7fffffffffffffff",
+    ),
+    (
+        8374,
+        "elementwise.fatbin's PTX entry alone, plain: fatbin entry at 16: extension word 0 at 80: 0x48 -> 0x56; then PTX entry at 16: .target set to \"99.9\"",
+    ),
+    (
+        8470,
+        "elementwise.fatbin's PTX entry alone, plain: fatbin entry at 16: extension word 0 at 80: 0x48 -> 0xffffffff",
+    ),
+    (
+        8628,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 3711 random bytes",
+    ),
+    (
+        8721,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 2623 random bytes",
+    ),
+    (
+        8840,
+        "elementwise.fatbin's PTX entry alone, zstd: 4 random byte(s) changed at 378, 39, 169, 863",
+    ),
+    (
+        8975,
+        "elementwise.fatbin's PTX entry alone, zstd: fatbin entry at 16: name offset at 48: 0x0 -> 0x57205dde",
+    ),
+    (
+        8978,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 1765 random bytes",
+    ),
+    (
+        9270,
+        "model_a/model.sm_75.cubin: e_flags at 48: 0x4b054b -> 0xffffffff",
+    ),
+    (
+        9661,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 2813 random bytes",
+    ),
+    (
+        9711,
+        "elementwise.fatbin's PTX entry alone, plain: first 64 bytes, then 3081 random bytes",
+    ),
+];
+
+#[test]
+fn mutants_that_crashed_the_driver_are_refused() {
+    let corpus = corpus();
+    let mut refusals = Vec::new();
+    for &(seed, what) in DRIVER_CRASHES {
+        let m = mutant(&corpus, seed);
+        assert_eq!(
+            m.what, what,
+            "seed {seed} no longer makes the mutant that crashed the driver"
+        );
+        match validate_blob("mutant", &m.bytes) {
+            Err(AtlasError::InvalidModule { reason, .. }) => refusals.push((seed, reason)),
+            other => panic!("seed {seed} ({what}) is not refused: {other:?}"),
+        }
+    }
+    for (seed, reason) in &refusals {
+        say(&format!("seed {seed}: {reason}"));
+    }
+    assert_eq!(refusals.len(), 70);
+}
+
 #[test]
 fn validation_never_panics_on_mutants() {
     let count = env_u64("ATLAS_FUZZ_CPU_MUTANTS", 20_000);

@@ -9,14 +9,18 @@
 //! - PTX: no NUL byte before its end; handed over NUL-terminated.
 //! - ELF (NVIDIA cubins, AMD GPU code objects): the structure every ELF reader follows
 //!   ([`elf`]), and NVIDIA's own sections of a cubin ([`elf::cuda`]).
-//! - Fatbins: the header, every entry inside the body, each entry's ELF or PTX checked as above
-//!   ([`fatbin`]; compressed entries are checked as containers only, see there).
+//! - Fatbins: the header, every entry inside the body and every field of its header as toolchains
+//!   write it (names and ptxas options inside the header), each entry's ELF or PTX checked as
+//!   above ([`fatbin`]; compressed entries are checked as containers only, see there).
 //! - Clang offload bundles: the entry table, every entry's id and code object inside the blob,
 //!   each ELF code object checked as above ([`bundle`]).
 //!
 //! Everything offsets and sizes point at is read with checked arithmetic and checked reads; no
-//! input makes the checks panic or allocate, except the message of a refusal. A 5 KiB cubin takes
-//! one or two microseconds.
+//! input makes the checks panic or allocate, except the message of a refusal. They run on every
+//! load, so they are written to take few steps: one pass over a cubin's sections, each field read
+//! where it is used, refusals formatted by cold functions on the way out. A 4.5 KiB cubin with two
+//! kernels takes about 3,700 instructions, a quarter to half a microsecond
+//! (`cargo run --release -p atlas-registry --example validate_blobs`).
 
 mod bundle;
 mod elf;

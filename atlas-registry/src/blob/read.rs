@@ -10,28 +10,34 @@ use std::fmt;
 pub(super) type Check<T = ()> = Result<T, String>;
 
 /// `len` bytes of `b` from `offset`, or `None` when any of them lies outside `b`.
+#[inline]
 pub(super) fn bytes_at(b: &[u8], offset: u64, len: u64) -> Option<&[u8]> {
     let start = usize::try_from(offset).ok()?;
     let end = start.checked_add(usize::try_from(len).ok()?)?;
     b.get(start..end)
 }
 
+#[inline]
 fn array_at<const N: usize>(b: &[u8], at: u64) -> Option<[u8; N]> {
     bytes_at(b, at, N as u64)?.try_into().ok()
 }
 
+#[inline]
 pub(super) fn u8_at(b: &[u8], at: u64) -> Option<u8> {
     array_at::<1>(b, at).map(|[x]| x)
 }
 
+#[inline]
 pub(super) fn u16_at(b: &[u8], at: u64) -> Option<u16> {
     array_at(b, at).map(u16::from_le_bytes)
 }
 
+#[inline]
 pub(super) fn u32_at(b: &[u8], at: u64) -> Option<u32> {
     array_at(b, at).map(u32::from_le_bytes)
 }
 
+#[inline]
 pub(super) fn u64_at(b: &[u8], at: u64) -> Option<u64> {
     array_at(b, at).map(u64::from_le_bytes)
 }
@@ -39,15 +45,17 @@ pub(super) fn u64_at(b: &[u8], at: u64) -> Option<u64> {
 /// The `N` bytes of `record` at `at`, for records of a fixed size read once with [`bytes_at`]: with
 /// constant offsets inside the record the compiler drops every check. Zeros outside it (never, for
 /// the records and offsets this crate uses).
+#[inline(always)]
 pub(super) fn field<const R: usize, const N: usize>(record: &[u8; R], at: usize) -> [u8; N] {
-    let mut out = [0; N];
-    if let Some(bytes) = at.checked_add(N).and_then(|end| record.get(at..end)) {
-        out.copy_from_slice(bytes);
-    }
-    out
+    record
+        .get(at..)
+        .and_then(<[u8]>::first_chunk)
+        .copied()
+        .unwrap_or([0; N])
 }
 
 /// `offset + size <= limit`, in checked arithmetic.
+#[inline]
 pub(super) fn fits(offset: u64, size: u64, limit: u64) -> bool {
     offset.checked_add(size).is_some_and(|end| end <= limit)
 }

@@ -1209,13 +1209,12 @@ fn fatbin_entries_are_checked() {
             &format!("{}-byte payload", elf.payload + 1),
         ],
     );
-    let whole = elf.header + elf.payload;
     assert_refused(
         &real.with(at + 32, &[0x70, 0x17, 0, 0, 8]),
-        &[&format!(
-            "its name at offset 6000 + size 8 is outside the {}-byte entry",
-            Size(whole as u64)
-        )],
+        &[
+            "its name at offset 6000 + size 8 (at 32) is not a NUL-terminated string inside its \
+           64-byte header",
+        ],
     );
     // The ELF inside is checked as a cubin, and refusals say where it is.
     let mut cubin = Image::new(demo_cubin("elementwise"));
@@ -1398,4 +1397,410 @@ fn truncations_are_refused_as_truncated() {
             assert!(reason.contains("truncated"), "cut at {cut}: {reason}");
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CUDA 13's blobs, e_flags and fatbin entry headers
+// ---------------------------------------------------------------------------------------------
+
+/// nvcc 13.0's fatbin of `kernels/elementwise.cu`: zstd-compressed PTX (an 80-byte header with an
+/// empty options record) and an sm_90 cubin of ABI version 8 (see `testdata/make.py`).
+const NVCC13_FATBIN: &[u8] = include_bytes!("testdata/nvcc13.0.elementwise.fatbin");
+/// NVRTC 13.5's PTX and cubins of it in nvFatbin 13.5's fatbin: names, ptxas options, the record
+/// of an sm_100 entry (see `testdata/make.py`).
+const CUDA13_FATBIN: &[u8] = include_bytes!("testdata/cuda13.elementwise.fatbin");
+
+/// The payload of entry `entry` of fatbin `b`.
+fn payload<'b>(b: &'b [u8], entry: &FatEntry) -> &'b [u8] {
+    &b[entry.payload_at()..][..entry.payload]
+}
+
+#[test]
+fn cuda_13_blobs_pass() {
+    assert_eq!(check(NVCC13_FATBIN), Ok(BlobKind::Fatbin));
+    assert_eq!(code_targets(NVCC13_FATBIN), "compute_90 PTX, sm_90 SASS");
+    let nvcc = fatbin_entries(NVCC13_FATBIN);
+    assert_eq!(
+        nvcc.iter().map(|e| (e.kind, e.header)).collect::<Vec<_>>(),
+        [(1, 80), (2, 64)]
+    );
+    let cubin = payload(NVCC13_FATBIN, &nvcc[1]);
+    assert_eq!(check(cubin), Ok(BlobKind::Cubin));
+    assert_eq!((cubin[8], Image::new(cubin).u32(48)), (8, 0x0600_5a04));
+
+    assert_eq!(check(CUDA13_FATBIN), Ok(BlobKind::Fatbin));
+    assert_eq!(
+        code_targets(CUDA13_FATBIN),
+        "compute_75 PTX, sm_75 SASS, sm_90 SASS, sm_100 SASS"
+    );
+    let image = Image::new(CUDA13_FATBIN);
+    let entries = fatbin_entries(CUDA13_FATBIN);
+    // The PTX named, with ptxas options; sm_75 and sm_90 plain; sm_100 named, with the record
+    // nvFatbin 13 gives sm_100 and later, and flag 0x100_0000.
+    assert_eq!(
+        entries
+            .iter()
+            .map(|e| (e.kind, e.header, e.arch))
+            .collect::<Vec<_>>(),
+        [(1, 112, 75), (2, 64, 75), (2, 64, 90), (2, 136, 100)]
+    );
+    let (ptx, sm100) = (entries[0], entries[3]);
+    assert_eq!((image.u32(ptx.at + 32), image.u32(ptx.at + 36)), (64, 14));
+    assert_eq!(&image.b[ptx.at + 64..][..15], b"elementwise.cu\0");
+    assert_eq!(image.u32(ptx.at + 20), 80);
+    let (options, size) = (
+        image.u32(ptx.at + 80) as usize,
+        image.u32(ptx.at + 84) as usize,
+    );
+    assert_eq!(
+        &image.b[ptx.at + options..][..size + 1],
+        b"-O3 --maxrregcount=64\0"
+    );
+    assert_eq!(image.u64(sm100.at + 40), 0x100_0011);
+    assert_eq!(
+        (image.u32(sm100.at + 20), image.u32(sm100.at + 80)),
+        (80, 88)
+    );
+    for (entry, (sm, flags)) in
+        entries[1..]
+            .iter()
+            .zip([(75, 0x0600_4b04), (90, 0x0600_5a04), (100, 0x0600_6402)])
+    {
+        let cubin = payload(CUDA13_FATBIN, entry);
+        assert_eq!(check(cubin), Ok(BlobKind::Cubin), "sm_{sm}");
+        assert_eq!((cubin[8], Image::new(cubin).u32(48)), (8, flags));
+        assert_eq!(sm_arch(cubin), Some(sm));
+    }
+}
+
+/// The cubins of every ELF ABI version in use: NVRTC 12.0's (version 7, committed), nvcc 13's
+/// layout of them, and NVRTC 13.5's (version 8).
+fn cubins_of_both_layouts() -> Vec<(String, Vec<u8>)> {
+    let mut cubins = Vec::new();
+    for &sm in CUBIN_ARCHS {
+        for (name, blob) in cubin_for_model("demo", sm).unwrap() {
+            cubins.push((format!("{name}.sm_{sm}"), blob.to_vec()));
+            cubins.push((
+                format!("{name}.sm_{sm}, nvcc 13 style"),
+                nvcc13_style(blob).b,
+            ));
+        }
+    }
+    for entry in &fatbin_entries(CUDA13_FATBIN)[1..] {
+        let name = format!("NVRTC 13.5 elementwise.sm_{}", entry.arch);
+        cubins.push((name, payload(CUDA13_FATBIN, entry).to_vec()));
+    }
+    cubins
+}
+
+#[test]
+fn e_flags_hold_only_known_bits() {
+    for (name, blob) in cubins_of_both_layouts() {
+        let image = Image::new(&blob);
+        let flags = image.u32(48);
+        let with = |flags: u32| image.with(48, &flags.to_le_bytes());
+        let (known, unknown): (&[u32], &[u32]) = if blob[8] == 7 {
+            (
+                &[0x100, 0x200, 0x400, 0x800, 0x1000],
+                &[0x2000, 0x4000, 0x8000, 0x0100_0000, 0x8000_0000],
+            )
+        } else {
+            (
+                &[0x2, 0x4, 0x8, 0x0200_0000, 0x0400_0000],
+                &[0x1, 0x10, 0x80, 0x0100_0000, 0x0800_0000, 0x8000_0000],
+            )
+        };
+        for &bit in known {
+            assert_eq!(
+                check(&with(flags | bit)),
+                Ok(BlobKind::Cubin),
+                "{name}: {bit:#x}"
+            );
+        }
+        for &bit in unknown {
+            assert_refused(
+                &with(flags | bit),
+                &[&format!("e_flags {:#010x} has bits {bit:#x}", flags | bit)],
+            );
+        }
+    }
+}
+
+#[test]
+fn e_flags_name_a_plausible_sm_and_virtual_architecture() {
+    for (name, blob) in cubins_of_both_layouts() {
+        let image = Image::new(&blob);
+        let flags = image.u32(48);
+        let with = |flags: u32| image.with(48, &flags.to_le_bytes());
+        // Where the SM number is, and the virtual architecture (0 in CUDA 13's cubins).
+        let shift = if blob[8] == 7 { 0 } else { 8 };
+        let sm = (flags >> shift) & 0xff;
+        let with_sm = |sm: u32| with(flags & !(0xff << shift) | sm << shift);
+        let with_virtual = |v: u32| with(flags & !0xff_0000 | v << 16);
+        for bad in [0, 19, 130, 144, 190, 255] {
+            assert_refused(
+                &with_sm(bad),
+                &[&format!("names SM {bad}, not an SM number")],
+            );
+        }
+        for good in [20, 61, 121, 129] {
+            // The virtual architecture may not be newer than the SM.
+            let blob = with_sm(good);
+            let virtual_sm = (Image::new(&blob).u32(48) >> 16) & 0xff;
+            if virtual_sm <= good {
+                assert_eq!(check(&blob), Ok(BlobKind::Cubin), "{name} as sm_{good}");
+            }
+        }
+        for ok in [0, 20, sm] {
+            assert_eq!(
+                check(&with_virtual(ok)),
+                Ok(BlobKind::Cubin),
+                "{name}: {ok}"
+            );
+        }
+        for bad in [5, 19, sm + 1, 255] {
+            assert_refused(
+                &with_virtual(bad),
+                &[&format!(
+                    "names virtual architecture compute_{bad} for sm_{sm}"
+                )],
+            );
+        }
+        // Other ABI versions' layouts are unknown.
+        for abi in [0, 6, 9, 0xff] {
+            assert_refused(&image.with(8, &[abi]), &[&format!("EI_ABIVERSION {abi}:")]);
+        }
+    }
+}
+
+/// The `e_flags` that crashed the driver (an H200, driver 580) in cubins of other architectures
+/// than the device's: each is refused twice over, for its unknown bits and for its SM number.
+#[test]
+fn e_flags_that_crashed_the_driver_are_refused() {
+    for &sm in &[75, 80, 86, 89] {
+        for (name, blob) in cubin_for_model("demo", sm).unwrap() {
+            let image = Image::new(blob);
+            for flags in [0xffff_ffffu32, 0xa893_ec90, 0xffa9_e3be] {
+                let reason = refusal(&image.with(48, &flags.to_le_bytes()));
+                assert!(
+                    reason.contains("that no CUDA toolchain sets"),
+                    "{name}: {reason}"
+                );
+                let known = flags & 0x00ff_1fff;
+                let reason = refusal(&image.with(48, &known.to_le_bytes()));
+                assert!(reason.contains("not an SM number"), "{name}: {reason}");
+            }
+        }
+    }
+}
+
+/// `real` with `bytes` at offset `at` of entry `entry`'s header.
+fn with_entry_field(real: &[u8], entry: &FatEntry, at: usize, bytes: &[u8]) -> Vec<u8> {
+    Image::new(real).with(entry.at + at, bytes)
+}
+
+#[test]
+fn fatbin_entry_fields_hold_what_toolchains_write() {
+    for (fatbin, name) in [
+        (ELEMENTWISE_FATBIN, "committed"),
+        (NVCC13_FATBIN, "nvcc 13.0"),
+        (CUDA13_FATBIN, "nvFatbin 13.5"),
+    ] {
+        for (index, entry) in fatbin_entries(fatbin).iter().enumerate() {
+            let with = |at: usize, bytes: &[u8]| with_entry_field(fatbin, entry, at, bytes);
+            let label = format!("fatbin entry {index} (");
+            assert_refused(
+                &with(2, &0x0102u16.to_le_bytes()),
+                &[&label, "entry version 0x0102"],
+            );
+            let flags = Image::new(fatbin).u64(entry.at + 40);
+            for bit in [0x2u64, 0x4, 0x8, 0x20, 0x40, 0x100_0000] {
+                assert_eq!(
+                    check(&with(40, &(flags | bit).to_le_bytes())),
+                    Ok(BlobKind::Fatbin),
+                    "{name}: entry {index} with flag {bit:#x}"
+                );
+            }
+            for bit in [
+                0x80u64,
+                0x100,
+                0x800,
+                0x4000,
+                0x10_0000,
+                0x200_0000,
+                1 << 63,
+            ] {
+                assert_refused(
+                    &with(40, &(flags | bit).to_le_bytes()),
+                    &[
+                        &label,
+                        &format!("have bits {bit:#x} that no CUDA toolchain sets"),
+                    ],
+                );
+            }
+            for arch in [0u32, 19, 130, u32::MAX] {
+                assert_refused(
+                    &with(28, &arch.to_le_bytes()),
+                    &[&format!("architecture {arch} (at 28) is not an SM number")],
+                );
+            }
+            assert_refused(&with(48, &[1]), &[&label, "the 8 bytes at 48 hold 0x1"]);
+            if flags & 0xb000 == 0 {
+                // Uncompressed: no compressed or uncompressed size.
+                for at in [16, 56] {
+                    assert_refused(&with(at, &[8]), &[&label, "an uncompressed entry (flags"]);
+                }
+            }
+        }
+    }
+    // An ELF entry's architecture is its cubin's.
+    let (index, entry) = fatbin_elf_entry(80);
+    assert_refused(
+        &with_entry_field(ELEMENTWISE_FATBIN, &entry, 28, &86u32.to_le_bytes()),
+        &[&format!(
+            "fatbin entry {index} (ELF sm_86 at offset {}): the entry is for sm_86, the cubin in \
+             it for sm_80",
+            entry.at
+        )],
+    );
+}
+
+#[test]
+fn fatbin_entry_names_lie_in_their_header() {
+    let entries = fatbin_entries(CUDA13_FATBIN);
+    for (index, entry) in [(0, entries[0]), (3, entries[3])] {
+        let with = |at: usize, bytes: &[u8]| with_entry_field(CUDA13_FATBIN, &entry, at, bytes);
+        let name = |offset: u32, size: u32| {
+            let mut field = offset.to_le_bytes().to_vec();
+            field.extend_from_slice(&size.to_le_bytes());
+            with(32, &field)
+        };
+        let refused = format!("fatbin entry {index} (");
+        // The name ends in a NUL inside the header, or there is none.
+        assert_eq!(check(&name(64, 14)), Ok(BlobKind::Fatbin));
+        assert_eq!(check(&name(0, 0)), Ok(BlobKind::Fatbin));
+        for (offset, size) in [
+            (64, 3),
+            (64, 16),
+            (63, 1),
+            (0, 14),
+            (8, 0),
+            (u32::MAX, 0),
+            (0x7fff_ffff, 0),
+            (entry.header as u32, 0),
+            (64, u32::MAX),
+        ] {
+            assert_refused(
+                &name(offset, size),
+                &[
+                    &refused,
+                    &format!(
+                        "its name at offset {offset} + size {size} (at 32) is not a \
+                         NUL-terminated string inside its {}-byte header",
+                        entry.header
+                    ),
+                ],
+            );
+        }
+        // Its terminating NUL overwritten.
+        assert_refused(
+            &with(64 + 14, b"X"),
+            &[&refused, "its name at offset 64 + size 14"],
+        );
+    }
+}
+
+#[test]
+fn fatbin_entry_options_lie_in_their_header() {
+    // The committed fatbin's PTX entry: the record at 64 names 0 bytes of options at 72.
+    let ptx = fatbin_entries(ELEMENTWISE_FATBIN)[0];
+    let with = |at: usize, bytes: &[u8]| with_entry_field(ELEMENTWISE_FATBIN, &ptx, at, bytes);
+    let real = Image::new(ELEMENTWISE_FATBIN);
+    assert_eq!(
+        (
+            real.u32(ptx.at + 20),
+            real.u32(ptx.at + 64),
+            real.u32(ptx.at + 68)
+        ),
+        (64, 72, 0)
+    );
+    let prefix = "fatbin entry 0 (PTX sm_75 at offset 16): ";
+    // No record at all, or options inside the header.
+    assert_eq!(check(&with(20, &[0])), Ok(BlobKind::Fatbin));
+    assert_eq!(check(&with(64, &[73])), Ok(BlobKind::Fatbin));
+    let mut options = real.clone();
+    options.set(ptx.at + 68, &[3]).set(ptx.at + 72, b"-O3\0");
+    assert_eq!(check(&options.b), Ok(BlobKind::Fatbin));
+    // The record outside the extension.
+    for at in [8u32, 63, 76, 80, 0x4000, u32::MAX] {
+        assert_refused(
+            &with(20, &at.to_le_bytes()),
+            &[&format!(
+                "{prefix}its options record at offset {at} (at 20) is not inside its 80-byte header"
+            )],
+        );
+    }
+    // The options outside the header, or without their NUL (as measured to crash the driver).
+    for (offset, size) in [
+        (86u32, 0u32),
+        (333, 0),
+        (0x7fff_ffff, 0),
+        (8, 0),
+        (72, 8),
+        (79, 1),
+    ] {
+        let mut record = offset.to_le_bytes().to_vec();
+        record.extend_from_slice(&size.to_le_bytes());
+        assert_refused(
+            &with(64, &record),
+            &[&format!(
+                "{prefix}its options at offset {offset} + size {size} (the record at 64) are not \
+                 a NUL-terminated printable command line inside its 80-byte header"
+            )],
+        );
+    }
+    assert_refused(
+        &with(72, &0x7fff_ffff_ffff_ffffu64.to_le_bytes()),
+        &[&format!("{prefix}its options at offset 72 + size 0")],
+    );
+    // Not a command line.
+    let mut binary = real.clone();
+    binary
+        .set(ptx.at + 68, &[2])
+        .set(ptx.at + 72, b"\x01\x02\0");
+    assert_refused(
+        &binary.b,
+        &[&format!("{prefix}its options at offset 72 + size 2")],
+    );
+
+    // nvFatbin 13.5's: real options, and an sm_100 entry's binary record.
+    let entries = fatbin_entries(CUDA13_FATBIN);
+    let cuda13 = Image::new(CUDA13_FATBIN);
+    let sm100 = entries[3];
+    let record = sm100.at + cuda13.u32(sm100.at + 20) as usize;
+    let (offset, size) = (cuda13.u32(record), cuda13.u32(record + 4));
+    assert_eq!((offset, size), (88, 40));
+    let end = (sm100.header as u32 - offset).to_le_bytes();
+    assert_eq!(check(&cuda13.with(record + 4, &end)), Ok(BlobKind::Fatbin));
+    assert_refused(
+        &cuda13.with(
+            record + 4,
+            &(sm100.header as u32 - offset + 1).to_le_bytes(),
+        ),
+        &[
+            "fatbin entry 3 (ELF sm_100 at offset",
+            "its options at offset 88 + size 49 (the record at 80) are not bytes inside its \
+             136-byte header",
+        ],
+    );
+    assert_refused(
+        &cuda13.with(record, &0u32.to_le_bytes()),
+        &["its options at offset 0 + size 40"],
+    );
+    let ptx = entries[0];
+    let options = ptx.at + cuda13.u32(ptx.at + cuda13.u32(ptx.at + 20) as usize) as usize;
+    assert_refused(
+        &cuda13.with(options + 3, b"\n"),
+        &["fatbin entry 0 (PTX sm_75 at offset 16): its options at offset 88 + size 21"],
+    );
 }

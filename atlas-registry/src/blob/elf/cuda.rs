@@ -33,16 +33,18 @@
 //! - The low 24 bits of a kernel's `.text.<kernel>` `sh_info` are the kernel's symbol; the high 8
 //!   hold its register count in NVRTC 12.0's cubins for sm_75 to sm_89, and are 0 otherwise.
 //! - Relocations are REL (NVRTC 12.0 before sm_90) or RELA (sm_90, nvcc 13), of R_CUDA types.
-//! - The header: `e_version` is the CUDA format version (see `Elf::parse`), `EI_ABIVERSION` 7 or
-//!   8 says where `e_flags` keeps the SM number ([`sm_arch`]); neither locates anything, so
-//!   neither is checked beyond what every ELF file needs.
+//! - The header: `e_version` is the CUDA format version (see `Elf::parse`), and locates
+//!   nothing. `EI_ABIVERSION` 7 or 8 says how `e_flags` is laid out ([`sm_arch`]); the driver
+//!   indexes its own tables by the SM number there, so `e_flags` is checked for the bits of its
+//!   layout, a plausible SM number and a virtual architecture consistent with it
+//!   ([`check_flags`]).
 
 use object::elf::{
     EM_CUDA, SHF_ALLOC, SHF_EXECINSTR, SHN_LORESERVE, SHT_LOPROC, SHT_NOBITS, SHT_PROGBITS,
 };
 
-use super::{Elf, MAGIC, Section};
-use crate::blob::read::{Check, Size, bytes_at, fits, u8_at, u16_at, u32_at};
+use super::{Elf, MAGIC, Section, Symbols};
+use crate::blob::read::{Check, Size, fits, u8_at, u16_at, u32_at};
 
 const SHT_CUDA_INFO: u32 = SHT_LOPROC;
 const SHT_CUDA_CALLGRAPH: u32 = SHT_LOPROC + 1;
@@ -66,29 +68,89 @@ const EIATTR_REGCOUNT: u8 = 0x2f;
 /// Call-graph values from here up are markers, not symbols.
 const CALLGRAPH_MARKERS: u32 = 0xffff_fff0;
 
-/// `e_ident[EI_ABIVERSION]` from which the SM number is in bits 8–15 of `e_flags` rather than
-/// the low byte (LLVM's `ELFABIVERSION_CUDA_V2`; nvcc 13 writes it for every architecture).
-const ABI_VERSION_SM_IN_BYTE_1: u8 = 8;
+/// `e_ident[EI_ABIVERSION]` of CUDA 12 and older (`ELFABIVERSION_CUDA_V1`): the SM number is the
+/// low byte of `e_flags`.
+const ABI_VERSION_7: u8 = 7;
+/// `e_ident[EI_ABIVERSION]` of CUDA 13 for every SM, and of CUDA 12.9 from sm_100
+/// (`ELFABIVERSION_CUDA_V2`): the SM number is bits 8-15 of `e_flags`, where version 7 kept flags.
+const ABI_VERSION_8: u8 = 8;
+
+/// The `e_flags` bits of ABI version 7: the SM number (`0xff`), unified and independent texture
+/// modes (`0x100`, `0x200`), 64-bit addresses (`0x400`), sm_90a's accelerator features (`0x800`),
+/// a software flag (`0x1000`), the virtual architecture (`0xff_0000`). NVRTC 12.0 writes
+/// `0x005a_055a` for sm_90.
+const FLAGS_V7: u32 = 0x00ff_1fff;
+/// The `e_flags` bits of ABI version 8: `0x4` (CUDA 13 sets it up to sm_90) and `0x2` (from
+/// sm_100), the accelerator flag `0x8`, the SM number (`0xff00`), the virtual architecture
+/// (`0xff_0000`, 0 in CUDA 13's cubins) and `0x0600_0000`, set in every CUDA 13 cubin. nvcc 13.0
+/// and NVRTC 13.5 write `0x0600_5a04` for sm_90, `0x0600_6402` for sm_100.
+const FLAGS_V8: u32 = 0x06ff_ff0e;
+
+/// The SM numbers (`10 * major + minor`) a cubin or a fatbin entry may be for: sm_20 (the first
+/// with ELF cubins) to the 12.x family (sm_120, sm_121: the newest CUDA 13 knows). The driver
+/// crashed (an H200, driver 580) on cubins for sm_75 to sm_89 whose `e_flags` named SM 255, 144
+/// or 190.
+pub(in crate::blob) const SM_NUMBERS: std::ops::RangeInclusive<u32> = 20..=129;
+
+/// The SM number and the virtual architecture's (0 for none) that `e_flags` of a cubin of ABI
+/// version `abi` hold; `None` for an ABI version whose layout is unknown.
+fn decode_flags(abi: u8, flags: u32) -> Option<(u32, u32)> {
+    let sm = match abi {
+        ABI_VERSION_7 => flags & 0xff,
+        ABI_VERSION_8 => (flags >> 8) & 0xff,
+        _ => return None,
+    };
+    Some((sm, (flags >> 16) & 0xff))
+}
 
 /// The SM architecture an NVIDIA cubin was built for, as its number (90 for sm_90), from its
-/// `e_flags`; `None` for anything else (or a cubin of an ABI version after the known ones).
+/// `e_flags`; `None` for anything else (or a cubin of an ABI version other than 7 and 8).
 ///
-/// Two layouts are in use, told apart by `e_ident[EI_ABIVERSION]`: up to version 7
-/// (`ELFABIVERSION_CUDA_V1`, CUDA 12 and older) the SM number is the low byte (`EF_CUDA_SM`; NVRTC
-/// 12.0 writes `0x005a_055a` for sm_90, the virtual architecture again in bits 16–23), from
-/// version 8 it is bits 8–15 (`EF_CUDA_SM_MASK`), where the old layout kept feature flags: nvcc 13
-/// writes `0x0600_5a04` for sm_90.
+/// Two layouts are in use, told apart by `e_ident[EI_ABIVERSION]` (see [`FLAGS_V7`] and
+/// [`FLAGS_V8`]): in version 7 the SM number is the low byte, in version 8 bits 8–15.
 pub(crate) fn sm_arch(blob: &[u8]) -> Option<u32> {
     if !blob.starts_with(MAGIC) || u16_at(blob, 18)? != EM_CUDA {
         return None;
     }
-    let flags = u32_at(blob, 48)?;
-    let sm = match u8_at(blob, 8)? {
-        0..ABI_VERSION_SM_IN_BYTE_1 => flags & 0xff,
-        ABI_VERSION_SM_IN_BYTE_1 => (flags >> 8) & 0xff,
-        _ => return None,
-    };
+    let (sm, _) = decode_flags(u8_at(blob, 8)?, u32_at(blob, 48)?)?;
     (sm != 0).then_some(sm)
+}
+
+/// Checks a cubin's `e_flags` (`flags`) for its ABI version `abi`: only the bits of that layout,
+/// an SM number in [`SM_NUMBERS`], and a virtual architecture that is 0 or one the SM can run.
+pub(super) fn check_flags(abi: u8, flags: u32) -> Check {
+    let (known, layout) = match abi {
+        ABI_VERSION_7 => (FLAGS_V7, "7"),
+        ABI_VERSION_8 => (FLAGS_V8, "8"),
+        _ => {
+            return Err(format!(
+                "EI_ABIVERSION {abi}: Atlas knows the e_flags layouts of CUDA ELF ABI versions \
+                 {ABI_VERSION_7} and {ABI_VERSION_8}"
+            ));
+        }
+    };
+    let unknown = flags & !known;
+    if unknown != 0 {
+        return Err(format!(
+            "e_flags {flags:#010x} has bits {unknown:#x} that no CUDA toolchain sets in the layout \
+             of ABI version {layout}"
+        ));
+    }
+    let (sm, virtual_sm) = decode_flags(abi, flags).unwrap_or_default();
+    if !SM_NUMBERS.contains(&sm) {
+        return Err(format!(
+            "e_flags {flags:#010x} names SM {sm}, not an SM number from {} to {}",
+            SM_NUMBERS.start(),
+            SM_NUMBERS.end()
+        ));
+    }
+    if virtual_sm != 0 && (virtual_sm < *SM_NUMBERS.start() || virtual_sm > sm) {
+        return Err(format!(
+            "e_flags {flags:#010x} names virtual architecture compute_{virtual_sm} for sm_{sm}: \
+             the SASS of an SM is compiled from PTX of that SM or an older one"
+        ));
+    }
+    Ok(())
 }
 
 /// Relocation types the driver can know: R_CUDA (below 0x100: 117 are defined by CUDA 13.0, up
@@ -116,63 +178,29 @@ pub(super) fn relocated_bytes(rtype: u64, target: &Section) -> u64 {
         69 => 12,
         67 => 16,
         2..=115 => 8,
-        _ if target.kind == SHT_PROGBITS && target.flag(SHF_EXECINSTR) => 8,
+        _ if target.kind() == SHT_PROGBITS && target.flag(SHF_EXECINSTR) => 8,
         _ => 4,
     }
 }
 
 /// Checks section `i` of a cubin for what NVIDIA's reader needs beyond generic ELF. `symtab` is
-/// the cubin's one symbol table.
-pub(super) fn check_section(elf: &Elf<'_>, i: u32, s: &Section, symtab: u32) -> Check {
-    let in_section = |e: String| format!("{}: {e}", elf.label(i, s));
-    match s.kind {
-        SHT_CUDA_INFO => check_info(elf, i, s, symtab),
-        SHT_CUDA_COMPAT => {
-            for record in Records::new(elf.data(i, s)?) {
-                record.map_err(in_section)?;
-            }
-            Ok(())
-        }
-        SHT_CUDA_CALLGRAPH => {
-            if !matches!(s.entsize, 0 | 8) || !s.size.is_multiple_of(8) {
-                return Err(in_section(format!(
-                    "entry size {} and size {}: a call graph has whole 8-byte entries",
-                    s.entsize, s.size
-                )));
-            }
-            let symbols = elf.symbols_of(i, s, symtab)?;
-            let data = elf.data(i, s)?;
-            for n in 0..s.size / 4 {
-                let index = u32_at(data, n * 4).unwrap_or(0);
-                if index < CALLGRAPH_MARKERS && u64::from(index) >= symbols.count {
-                    return Err(in_section(format!(
-                        "entry {}: symbol index {index} is past the {} symbols",
-                        n / 2,
-                        symbols.count
-                    )));
-                }
-            }
-            Ok(())
-        }
+/// the cubin's one symbol table. Called for every section: the checks of loaded data and code
+/// are a few comparisons, made here; the sections of records are checked out of line.
+#[inline(always)]
+pub(super) fn check_section(elf: &Elf<'_>, i: u32, s: &Section, symtab: &Symbols<'_>) -> Check {
+    match s.kind() {
+        SHT_CUDA_INFO | SHT_CUDA_COMPAT | SHT_CUDA_CALLGRAPH => check_records(elf, i, s, symtab),
         // A kernel's constant banks and memory (`.nv.constant0.K`, `.nv.shared.K`: loaded data)
         // name its code section in `sh_info`; nvcc 13 flags it SHF_INFO_LINK, NVRTC 12.0 does not.
         SHT_PROGBITS | SHT_NOBITS if s.flag(SHF_ALLOC) && !s.flag(SHF_EXECINSTR) => {
-            if s.info >= elf.shnum {
-                return Err(in_section(format!(
-                    "sh_info {} (the code section this belongs to) is not one of the {} sections",
-                    s.info, elf.shnum
-                )));
+            if s.info() >= elf.shnum {
+                return Err(section_refusal(elf, i, s, symtab, Fault::DataOwner));
             }
             Ok(())
         }
-        SHT_PROGBITS if s.flag(SHF_EXECINSTR) && s.link != 0 => {
-            let symbols = elf.symbols_of(i, s, symtab)?;
-            let symbol = s.info & 0x00ff_ffff;
-            if u64::from(symbol) >= symbols.count {
-                return Err(in_section(format!(
-                    "sh_info {:#x} names symbol {symbol}, past the {} symbols",
-                    s.info, symbols.count
-                )));
+        SHT_PROGBITS if s.flag(SHF_EXECINSTR) && s.link() != 0 => {
+            if u64::from(s.info() & 0x00ff_ffff) >= symtab.count {
+                return Err(section_refusal(elf, i, s, symtab, Fault::CodeSymbol));
             }
             Ok(())
         }
@@ -180,218 +208,364 @@ pub(super) fn check_section(elf: &Elf<'_>, i: u32, s: &Section, symtab: u32) -> 
     }
 }
 
-/// An attribute record of `.nv.info` or `.nv.compat`.
-#[derive(Debug, Clone, Copy)]
-struct Record<'a> {
-    at: u64,
-    format: u8,
-    attribute: u8,
-    /// The value of formats 2 and 3; the size of format 4's.
-    half: u16,
-    /// Format 4's value; empty for the others.
-    value: &'a [u8],
+/// What can be wrong with a section that [`check_section`] checks itself.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// Loaded data whose `sh_info` is not a section.
+    DataOwner,
+    /// Code whose `sh_info` names no symbol.
+    CodeSymbol,
 }
 
-impl Record<'_> {
-    /// The `n`th 32-bit word of the value, if it has one.
-    fn word(&self, n: u64) -> Option<u32> {
-        u32_at(self.value, n.checked_mul(4)?)
-    }
-
-    fn words(&self) -> u64 {
-        self.value.len() as u64 / 4
-    }
+#[cold]
+fn section_refusal(
+    elf: &Elf<'_>,
+    i: u32,
+    s: &Section,
+    symtab: &Symbols<'_>,
+    fault: Fault,
+) -> String {
+    let why = match fault {
+        Fault::DataOwner => format!(
+            "sh_info {} (the code section this belongs to) is not one of the {} sections",
+            s.info(),
+            elf.shnum
+        ),
+        Fault::CodeSymbol => format!(
+            "sh_info {:#x} names symbol {}, past the {} symbols",
+            s.info(),
+            s.info() & 0x00ff_ffff,
+            symtab.count
+        ),
+    };
+    format!("{}: {why}", elf.label(i, s))
 }
 
-/// The records of a section's bytes, each checked to lie inside them; stops at the first bad one.
-struct Records<'a> {
-    data: &'a [u8],
-    at: u64,
-}
-
-impl<'a> Records<'a> {
-    fn new(data: &'a [u8]) -> Self {
-        Self { data, at: 0 }
-    }
-}
-
-impl<'a> Iterator for Records<'a> {
-    type Item = Check<Record<'a>>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let len = self.data.len() as u64;
-        let at = self.at;
-        if at >= len {
-            return None;
-        }
-        // Whatever happens, this is the last record unless it is well formed.
-        self.at = len;
-        let Some(&[format, attribute, h0, h1]) = bytes_at(self.data, at, 4) else {
-            return Some(Err(format!(
-                "the attribute record at offset {at}: its 4-byte header is past the end of the \
-                 {}-byte section",
-                Size(len)
-            )));
-        };
-        let half = u16::from_le_bytes([h0, h1]);
-        let value: &[u8] = match format {
-            EIFMT_NVAL | EIFMT_BVAL | EIFMT_HVAL => &[],
-            EIFMT_SVAL => match bytes_at(self.data, at + 4, u64::from(half)) {
-                Some(value) => value,
-                None => {
-                    return Some(Err(format!(
-                        "the attribute record at offset {at} (attribute {attribute:#04x}): its \
-                         {half}-byte value is past the end of the {}-byte section",
-                        Size(len)
-                    )));
-                }
-            },
-            _ => {
-                return Some(Err(format!(
-                    "the attribute record at offset {at} has format {format:#04x}, not 1 (no \
-                     value), 2 (byte), 3 (half word) or 4 (sized)"
+/// The sections of records and symbol indexes: attributes (`.nv.info*`), compatibility records
+/// (`.nv.compat`), the call graph.
+fn check_records(elf: &Elf<'_>, i: u32, s: &Section, symtab: &Symbols<'_>) -> Check {
+    let in_section = |e: String| format!("{}: {e}", elf.label(i, s));
+    match s.kind() {
+        SHT_CUDA_INFO => check_info(elf, i, s, symtab),
+        SHT_CUDA_COMPAT => walk_records(elf.data(i, s)?)
+            .map_err(|(at, byte, why)| info_refusal(elf, i, s, symtab, None, at, byte, why)),
+        _ => {
+            if !matches!(s.entsize(), 0 | 8) || !s.size().is_multiple_of(8) {
+                return Err(in_section(format!(
+                    "entry size {} and size {}: a call graph has whole 8-byte entries",
+                    s.entsize(),
+                    s.size()
                 )));
             }
-        };
-        // Within the section, so no overflow; the next record starts 4-byte aligned.
-        self.at = (at + 4 + value.len() as u64 + 3) & !3;
-        Some(Ok(Record {
-            at,
-            format,
-            attribute,
-            half,
-            value,
-        }))
+            let data = elf.data(i, s)?;
+            for (n, index) in data.chunks_exact(4).enumerate() {
+                let index = u32::from_le_bytes([index[0], index[1], index[2], index[3]]);
+                if index < CALLGRAPH_MARKERS && u64::from(index) >= symtab.count {
+                    return Err(in_section(format!(
+                        "entry {}: symbol index {index} is past the {} symbols",
+                        n / 2,
+                        symtab.count
+                    )));
+                }
+            }
+            Ok(())
+        }
     }
 }
 
-fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symtab: u32) -> Check {
-    let in_section = |e: String| format!("{}: {e}", elf.label(i, s));
+/// Reads the attribute records of section bytes `data` (`.nv.compat`'s, which hold nothing the
+/// driver follows) to check that each lies inside them: a 4-byte header `u8 format, u8
+/// attribute, u16 value-or-size`, a value of `size` bytes for format 4, records 4-byte aligned.
+/// A record that does not lie inside the section, or has an unknown format, is an `Err` with its
+/// offset, the byte to name (its format or its attribute) and why. `check_info` reads
+/// `.nv.info`'s records the same way, with what it checks in them.
+fn walk_records(data: &[u8]) -> Result<(), (usize, u8, Why)> {
+    let mut next = 0;
+    while next < data.len() {
+        let at = next;
+        let Some(&[format, attribute, h0, h1]) = data.get(at..).and_then(<[u8]>::first_chunk)
+        else {
+            return Err((at, 0, Why::HeaderPastEnd));
+        };
+        let half = u16::from_le_bytes([h0, h1]);
+        next = match format {
+            EIFMT_NVAL | EIFMT_BVAL | EIFMT_HVAL => at + 4,
+            EIFMT_SVAL => {
+                let end = at + 4 + usize::from(half);
+                if end > data.len() {
+                    return Err((at, attribute, Why::ValuePastEnd(half)));
+                }
+                (end + 3) & !3
+            }
+            _ => return Err((at, format, Why::Format)),
+        };
+    }
+    Ok(())
+}
+
+/// A kernel's parameter description (`KPARAM_INFO`), where the checks after the last record need
+/// it: the offset of its record, its ordinal, offset and size.
+#[derive(Clone, Copy)]
+struct Param {
+    at: usize,
+    ordinal: u64,
+    offset: u64,
+    size: u64,
+}
+
+impl Param {
+    fn end(&self) -> u64 {
+        self.offset.saturating_add(self.size)
+    }
+}
+
+/// The 32-bit word `n` of a record's value, if it has one.
+#[inline(always)]
+fn word(value: &[u8], n: usize) -> Option<u32> {
+    value
+        .get(n.checked_mul(4)?..)?
+        .first_chunk()
+        .map(|w| u32::from_le_bytes(*w))
+}
+
+/// The whole 32-bit words of a record's value.
+fn words(value: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    value
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+}
+
+/// Checks the attribute records of `.nv.info` or a kernel's `.nv.info.K` (section `i`): each lies
+/// inside the section, and what the driver follows in them (symbol indexes, the parameters'
+/// place in their constant bank, instruction offsets) points inside what it names.
+///
+/// The loop reads every record of every cubin loaded, so it is written for speed: a record is
+/// never built as a value, and every refusal is made by a cold function from plain numbers.
+fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Check {
     let data = elf.data(i, s)?;
-    let symbols = elf.symbols_of(i, s, symtab)?;
     // A kernel's attributes: its code section, when `sh_info` names one.
-    let code = match s.info {
+    let code = match s.info() {
         0 => None,
-        index => Some(elf.section(index).map_err(in_section)?),
+        index => Some(
+            elf.section(index)
+                .map_err(|e| format!("{}: {e}", elf.label(i, s)))?,
+        ),
     };
-    let about = |record: Record<'_>, e: String| {
-        in_section(format!(
-            "the attribute record at offset {} (attribute {:#04x}): {e}",
-            record.at, record.attribute
-        ))
+    let code_size = code.filter(|c| c.flag(SHF_EXECINSTR)).map(|c| c.size());
+    let count = symbols.count;
+    let is_symbol = |index: u32| u64::from(index) < count;
+    let refuse = |at: usize, attribute: u8, why: Why| {
+        info_refusal(elf, i, s, symbols, code.as_ref(), at, attribute, why)
     };
     let mut params = 0u64;
     let mut param_bank = None;
     // The parameter descriptions are checked against the count and the bank size once all
-    // records are read: the highest ordinal, and the parameter that ends furthest.
-    let mut highest: Option<(Record<'_>, u64)> = None;
-    let mut furthest: Option<(Record<'_>, u64, u64, u64)> = None;
-    for record in Records::new(data) {
-        let record = record.map_err(in_section)?;
-        if record.attribute == EIATTR_CBANK_PARAM_SIZE && record.format == EIFMT_HVAL {
-            param_bank = Some(u64::from(record.half));
-        }
-        if record.format != EIFMT_SVAL {
+    // records are read: the one with the highest ordinal, and the one that ends furthest.
+    let mut highest: Option<Param> = None;
+    let mut furthest: Option<Param> = None;
+    // The records as `walk_records` reads them, written out: this loop runs for every record of
+    // every cubin loaded.
+    let mut next = 0;
+    while next < data.len() {
+        let record_at = next;
+        let Some(&[format, attribute, h0, h1]) =
+            data.get(record_at..).and_then(<[u8]>::first_chunk)
+        else {
+            return Err(refuse(record_at, 0, Why::HeaderPastEnd));
+        };
+        let half = u16::from_le_bytes([h0, h1]);
+        if format != EIFMT_SVAL {
+            if !matches!(format, EIFMT_NVAL | EIFMT_BVAL | EIFMT_HVAL) {
+                return Err(refuse(record_at, format, Why::Format));
+            }
+            if attribute == EIATTR_CBANK_PARAM_SIZE && format == EIFMT_HVAL {
+                param_bank = Some(u64::from(half));
+            }
+            next = record_at + 4;
             continue;
         }
-        let what = |e: String| about(record, e);
-        let symbol = |n: u64| -> Check<u64> {
-            let index = record.word(n).ok_or_else(|| {
-                what(format!("{} bytes hold no symbol index", record.value.len()))
-            })?;
-            if u64::from(index) >= symbols.count {
-                return Err(what(format!(
-                    "symbol index {index} is past the {} symbols of {}",
-                    symbols.count,
-                    elf.label_of(symbols.index)
-                )));
-            }
-            Ok(u64::from(index))
+        // Inside the section: no overflow.
+        let end = record_at + 4 + usize::from(half);
+        let Some(value) = data.get(record_at + 4..end) else {
+            return Err(refuse(record_at, attribute, Why::ValuePastEnd(half)));
         };
-        match record.attribute {
+        // `record_at` is 4-byte aligned, so the next record starts after the value's padding.
+        next = (end + 3) & !3;
+        match attribute {
             EIATTR_REGCOUNT | EIATTR_FRAME_SIZE | EIATTR_MIN_STACK_SIZE | EIATTR_MAX_STACK_SIZE => {
-                symbol(0)?;
+                match word(value, 0) {
+                    Some(index) if is_symbol(index) => {}
+                    Some(index) => return Err(refuse(record_at, attribute, Why::Symbol(index))),
+                    None => return Err(refuse(record_at, attribute, Why::NoSymbol(value.len()))),
+                }
             }
             EIATTR_EXTERNS => {
-                for n in 0..record.words() {
-                    symbol(n)?;
+                if let Some(index) = words(value).find(|&n| !is_symbol(n)) {
+                    return Err(refuse(record_at, attribute, Why::Symbol(index)));
                 }
             }
             EIATTR_PARAM_CBANK => {
-                let bank = symbols.get(symbol(0)?).map(|sym| sym.shndx);
-                let placement = record
-                    .word(1)
-                    .ok_or_else(|| what("no parameter offset and size".into()))?;
+                let index = match word(value, 0) {
+                    Some(index) if is_symbol(index) => index,
+                    Some(index) => return Err(refuse(record_at, attribute, Why::Symbol(index))),
+                    None => return Err(refuse(record_at, attribute, Why::NoSymbol(value.len()))),
+                };
+                let placement = word(value, 1);
+                let Some(placement) = placement else {
+                    return Err(refuse(record_at, attribute, Why::NoPlacement));
+                };
                 let (offset, size) = (u64::from(placement & 0xffff), u64::from(placement >> 16));
-                if let Some(index) = bank
-                    && index != 0
-                    && index < SHN_LORESERVE
-                {
-                    let index = u32::from(index);
-                    let section = elf.section(index).map_err(what)?;
-                    if !fits(offset, size, section.size) {
-                        return Err(what(format!(
-                            "parameters at offset {offset} + size {size} are past the end of {} \
-                             ({} bytes)",
-                            elf.label(index, &section),
-                            Size(section.size)
-                        )));
+                let bank = symbols.get(u64::from(index)).map_or(0, |sym| sym.shndx);
+                if bank != 0 && bank < SHN_LORESERVE {
+                    let fitting = elf
+                        .header(u32::from(bank))
+                        .map(|section| fits(offset, size, section.size()));
+                    if fitting != Some(true) {
+                        return Err(refuse(record_at, attribute, Why::Bank(bank, offset, size)));
                     }
                 }
             }
             EIATTR_KPARAM_INFO => {
-                let (Some(flags), Some(position)) = (record.word(2), record.word(1)) else {
-                    return Err(what(format!(
-                        "{} bytes, not the 12 of a parameter description",
-                        record.value.len()
-                    )));
+                let (Some(position), Some(flags)) = (word(value, 1), word(value, 2)) else {
+                    return Err(refuse(record_at, attribute, Why::ShortParam(value.len())));
                 };
                 params += 1;
-                let (ordinal, offset) = (u64::from(position & 0xffff), u64::from(position >> 16));
-                let size = u64::from(flags >> 18);
-                if highest.is_none_or(|(_, o)| ordinal > o) {
-                    highest = Some((record, ordinal));
+                let param = Param {
+                    at: record_at,
+                    ordinal: u64::from(position & 0xffff),
+                    offset: u64::from(position >> 16),
+                    size: u64::from(flags >> 18),
+                };
+                if highest.is_none_or(|p| param.ordinal > p.ordinal) {
+                    highest = Some(param);
                 }
-                let end = offset.saturating_add(size);
-                if furthest.is_none_or(|(_, _, o, s)| end > o.saturating_add(s)) {
-                    furthest = Some((record, ordinal, offset, size));
+                if furthest.is_none_or(|p| param.end() > p.end()) {
+                    furthest = Some(param);
                 }
             }
             EIATTR_EXIT_INSTR_OFFSETS => {
-                if let Some(code) = code.filter(|c| c.flag(SHF_EXECINSTR)) {
-                    for n in 0..record.words() {
-                        let offset = u64::from(record.word(n).unwrap_or(0));
-                        if offset >= code.size {
-                            return Err(what(format!(
-                                "instruction offset {offset} is past the end of {} ({} bytes)",
-                                elf.label(s.info, &code),
-                                Size(code.size)
-                            )));
-                        }
-                    }
+                if let Some(size) = code_size
+                    && let Some(offset) = words(value).find(|&n| u64::from(n) >= size)
+                {
+                    return Err(refuse(record_at, attribute, Why::Exit(offset)));
                 }
             }
             _ => {}
         }
     }
-    if let Some((record, ordinal)) = highest
-        && ordinal >= params
+    if let Some(p) = highest
+        && p.ordinal >= params
     {
-        return Err(about(
-            record,
-            format!("parameter ordinal {ordinal}, but the kernel has {params} parameters"),
+        return Err(refuse(
+            p.at,
+            EIATTR_KPARAM_INFO,
+            Why::Ordinal(p.ordinal, params),
         ));
     }
-    if let (Some((record, ordinal, offset, size)), Some(bank)) = (furthest, param_bank)
-        && !fits(offset, size, bank)
+    if let (Some(p), Some(bank)) = (furthest, param_bank)
+        && !fits(p.offset, p.size, bank)
     {
-        return Err(about(
-            record,
-            format!(
-                "parameter {ordinal} at offset {offset} + size {size} is past the kernel's \
-                 {bank} bytes of parameters"
-            ),
-        ));
+        return Err(refuse(p.at, EIATTR_KPARAM_INFO, Why::PastParams(p, bank)));
     }
     Ok(())
+}
+
+/// Why an attribute record is refused (see `info_refusal`).
+#[derive(Clone, Copy)]
+enum Why {
+    /// Its 4-byte header runs past the end of the section.
+    HeaderPastEnd,
+    /// Its format (the `attribute` passed along) is unknown.
+    Format,
+    /// Its value of this many bytes runs past the end of the section.
+    ValuePastEnd(u16),
+    /// Not a symbol index of the table.
+    Symbol(u32),
+    /// A value of this many bytes, too short to hold a symbol index.
+    NoSymbol(usize),
+    /// `PARAM_CBANK` without the parameters' offset and size.
+    NoPlacement,
+    /// `PARAM_CBANK`: the parameters at this offset and size do not fit in the bank's section.
+    Bank(u16, u64, u64),
+    /// `KPARAM_INFO` of this many bytes, too short.
+    ShortParam(usize),
+    /// An exit instruction at this offset past the end of the code.
+    Exit(u32),
+    /// A parameter ordinal that is not below the parameter count.
+    Ordinal(u64, u64),
+    /// A parameter past the end of the kernel's parameter bank of this many bytes.
+    PastParams(Param, u64),
+}
+
+/// The refusal of the record at `at` (attribute `attribute`, or its format for
+/// [`Why::Format`]) of attribute section `i`.
+#[cold]
+#[allow(clippy::too_many_arguments)]
+fn info_refusal(
+    elf: &Elf<'_>,
+    i: u32,
+    s: &Section,
+    symbols: &Symbols<'_>,
+    code: Option<&Section>,
+    at: usize,
+    attribute: u8,
+    why: Why,
+) -> String {
+    let section = elf.label(i, s);
+    let len = Size(s.size());
+    let record = format!("the attribute record at offset {at} (attribute {attribute:#04x})");
+    let e = match why {
+        Why::HeaderPastEnd => {
+            return format!(
+                "{section}: the attribute record at offset {at}: its 4-byte header is past the \
+                 end of the {len}-byte section"
+            );
+        }
+        Why::Format => {
+            return format!(
+                "{section}: the attribute record at offset {at} has format {attribute:#04x}, not \
+                 1 (no value), 2 (byte), 3 (half word) or 4 (sized)"
+            );
+        }
+        Why::ValuePastEnd(half) => {
+            return format!(
+                "{section}: {record}: its {half}-byte value is past the end of the {len}-byte \
+                 section"
+            );
+        }
+        Why::Symbol(index) => format!(
+            "symbol index {index} is past the {} symbols of {}",
+            symbols.count,
+            elf.label_of(symbols.index)
+        ),
+        Why::NoSymbol(bytes) => format!("{bytes} bytes hold no symbol index"),
+        Why::NoPlacement => "no parameter offset and size".into(),
+        Why::Bank(bank, offset, size) => match elf.section(u32::from(bank)) {
+            Ok(target) => format!(
+                "parameters at offset {offset} + size {size} are past the end of {} ({} bytes)",
+                elf.label(u32::from(bank), &target),
+                Size(target.size())
+            ),
+            Err(e) => e,
+        },
+        Why::ShortParam(bytes) => {
+            format!("{bytes} bytes, not the 12 of a parameter description")
+        }
+        Why::Exit(offset) => {
+            let code = code.copied().unwrap_or_default();
+            format!(
+                "instruction offset {offset} is past the end of {} ({} bytes)",
+                elf.label(s.info(), &code),
+                Size(code.size())
+            )
+        }
+        Why::Ordinal(ordinal, params) => {
+            format!("parameter ordinal {ordinal}, but the kernel has {params} parameters")
+        }
+        Why::PastParams(p, bank) => format!(
+            "parameter {} at offset {} + size {} is past the kernel's {bank} bytes of parameters",
+            p.ordinal, p.offset, p.size
+        ),
+    };
+    format!("{section}: {record}: {e}")
 }

@@ -76,39 +76,95 @@ pub(super) fn check(b: &[u8], whole: &str, machines: Machines) -> Check {
     elf.check_sections()
 }
 
-/// A section header, as read.
+/// A section header: its 64 bytes in the image, each field read where it is used (a check
+/// that follows one link reads one or two fields of the section it reaches).
 #[derive(Debug, Clone, Copy)]
-struct Section {
-    name: u32,
-    kind: u32,
-    flags: u64,
-    offset: u64,
-    size: u64,
-    link: u32,
-    info: u32,
-    align: u64,
-    entsize: u64,
+struct Section<'a> {
+    h: &'a [u8; SECTION_HEADER_SIZE as usize],
 }
 
-impl Section {
-    fn read(h: &[u8; SECTION_HEADER_SIZE as usize]) -> Self {
-        let u32_ = |at| u32::from_le_bytes(field(h, at));
-        let u64_ = |at| u64::from_le_bytes(field(h, at));
+impl Default for Section<'_> {
+    /// The null section's header, all zeros.
+    fn default() -> Self {
         Self {
-            name: u32_(0),
-            kind: u32_(4),
-            flags: u64_(8),
-            offset: u64_(24),
-            size: u64_(32),
-            link: u32_(40),
-            info: u32_(44),
-            align: u64_(48),
-            entsize: u64_(56),
+            h: &[0; SECTION_HEADER_SIZE as usize],
         }
     }
+}
 
+impl<'a> Section<'a> {
+    #[inline(always)]
+    fn read(h: &'a [u8; SECTION_HEADER_SIZE as usize]) -> Self {
+        Self { h }
+    }
+
+    #[inline(always)]
+    fn u32(&self, at: usize) -> u32 {
+        u32::from_le_bytes(field(self.h, at))
+    }
+
+    #[inline(always)]
+    fn u64(&self, at: usize) -> u64 {
+        u64::from_le_bytes(field(self.h, at))
+    }
+
+    /// `sh_name`: the offset of its name in the section name table.
+    #[inline(always)]
+    fn name(&self) -> u32 {
+        self.u32(0)
+    }
+
+    /// `sh_type`.
+    #[inline(always)]
+    fn kind(&self) -> u32 {
+        self.u32(4)
+    }
+
+    /// `sh_flags`.
+    #[inline(always)]
+    fn flags(&self) -> u64 {
+        self.u64(8)
+    }
+
+    /// `sh_offset`.
+    #[inline(always)]
+    fn offset(&self) -> u64 {
+        self.u64(24)
+    }
+
+    /// `sh_size`.
+    #[inline(always)]
+    fn size(&self) -> u64 {
+        self.u64(32)
+    }
+
+    /// `sh_link`.
+    #[inline(always)]
+    fn link(&self) -> u32 {
+        self.u32(40)
+    }
+
+    /// `sh_info`.
+    #[inline(always)]
+    fn info(&self) -> u32 {
+        self.u32(44)
+    }
+
+    /// `sh_addralign`.
+    #[inline(always)]
+    fn align(&self) -> u64 {
+        self.u64(48)
+    }
+
+    /// `sh_entsize`.
+    #[inline(always)]
+    fn entsize(&self) -> u64 {
+        self.u64(56)
+    }
+
+    #[inline(always)]
     fn flag(&self, flag: u32) -> bool {
-        self.flags & u64::from(flag) != 0
+        self.flags() & u64::from(flag) != 0
     }
 }
 
@@ -134,20 +190,44 @@ struct Symbol {
 }
 
 impl Symbols<'_> {
+    #[inline]
     fn get(&self, n: u64) -> Option<Symbol> {
-        let at = n.checked_mul(SYMBOL_SIZE)?;
-        let entry: &[u8; SYMBOL_SIZE as usize] =
-            bytes_at(self.data, at, SYMBOL_SIZE)?.try_into().ok()?;
+        let at = usize::try_from(n.checked_mul(SYMBOL_SIZE)?).ok()?;
+        self.data.get(at..)?.first_chunk().map(Symbol::read)
+    }
+}
+
+impl Symbol {
+    /// A symbol from its 24 bytes.
+    #[inline]
+    fn read(entry: &[u8; SYMBOL_SIZE as usize]) -> Self {
         let [info] = field(entry, 4);
-        Some(Symbol {
+        Self {
             name: u32::from_le_bytes(field(entry, 0)),
             binding: info >> 4,
             kind: info & 0xf,
             shndx: u16::from_le_bytes(field(entry, 6)),
             value: u64::from_le_bytes(field(entry, 8)),
             size: u64::from_le_bytes(field(entry, 16)),
-        })
+        }
     }
+}
+
+/// What can be wrong with a symbol (see `Elf::symbol_fault`).
+#[derive(Debug, Clone, Copy)]
+enum SymbolFault {
+    /// Its name is not in the string table.
+    Name,
+    /// Its binding or type is reserved.
+    Reserved,
+    /// `SHN_XINDEX`.
+    ExtendedIndex,
+    /// Its section index is not a section.
+    NoSection,
+    /// Its value and size run past the end of its section.
+    PastSection,
+    /// Its section index is in the reserved range.
+    ReservedIndex,
 }
 
 /// An ELF image whose header, section header table and section name table have been checked.
@@ -158,7 +238,8 @@ struct Elf<'a> {
     file_type: u16,
     phoff: u64,
     phnum: u16,
-    shoff: u64,
+    /// The section header table: `shnum` headers of 64 bytes.
+    headers: &'a [u8],
     shnum: u32,
     /// The bytes of the section name table, ending in a NUL.
     names: &'a [u8],
@@ -229,6 +310,9 @@ impl<'a> Elf<'a> {
                 "e_version is {version}, not the {EV_CURRENT} (EV_CURRENT) of an AMD GPU code object"
             ));
         }
+        if cuda {
+            cuda::check_flags(byte(8), u32_at(b, 48).unwrap_or(0))?;
+        }
         let file_type = half(16);
         if !matches!(file_type, ET_REL | ET_EXEC | ET_DYN) {
             return Err(format!(
@@ -283,7 +367,7 @@ impl<'a> Elf<'a> {
                 file_type,
                 phoff,
                 phnum,
-                shoff,
+                headers: &[],
                 shnum: 0,
                 names: &[],
             });
@@ -314,7 +398,8 @@ impl<'a> Elf<'a> {
             file_type,
             phoff,
             phnum,
-            shoff,
+            // Inside the image (checked above).
+            headers: bytes_at(b, shoff, u64::from(shnum) * SECTION_HEADER_SIZE).unwrap_or_default(),
             shnum: u32::from(shnum),
             names: &[],
         };
@@ -326,15 +411,15 @@ impl<'a> Elf<'a> {
         let index = u32::from(shstrndx);
         let table = elf.section(index)?;
         let what = || format!("section {index} (the section name table, e_shstrndx)");
-        if table.kind != SHT_STRTAB {
+        if table.kind() != SHT_STRTAB {
             return Err(format!(
                 "{}: type {:#x}, not a string table",
                 what(),
-                table.kind
+                table.kind()
             ));
         }
-        let names = bytes_at(b, table.offset, table.size)
-            .ok_or_else(|| past_end(&what(), table.offset, table.size, b.len(), whole))?;
+        let names = bytes_at(b, table.offset(), table.size())
+            .ok_or_else(|| past_end(&what(), table.offset(), table.size(), b.len(), whole))?;
         if names.last() != Some(&0) {
             return Err(format!("{}: does not end with a NUL byte", what()));
         }
@@ -342,27 +427,32 @@ impl<'a> Elf<'a> {
         Ok(elf)
     }
 
+    /// Section header `i`, `None` when it is not one of the table's.
+    #[inline]
+    fn header(&self, i: u32) -> Option<Section<'a>> {
+        let at = usize::try_from(i)
+            .ok()?
+            .checked_mul(SECTION_HEADER_SIZE as usize)?;
+        self.headers.get(at..)?.first_chunk().map(Section::read)
+    }
+
     /// Section header `i`, which must be one of the table's (else a refusal).
-    fn section(&self, i: u32) -> Check<Section> {
-        if i >= self.shnum {
-            return Err(format!(
-                "section index {i} is not one of the {} sections",
-                self.shnum
-            ));
-        }
-        // The table lies inside the image (checked in `parse`): offset and read both succeed.
-        u64::from(i)
-            .checked_mul(SECTION_HEADER_SIZE)
-            .and_then(|at| at.checked_add(self.shoff))
-            .and_then(|at| bytes_at(self.b, at, SECTION_HEADER_SIZE))
-            .and_then(|h| h.try_into().ok())
-            .map(Section::read)
-            .ok_or_else(|| format!("section {i}: its header is outside the image"))
+    #[inline]
+    fn section(&self, i: u32) -> Check<Section<'a>> {
+        self.header(i).ok_or_else(|| self.not_a_section(i))
+    }
+
+    #[cold]
+    fn not_a_section(&self, i: u32) -> String {
+        format!(
+            "section index {i} is not one of the {} sections",
+            self.shnum
+        )
     }
 
     /// A section's name, for refusals; a name offset outside the name table reads as empty.
     fn name(&self, s: &Section) -> Cow<'a, str> {
-        let tail = usize::try_from(s.name)
+        let tail = usize::try_from(s.name())
             .ok()
             .and_then(|at| self.names.get(at..))
             .unwrap_or_default();
@@ -385,28 +475,46 @@ impl<'a> Elf<'a> {
 
     /// The bytes of section `i`: empty for `NOBITS` and null sections, a refusal when they do not
     /// lie inside the image.
+    #[inline(always)]
     fn data(&self, i: u32, s: &Section) -> Check<&'a [u8]> {
-        if matches!(s.kind, SHT_NOBITS | SHT_NULL) {
+        if matches!(s.kind(), SHT_NOBITS | SHT_NULL) {
             return Ok(&[]);
         }
-        bytes_at(self.b, s.offset, s.size).ok_or_else(|| {
-            past_end(
-                &self.label(i, s),
-                s.offset,
-                s.size,
-                self.b.len(),
-                self.whole,
-            )
-        })
+        match bytes_at(self.b, s.offset(), s.size()) {
+            Some(data) => Ok(data),
+            None => Err(self.data_past_end(i, s)),
+        }
+    }
+
+    #[cold]
+    fn data_past_end(&self, i: u32, s: &Section) -> String {
+        past_end(
+            &self.label(i, s),
+            s.offset(),
+            s.size(),
+            self.b.len(),
+            self.whole,
+        )
     }
 
     fn check_program_headers(&self) -> Check {
-        for i in 0..u64::from(self.phnum) {
-            // The table lies inside the image (checked in `parse`).
-            let at = self.phoff + i * PROGRAM_HEADER_SIZE;
-            let h = bytes_at(self.b, at, PROGRAM_HEADER_SIZE).unwrap_or_default();
-            let (kind, offset) = (u32_at(h, 0).unwrap_or(0), u64_at(h, 8).unwrap_or(0));
-            let (file_size, memory_size) = (u64_at(h, 32).unwrap_or(0), u64_at(h, 40).unwrap_or(0));
+        // The table lies inside the image (checked in `parse`).
+        let table = bytes_at(
+            self.b,
+            self.phoff,
+            u64::from(self.phnum) * PROGRAM_HEADER_SIZE,
+        )
+        .unwrap_or_default();
+        for (i, h) in (0u64..).zip(table.chunks_exact(PROGRAM_HEADER_SIZE as usize)) {
+            let h: &[u8; PROGRAM_HEADER_SIZE as usize] = h
+                .first_chunk()
+                .unwrap_or(&[0; PROGRAM_HEADER_SIZE as usize]);
+            let kind = u32::from_le_bytes(field(h, 0));
+            let offset = u64::from_le_bytes(field(h, 8));
+            let (file_size, memory_size) = (
+                u64::from_le_bytes(field(h, 32)),
+                u64::from_le_bytes(field(h, 40)),
+            );
             let what = || format!("program header {i} (type {kind:#x})");
             if file_size > 0 && !fits(offset, file_size, self.b.len() as u64) {
                 return Err(past_end(
@@ -432,96 +540,122 @@ impl<'a> Elf<'a> {
             return Ok(());
         }
         // Extended numbering keeps counts in section 0; without it section 0 is all zeros.
-        let null = bytes_at(self.b, self.shoff, SECTION_HEADER_SIZE).unwrap_or_default();
-        if let Some(at) = null.iter().position(|&b| b != 0) {
+        let null = self
+            .headers
+            .get(..SECTION_HEADER_SIZE as usize)
+            .unwrap_or_default();
+        // A comparison with zeros is a word-at-a-time `bcmp`; the position only on the way out.
+        if null != [0; SECTION_HEADER_SIZE as usize] {
+            let at = null.iter().position(|&b| b != 0).unwrap_or_default();
             return Err(format!(
                 "section 0 has a non-zero byte at offset {at} of its header; the first section \
                  of an ELF file is the null section, all zeros"
             ));
         }
-        // First what every section must be on its own, so that the checks that follow links can
-        // rely on the sections they reach.
+        // The symbol table first. In a cubin every symbol index refers to its one symbol table
+        // (`symbols_of`), whatever section it is in; it is checked for shape once, here.
         let (mut symtab, mut first_table) = (None, None);
-        for i in 1..self.shnum {
-            let s = self.section(i)?;
-            if s.name as usize >= self.names.len() {
-                return Err(format!(
-                    "section {i}: its name offset {} is outside the {}-byte section name table",
-                    s.name,
-                    Size(self.names.len() as u64)
-                ));
-            }
-            let data = self.data(i, &s)?;
-            if s.align > 1 && !s.align.is_power_of_two() {
-                return Err(format!(
-                    "{}: alignment {} is not a power of two",
-                    self.label(i, &s),
-                    s.align
-                ));
-            }
-            if s.link >= self.shnum {
-                return Err(format!(
-                    "{}: sh_link {} is not one of the {} sections",
-                    self.label(i, &s),
-                    s.link,
-                    self.shnum
-                ));
-            }
-            if s.flag(SHF_INFO_LINK) && (s.info == 0 || s.info >= self.shnum) {
-                return Err(format!(
-                    "{}: sh_info {} is flagged as a section index (SHF_INFO_LINK) but is not one \
-                     of the {} sections",
-                    self.label(i, &s),
-                    s.info,
-                    self.shnum
-                ));
-            }
-            if s.flag(SHF_COMPRESSED) {
-                self.check_compressed(i, &s, data)?;
-            }
-            if s.kind == SHT_STRTAB && data.last() != Some(&0) {
-                return Err(format!(
-                    "{}: the string table does not end with a NUL byte",
-                    self.label(i, &s)
-                ));
-            }
-            // Every symbol index of a cubin refers to its one symbol table (`symbols_of`).
+        for (i, header) in (0..self.shnum)
+            .zip(self.headers.chunks_exact(SECTION_HEADER_SIZE as usize))
+            .skip(1)
+        {
+            let kind = header
+                .get(4..)
+                .and_then(<[u8]>::first_chunk)
+                .map_or(SHT_NULL, |k| u32::from_le_bytes(*k));
             if self.cuda
-                && matches!(s.kind, SHT_SYMTAB | SHT_DYNSYM)
+                && matches!(kind, SHT_SYMTAB | SHT_DYNSYM)
                 && let Some(first) = first_table.replace(i)
             {
                 return Err(format!(
                     "{} and {} are both symbol tables; a CUDA cubin has one",
                     self.label_of(first),
-                    self.label(i, &s)
+                    self.label_of(i)
                 ));
             }
-            if s.kind == SHT_SYMTAB && symtab.is_none() {
+            if kind == SHT_SYMTAB && symtab.is_none() {
                 symtab = Some(i);
             }
         }
         let symtab = match (symtab, self.cuda) {
-            (Some(symtab), _) => symtab,
+            (Some(index), true) => Some(self.symbols(index, &self.section(index)?, index)?),
             (None, true) => return Err("a CUDA cubin without a symbol table (.symtab)".into()),
-            (None, false) => 0,
+            (_, false) => None,
         };
-        for i in 1..self.shnum {
-            let s = self.section(i)?;
-            match s.kind {
-                SHT_SYMTAB | SHT_DYNSYM => self.check_symbols(i, &s)?,
+        // Then every section, in one pass: what it must be on its own, and what its links reach.
+        // A check that follows a link checks what it reads there (the type of the section, its
+        // bytes inside the image); the rest of that section is checked when the pass gets to it.
+        let headers = self.headers.chunks_exact(SECTION_HEADER_SIZE as usize);
+        for (i, header) in (0..self.shnum).zip(headers).skip(1) {
+            // `chunks_exact` gives whole headers.
+            let s = header
+                .first_chunk()
+                .map_or_else(Section::default, Section::read);
+            self.check_section(i, &s)?;
+            match s.kind() {
+                SHT_SYMTAB | SHT_DYNSYM => self.check_symbols(i, &s, symtab)?,
                 SHT_REL | SHT_RELA => self.check_relocations(i, &s, symtab)?,
                 SHT_HASH | SHT_GNU_HASH | SHT_GNU_VERSYM | SHT_GROUP | SHT_SYMTAB_SHNDX => {
-                    self.symbols(i, &s, s.link)?;
+                    self.symbols(i, &s, s.link())?;
                 }
                 SHT_DYNAMIC => {
-                    self.strings(i, &s, s.link)?;
+                    self.strings(i, &s, s.link())?;
                 }
                 SHT_NOTE => self.check_notes(i, &s)?,
                 _ => {}
             }
-            if self.cuda {
+            if let Some(symtab) = &symtab {
                 cuda::check_section(self, i, &s, symtab)?;
             }
+        }
+        Ok(())
+    }
+
+    /// What section `i` must be on its own: a name in the name table, its bytes inside the
+    /// image, a power-of-two alignment, its links sections, a compression header where flagged,
+    /// a string table ending in a NUL.
+    #[inline(always)]
+    fn check_section(&self, i: u32, s: &Section) -> Check {
+        if s.name() as usize >= self.names.len() {
+            return Err(format!(
+                "section {i}: its name offset {} is outside the {}-byte section name table",
+                s.name(),
+                Size(self.names.len() as u64)
+            ));
+        }
+        let data = self.data(i, s)?;
+        if s.align() > 1 && !s.align().is_power_of_two() {
+            return Err(format!(
+                "{}: alignment {} is not a power of two",
+                self.label(i, s),
+                s.align()
+            ));
+        }
+        if s.link() >= self.shnum {
+            return Err(format!(
+                "{}: sh_link {} is not one of the {} sections",
+                self.label(i, s),
+                s.link(),
+                self.shnum
+            ));
+        }
+        if s.flag(SHF_INFO_LINK) && (s.info() == 0 || s.info() >= self.shnum) {
+            return Err(format!(
+                "{}: sh_info {} is flagged as a section index (SHF_INFO_LINK) but is not one \
+                 of the {} sections",
+                self.label(i, s),
+                s.info(),
+                self.shnum
+            ));
+        }
+        if s.flag(SHF_COMPRESSED) {
+            self.check_compressed(i, s, data)?;
+        }
+        if s.kind() == SHT_STRTAB && data.last() != Some(&0) {
+            return Err(format!(
+                "{}: the string table does not end with a NUL byte",
+                self.label(i, s)
+            ));
         }
         Ok(())
     }
@@ -529,40 +663,44 @@ impl<'a> Elf<'a> {
     /// The symbol table whose indexes section `i` holds: the one its `sh_link` names, except in
     /// a cubin, which has one symbol table, `symtab`, whatever `sh_link` says (NVRTC 12.0 links
     /// relocation, attribute and code sections to `.nv.info`, and the driver loads them).
-    fn symbols_of(&self, i: u32, s: &Section, symtab: u32) -> Check<Symbols<'a>> {
-        self.symbols(i, s, if self.cuda { symtab } else { s.link })
+    fn symbols_of(&self, i: u32, s: &Section, symtab: Option<Symbols<'a>>) -> Check<Symbols<'a>> {
+        match symtab {
+            Some(symtab) => Ok(symtab),
+            None => self.symbols(i, s, s.link()),
+        }
     }
 
     /// The symbol table `index` that section `i` links to: a symbol table with 24-byte entries.
     fn symbols(&self, i: u32, s: &Section, index: u32) -> Check<Symbols<'a>> {
         let table = self.section(index)?;
-        if !matches!(table.kind, SHT_SYMTAB | SHT_DYNSYM) {
+        if !matches!(table.kind(), SHT_SYMTAB | SHT_DYNSYM) {
             return Err(format!(
                 "{}: links to {}, which is not a symbol table",
                 self.label(i, s),
                 self.label(index, &table)
             ));
         }
-        if table.entsize != SYMBOL_SIZE || !table.size.is_multiple_of(SYMBOL_SIZE) {
+        if table.entsize() != SYMBOL_SIZE || !table.size().is_multiple_of(SYMBOL_SIZE) {
             return Err(format!(
                 "{}: entry size {} and size {}: a symbol table has whole {SYMBOL_SIZE}-byte entries",
                 self.label(index, &table),
-                table.entsize,
-                table.size
+                table.entsize(),
+                table.size()
             ));
         }
         Ok(Symbols {
             index,
             data: self.data(index, &table)?,
-            count: table.size / SYMBOL_SIZE,
+            count: table.size() / SYMBOL_SIZE,
         })
     }
 
     /// The string table `index` that section `i` links to (ending in a NUL: checked for every
     /// string table before links are followed).
+    #[inline]
     fn strings(&self, i: u32, s: &Section, index: u32) -> Check<&'a [u8]> {
         let table = self.section(index)?;
-        if table.kind != SHT_STRTAB {
+        if table.kind() != SHT_STRTAB {
             return Err(format!(
                 "{}: links to {}, which is not a string table",
                 self.label(i, s),
@@ -577,7 +715,7 @@ impl<'a> Elf<'a> {
     fn check_compressed(&self, i: u32, s: &Section, data: &[u8]) -> Check {
         const CHDR_SIZE: u64 = 24;
         let kind = u32_at(data, 0);
-        if s.kind == SHT_NOBITS
+        if s.kind() == SHT_NOBITS
             || (data.len() as u64) < CHDR_SIZE
             || !matches!(kind, Some(ELFCOMPRESS_ZLIB | ELFCOMPRESS_ZSTD))
             || u64_at(data, 8) == Some(0)
@@ -591,119 +729,147 @@ impl<'a> Elf<'a> {
         Ok(())
     }
 
-    fn check_symbols(&self, i: u32, s: &Section) -> Check {
-        let table = self.symbols(i, s, i)?;
-        let strings = self.strings(i, s, s.link)?;
-        if u64::from(s.info) > table.count {
+    fn check_symbols(&self, i: u32, s: &Section, symtab: Option<Symbols<'a>>) -> Check {
+        let table = match symtab {
+            Some(symtab) if symtab.index == i => symtab,
+            _ => self.symbols(i, s, i)?,
+        };
+        let strings = self.strings(i, s, s.link())?;
+        if u64::from(s.info()) > table.count {
             return Err(format!(
                 "{}: sh_info {} (its first global symbol) is past its {} symbols",
                 self.label(i, s),
-                s.info,
+                s.info(),
                 table.count
             ));
         }
         let null = bytes_at(table.data, 0, SYMBOL_SIZE).unwrap_or_default();
-        if null.iter().any(|&b| b != 0) {
+        if null != [0; SYMBOL_SIZE as usize] {
             return Err(format!(
                 "{}: symbol 0 is not all zeros, as the undefined symbol is",
                 self.label(i, s)
             ));
         }
-        for n in 0..table.count {
-            let sym = table
-                .get(n)
-                .ok_or_else(|| format!("{}: symbol {n} cannot be read", self.label(i, s)))?;
-            if sym.name as usize >= strings.len() {
-                return Err(format!(
-                    "{}: symbol {n}: its name offset {} is outside the {}-byte string table {}",
-                    self.label(i, s),
-                    sym.name,
-                    Size(strings.len() as u64),
-                    self.label_of(s.link)
-                ));
-            }
-            let what = || {
-                let name = strings.get(sym.name as usize..).unwrap_or_default();
-                let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
-                format!(
-                    "{}: symbol {n} ({})",
-                    self.label(i, s),
-                    String::from_utf8_lossy(name.get(..end).unwrap_or_default())
-                )
-            };
-            // Bindings 3-9 and types 7-9 are reserved by the ELF standard; above them each OS and
-            // processor has its own.
-            if (STB_WEAK < sym.binding && sym.binding < STB_LOOS)
-                || (STT_TLS < sym.kind && sym.kind < STT_LOOS)
-            {
-                return Err(format!(
-                    "{}: binding {} and type {} (st_info): one of them is reserved",
-                    what(),
-                    sym.binding,
-                    sym.kind
-                ));
-            }
-            match sym.shndx {
-                SHN_UNDEF | SHN_ABS | SHN_COMMON => {}
-                SHN_XINDEX => {
-                    return Err(format!(
-                        "{}: extended section indexes (SHN_XINDEX) are not supported",
-                        what()
-                    ));
-                }
-                x if x < SHN_LORESERVE => {
-                    let index = u32::from(x);
-                    if index >= self.shnum {
-                        return Err(format!(
-                            "{}: section index {x} is not one of the {} sections",
-                            what(),
-                            self.shnum
-                        ));
-                    }
-                    // In a cubin every section starts at address 0, so a function's or a
-                    // variable's value and size are a range of its section, which the driver
-                    // reads. Elsewhere values are addresses.
-                    if self.cuda && matches!(sym.kind, STT_FUNC | STT_OBJECT) {
-                        let target = self.section(index)?;
-                        if !fits(sym.value, sym.size, target.size) {
-                            return Err(format!(
-                                "{}: value {} + size {} is past the end of {} ({} bytes)",
-                                what(),
-                                sym.value,
-                                sym.size,
-                                self.label(index, &target),
-                                Size(target.size)
-                            ));
-                        }
-                    }
-                }
-                // Processor-specific indexes: AMD's for LDS variables (SHN_AMDGPU_LDS).
-                x if (SHN_LOPROC..=SHN_HIPROC).contains(&x) && !self.cuda => {}
-                x => {
-                    return Err(format!("{}: section index {x:#x} is reserved", what()));
-                }
+        for (n, entry) in (0u64..).zip(table.data.chunks_exact(SYMBOL_SIZE as usize)) {
+            // `chunks_exact` gives whole entries.
+            let sym = Symbol::read(entry.first_chunk().unwrap_or(&[0; SYMBOL_SIZE as usize]));
+            if let Some(fault) = self.symbol_fault(&sym, strings.len()) {
+                return Err(self.symbol_refusal(i, s, n, &sym, strings, fault));
             }
         }
         Ok(())
     }
 
-    fn check_relocations(&self, i: u32, s: &Section, symtab: u32) -> Check {
-        let (entry, kind) = if s.kind == SHT_REL {
+    /// What is wrong with symbol `sym` of a table whose string table has `strings` bytes, if
+    /// anything: the part of `check_symbols` that runs for every symbol.
+    #[inline(always)]
+    fn symbol_fault(&self, sym: &Symbol, strings: usize) -> Option<SymbolFault> {
+        if sym.name as usize >= strings {
+            return Some(SymbolFault::Name);
+        }
+        // Bindings 3-9 and types 7-9 are reserved by the ELF standard; above them each OS and
+        // processor has its own.
+        if (STB_WEAK < sym.binding && sym.binding < STB_LOOS)
+            || (STT_TLS < sym.kind && sym.kind < STT_LOOS)
+        {
+            return Some(SymbolFault::Reserved);
+        }
+        match sym.shndx {
+            SHN_UNDEF | SHN_ABS | SHN_COMMON => None,
+            SHN_XINDEX => Some(SymbolFault::ExtendedIndex),
+            x if x < SHN_LORESERVE => {
+                let index = u32::from(x);
+                if index >= self.shnum {
+                    return Some(SymbolFault::NoSection);
+                }
+                // In a cubin every section starts at address 0, so a function's or a variable's
+                // value and size are a range of its section, which the driver reads. Elsewhere
+                // values are addresses.
+                if self.cuda && matches!(sym.kind, STT_FUNC | STT_OBJECT) {
+                    // One of the table's (checked above).
+                    let target = self.header(index).unwrap_or_default();
+                    if !fits(sym.value, sym.size, target.size()) {
+                        return Some(SymbolFault::PastSection);
+                    }
+                }
+                None
+            }
+            // Processor-specific indexes: AMD's for LDS variables (SHN_AMDGPU_LDS).
+            x if (SHN_LOPROC..=SHN_HIPROC).contains(&x) && !self.cuda => None,
+            _ => Some(SymbolFault::ReservedIndex),
+        }
+    }
+
+    /// The refusal for symbol `n` of section `i` (string table `strings`), for `fault`.
+    #[cold]
+    fn symbol_refusal(
+        &self,
+        i: u32,
+        s: &Section,
+        n: u64,
+        sym: &Symbol,
+        strings: &[u8],
+        fault: SymbolFault,
+    ) -> String {
+        let name = strings.get(sym.name as usize..).unwrap_or_default();
+        let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
+        let what = format!(
+            "{}: symbol {n} ({})",
+            self.label(i, s),
+            String::from_utf8_lossy(name.get(..end).unwrap_or_default())
+        );
+        let x = sym.shndx;
+        match fault {
+            SymbolFault::Name => format!(
+                "{}: symbol {n}: its name offset {} is outside the {}-byte string table {}",
+                self.label(i, s),
+                sym.name,
+                Size(strings.len() as u64),
+                self.label_of(s.link())
+            ),
+            SymbolFault::Reserved => format!(
+                "{what}: binding {} and type {} (st_info): one of them is reserved",
+                sym.binding, sym.kind
+            ),
+            SymbolFault::ExtendedIndex => {
+                format!("{what}: extended section indexes (SHN_XINDEX) are not supported")
+            }
+            SymbolFault::NoSection => format!(
+                "{what}: section index {x} is not one of the {} sections",
+                self.shnum
+            ),
+            SymbolFault::PastSection => {
+                let index = u32::from(x);
+                let target = self.header(index).unwrap_or_default();
+                format!(
+                    "{what}: value {} + size {} is past the end of {} ({} bytes)",
+                    sym.value,
+                    sym.size,
+                    self.label(index, &target),
+                    Size(target.size())
+                )
+            }
+            SymbolFault::ReservedIndex => format!("{what}: section index {x:#x} is reserved"),
+        }
+    }
+
+    fn check_relocations(&self, i: u32, s: &Section, symtab: Option<Symbols<'a>>) -> Check {
+        let (entry, kind) = if s.kind() == SHT_REL {
             (REL_SIZE, "REL")
         } else {
             (RELA_SIZE, "RELA")
         };
-        if s.entsize != entry || !s.size.is_multiple_of(entry) {
+        if s.entsize() != entry || !s.size().is_multiple_of(entry) {
             return Err(format!(
                 "{}: entry size {} and size {}: a {kind} table has whole {entry}-byte entries",
                 self.label(i, s),
-                s.entsize,
-                s.size
+                s.entsize(),
+                s.size()
             ));
         }
         let data = self.data(i, s)?;
         let symbols = self.symbols_of(i, s, symtab)?;
-        let target = match s.info {
+        let target = match s.info() {
             // Dynamic relocations apply to the whole image, not to one section.
             0 if !self.cuda => None,
             0 => {
@@ -722,11 +888,9 @@ impl<'a> Elf<'a> {
         // In cubins and relocatable files an offset is one into the target section; in
         // executables and shared objects it is an address.
         let section_offsets = self.cuda || self.file_type == ET_REL;
-        for n in 0..s.size / entry {
-            // `n` is one of the table's entries, which lie inside `data`.
-            let at = n * entry;
-            let offset = u64_at(data, at).unwrap_or(0);
-            let info = u64_at(data, at + 8).unwrap_or(0);
+        for (n, rel) in (0u64..).zip(data.chunks_exact(entry as usize)) {
+            let offset = u64_at(rel, 0).unwrap_or(0);
+            let info = u64_at(rel, 8).unwrap_or(0);
             let (symbol, rtype) = (info >> 32, info & 0xffff_ffff);
             if symbol >= symbols.count {
                 return Err(format!(
@@ -751,13 +915,13 @@ impl<'a> Elf<'a> {
                 } else {
                     1
                 };
-                if !fits(offset, width, target.size) {
+                if !fits(offset, width, target.size()) {
                     return Err(format!(
                         "{}: relocation {n}: offset {offset} + {width} bytes is past the end of \
                          {} ({} bytes)",
                         self.label(i, s),
                         self.label(index, &target),
-                        Size(target.size)
+                        Size(target.size())
                     ));
                 }
             }
@@ -768,7 +932,7 @@ impl<'a> Elf<'a> {
     fn check_notes(&self, i: u32, s: &Section) -> Check {
         let data = self.data(i, s)?;
         let len = data.len() as u64;
-        let align: u64 = if s.align == 8 { 8 } else { 4 };
+        let align: u64 = if s.align() == 8 { 8 } else { 4 };
         let round = |n: u64| n.checked_add(align - 1).map(|n| n & !(align - 1));
         let mut at = 0u64;
         while at < len {
