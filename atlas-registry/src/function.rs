@@ -193,11 +193,9 @@ impl FunctionEntry {
             return Err(self.wrong_device(host, "the stream".into(), stream.context()));
         }
         self.preflight(host, cfg, &args)?;
-        // SAFETY: the function is live (its registry is borrowed or owned by the caller) and of
-        // `host`'s context, as is the stream (checked above, borrowed); the parameter array matches
-        // the kernel's parameters in count and size (preflight) and every buffer in it is memory of
-        // that context; the configuration fits the device (preflight). What the kernel does with
-        // its arguments is the caller's promise (this function's contract).
+        // SAFETY: function and stream are live and of `host`'s context (checked above); preflight
+        // matched the array to the kernel's parameters, its buffers to that context and `cfg` to
+        // the device; what the kernel does with its arguments is the caller's duties 1 and 2.
         args.with_params(|params| unsafe {
             launch_kernel(
                 host,

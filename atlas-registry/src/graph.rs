@@ -48,10 +48,9 @@ pub struct GraphExec {
     graph: CudaGraph,
 }
 
-// SAFETY: as for CudaGraph: the executable graph may be used from any thread, one at a time, which
-// ownership guarantees. It is deliberately not `Sync`: the driver does not synchronize calls on one
-// graph object, so two threads replaying it (or one replaying while another updates it) through
-// shared references would race.
+// SAFETY: usable from any thread, one at a time, which ownership guarantees. Deliberately not
+// `Sync`: the driver does not synchronize calls on one graph object, so two threads using it
+// through shared references would race.
 unsafe impl Send for GraphExec {}
 
 impl CudaStream {
@@ -216,10 +215,9 @@ impl GraphExec {
                 kern: std::ptr::null_mut(),
                 ctx: std::ptr::null_mut(),
             };
-            // SAFETY: `node` is a kernel node of the graph this exec was made from, the function is
-            // of the graph's context (checked above); the parameter array matches the kernel and its
-            // buffers are memory of that context (preflight), and the driver copies it during the
-            // call. What the kernel does with the arguments is the caller's promise.
+            // SAFETY: a kernel node of this exec's graph and a function of its context (checked
+            // above); preflight matched the array to the kernel and its buffers to the context; the
+            // driver copies it during the call; the kernel's use of it is the caller's duty.
             unsafe {
                 cu!(cuGraphExecKernelNodeSetParams_v2(exec, node, &node_params); "`{}`", entry.name)
             }

@@ -459,10 +459,9 @@ fn block_sum(
                 (&mut n as *mut u32).cast(),
                 (&mut c as *mut u32).cast(),
             ];
-            // SAFETY: the callers' handles are of a module still loaded in this registry's
-            // context, and the stream is of that context; four pointers to values of block_sum's
-            // parameter types; the kernel reads `chunk` floats of `x` and writes `out[0]`, both
-            // alive until `to_vec` below has waited for the stream.
+            // SAFETY: a function of a module loaded in this registry's context, a stream of it; four
+            // pointers to block_sum's parameter types; it reads `chunk` floats of `x` and writes
+            // `out[0]`, both alive until `to_vec` below has waited for the stream.
             unsafe { registry.launch_on_stream(raw, &cfg, stream.raw(), &mut params) }?;
         }
     }
