@@ -853,19 +853,7 @@ fn param<'t>(
     let mut count = 1usize;
     while lexer.peek()? == Token::Punct('[') {
         lexer.next()?;
-        let (token, at) = lexer.next()?;
-        let Token::Number(text) = token else {
-            return Err(unexpected(token, at, None, "an array length"));
-        };
-        let n = ptx_integer(text).ok_or_else(|| {
-            ptx_error(
-                at,
-                None,
-                PtxProblem::BadNumber {
-                    text: text.to_owned(),
-                },
-            )
-        })?;
+        let (n, at) = number(lexer, "an array length")?;
         if n == 0 {
             return Err(ptx_error(
                 at,
@@ -892,13 +880,13 @@ fn param<'t>(
     })
 }
 
-/// The number after `.align`: a power of two.
-fn alignment(lexer: &mut Lexer<'_>) -> Result<usize, LayoutError> {
+/// The next token as a PTX integer, with its line; `expected` says what it should have been.
+fn number(lexer: &mut Lexer<'_>, expected: &'static str) -> Result<(usize, usize), LayoutError> {
     let (token, at) = lexer.next()?;
     let Token::Number(text) = token else {
-        return Err(unexpected(token, at, None, "a number after `.align`"));
+        return Err(unexpected(token, at, None, expected));
     };
-    let align = ptx_integer(text).ok_or_else(|| {
+    let n = ptx_integer(text).ok_or_else(|| {
         ptx_error(
             at,
             None,
@@ -907,6 +895,12 @@ fn alignment(lexer: &mut Lexer<'_>) -> Result<usize, LayoutError> {
             },
         )
     })?;
+    Ok((n, at))
+}
+
+/// The number after `.align`: a power of two.
+fn alignment(lexer: &mut Lexer<'_>) -> Result<usize, LayoutError> {
+    let (align, at) = number(lexer, "a number after `.align`")?;
     if !align.is_power_of_two() {
         return Err(ptx_error(at, None, PtxProblem::BadAlignment { align }));
     }
