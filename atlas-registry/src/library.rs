@@ -10,7 +10,9 @@ use crate::blob::{BlobKind, code_targets};
 use crate::driver::{cu, driver};
 use crate::error::{AtlasError, Result, report_cleanup};
 use crate::host::{CudaHost, host};
-use crate::module::{BlobLayouts, Module, layouts_if_needed, retry_with_log, with_jit_log};
+use crate::module::{
+    BlobLayouts, Module, layouts_if_needed, no_binary_for, retry_with_log, with_jit_log,
+};
 use crate::registry::AtlasRegistry;
 
 /// One blob loaded as a context-independent library; unloaded when its last user goes.
@@ -71,13 +73,7 @@ impl LibraryBlob {
         let image = match &self.kept {
             Kept::Ptx(ptx) => ptx,
             Kept::Targets(holds) if status == CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU => {
-                let (major, minor) = host.compute_capability();
-                return AtlasError::NoBinaryForDevice {
-                    module: name.escape_debug().to_string(),
-                    holds: holds.clone(),
-                    device: host.ordinal(),
-                    arch: format!("sm_{major}{minor}"),
-                };
+                return no_binary_for(host, name, holds.clone());
             }
             Kept::Targets(_) => return plain(),
         };

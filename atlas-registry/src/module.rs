@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use atlas_sys::{CUdeviceptr, CUfunction, CUjit_option, CUmodule, CUresult};
 
-use crate::blob::{BlobKind, code_targets, plain_code, sniff};
+use crate::blob::{BlobKind, code_targets, plain_code};
 use crate::context::ensure_bound;
 use crate::driver::{cu, driver};
 use crate::error::{AtlasError, NotFoundKind, Result, cuda_error_text, is_sticky, report_cleanup};
@@ -66,7 +66,7 @@ unsafe impl Sync for Module {}
 
 impl Module {
     /// Loads `blob` as module `name` in `context`. PTX failures carry the JIT error log.
-    pub(crate) fn load(host: &CudaHost, name: &str, image: &[u8]) -> Result<Self> {
+    pub(crate) fn load(host: &CudaHost, name: &str, kind: BlobKind, image: &[u8]) -> Result<Self> {
         let cuda = driver()?.cuda;
         let (load, load_ex) = (
             atlas_sys::entry!(cuda, cuModuleLoadData)?,
@@ -95,7 +95,7 @@ impl Module {
         Ok(Self {
             raw,
             name: name.to_string(),
-            kind: sniff(image),
+            kind,
             context: context.raw(),
             library: None,
             blob_layouts: layouts_if_needed(image),
@@ -232,6 +232,18 @@ impl Module {
     }
 }
 
+/// The refusal of module `name`, which `holds` only code that `host`'s device cannot run.
+#[cold]
+pub(crate) fn no_binary_for(host: &CudaHost, name: &str, holds: String) -> AtlasError {
+    let (major, minor) = host.compute_capability();
+    AtlasError::NoBinaryForDevice {
+        module: name.escape_debug().to_string(),
+        holds,
+        device: host.ordinal(),
+        arch: format!("sm_{major}{minor}"),
+    }
+}
+
 /// A raw JIT loader call: image, option count, options, option values -> status.
 pub(crate) type JitLoad<'a> =
     dyn FnMut(*const c_void, u32, *mut CUjit_option, *mut *mut c_void) -> CUresult + 'a;
@@ -280,13 +292,7 @@ pub(crate) fn retry_with_log(
         ));
     }
     if let (CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU, Some(host)) = (status, device) {
-        let (major, minor) = host.compute_capability();
-        return Err(AtlasError::NoBinaryForDevice {
-            module: name.escape_debug().to_string(),
-            holds: code_targets(image),
-            device: host.ordinal(),
-            arch: format!("sm_{major}{minor}"),
-        });
+        return Err(no_binary_for(host, name, code_targets(image)));
     }
     // Zeroed, and read only up to the length the driver reports, bounded by the buffer and cut at
     // the first NUL: on early failures the driver may write neither the log nor its length.

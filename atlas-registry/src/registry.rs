@@ -71,7 +71,7 @@ impl AtlasRegistry {
         let modules = blobs
             .iter()
             .zip(&prepared)
-            .map(|((name, _), (_, image))| Module::load(&host, name, image))
+            .map(|((name, _), (kind, image))| Module::load(&host, name, *kind, image))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self::from_modules(host, modules))
     }

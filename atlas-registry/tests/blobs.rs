@@ -7,13 +7,10 @@ mod common;
 use atlas_kernels::{
     CUBIN_ARCHS, ELEMENTWISE_FATBIN, blobs_for_device, cubin_for_model, ptx_for_model,
 };
-use atlas_registry::{AtlasRegistry, BlobKind, DeviceBuffer, LaunchConfig};
-use common::{Rng, assert_close};
+use atlas_registry::{AtlasRegistry, BlobKind};
 
 /// Elements the kernel scales; odd, so that the last block is partial.
 const N: usize = 100_003;
-/// NaN-poisoned elements past `N` that the kernel must leave alone.
-const TAIL: usize = 61;
 
 /// The device's compute capability and its name as the blobs spell it (`sm_90`).
 fn device() -> ((u32, u32), String) {
@@ -27,38 +24,10 @@ fn runs_on(sm: u32, (major, minor): (u32, u32)) -> bool {
     sm / 10 == major && sm % 10 <= minor
 }
 
-/// Runs `elementwise::scale` of `registry` over fresh random data followed by a NaN tail, with
-/// `n = N`, and checks every element against the CPU: scaled below `N`, untouched (NaN) past it.
+/// `elementwise::scale` of `registry` over `N` fresh floats and a NaN tail, checked against the CPU
+/// to the bit (one IEEE multiplication on either side).
 fn check_scale(registry: &AtlasRegistry, what: &str) {
-    let mut rng = Rng::new();
-    let input = rng.vec(N);
-    let factor = rng.f32() * 4.0;
-    let mut host_x = input.clone();
-    host_x.extend([f32::NAN; TAIL]);
-    let stream = registry.stream();
-    let mut x = DeviceBuffer::from_slice(registry.ctx(), stream, &host_x).unwrap();
-    let scale = registry.function_cached("elementwise", "scale").unwrap();
-    // SAFETY: `x` holds N + TAIL floats and the kernel touches only the first N (its bound check
-    // is what the NaN tail tests); `x` lives until `to_vec` below has synchronized the stream.
-    unsafe {
-        scale.launch(
-            stream,
-            &LaunchConfig::for_elements(N as u32, 256),
-            (&mut x, factor, N as u32),
-        )
-    }
-    .unwrap();
-    let got = x.to_vec(stream).unwrap();
-    // One IEEE multiplication on either side: equal to the bit.
-    let want: Vec<f32> = input.iter().map(|v| v * factor).collect();
-    assert_close(&got[..N], &want, 0.0, what);
-    if let Some(i) = got[N..].iter().position(|v| !v.is_nan()) {
-        panic!(
-            "{what}: element {} past n was written: {}",
-            N + i,
-            got[N + i]
-        );
-    }
+    common::scale_with_nan_tail(registry, "elementwise", N, 0.0, what);
 }
 
 #[test]

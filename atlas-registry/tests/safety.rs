@@ -22,7 +22,7 @@ use atlas_registry::{
     AtlasError, AtlasLibrary, AtlasRegistry, CudaStream, DeviceBuffer, LaunchConfig, RawCudaFunc,
     cuda_error_text,
 };
-use common::{Rng, assert_close};
+use common::Rng;
 use standin::{Ending, probe};
 
 standin::bodies!(
@@ -45,28 +45,10 @@ standin::bodies!(
 // Shared helpers
 // ---------------------------------------------------------------------------------------------
 
-/// `module::scale` of `registry` on fresh random data, checked against the CPU, with a NaN tail
-/// past `n` that must stay untouched.
+/// `module::scale` of `registry` on `n` fresh floats, checked against the CPU, the NaN tail past
+/// `n` untouched.
 fn scale_and_check(registry: &AtlasRegistry, module: &str, n: usize) {
-    let mut rng = Rng::new();
-    let input = rng.vec(n);
-    let factor = rng.f32() * 4.0;
-    let stream = registry.stream();
-    let mut host = input.clone();
-    host.extend([f32::NAN; 64]);
-    let mut x = DeviceBuffer::from_slice(registry.ctx(), stream, &host).unwrap();
-    let scale = registry.function_cached(module, "scale").unwrap();
-    let cfg = LaunchConfig::for_elements(n as u32, 256);
-    // SAFETY: `scale` touches the first `n` floats of `x`, which holds `n + 64`; `x` outlives the
-    // launch (`to_vec` below waits for it on the same stream).
-    unsafe { scale.launch(stream, &cfg, (&mut x, factor, n as u32)) }.unwrap();
-    let got = x.to_vec(stream).unwrap();
-    let want: Vec<f32> = input.iter().map(|v| v * factor).collect();
-    assert_close(&got[..n], &want, 1e-6, module);
-    assert!(
-        got[n..].iter().all(|v| v.is_nan()),
-        "{module}: wrote past n"
-    );
+    common::scale_with_nan_tail(registry, module, n, 1e-6, module);
 }
 
 /// Launches `elementwise::scale` of `registry` with only two of its three arguments.

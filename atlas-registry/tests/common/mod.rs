@@ -61,3 +61,37 @@ pub fn device_cubins(model: &str) -> atlas_kernels::Blobs {
     atlas_kernels::cubin_for_model(model, major * 10 + minor)
         .unwrap_or_else(|| panic!("no cubins of {model} for sm_{major}{minor}"))
 }
+
+/// Runs `module::scale` of `registry` over `n` fresh random floats followed by a NaN tail, and
+/// checks the first `n` against the CPU (to `tol`, relative) and that the tail stayed NaN.
+pub fn scale_with_nan_tail(
+    registry: &atlas_registry::AtlasRegistry,
+    module: &str,
+    n: usize,
+    tol: f32,
+    what: &str,
+) {
+    const TAIL: usize = 61;
+    let mut rng = Rng::new();
+    let input = rng.vec(n);
+    let factor = rng.f32() * 4.0;
+    let mut host = input.clone();
+    host.extend([f32::NAN; TAIL]);
+    let stream = registry.stream();
+    let mut x = atlas_registry::DeviceBuffer::from_slice(registry.ctx(), stream, &host).unwrap();
+    let scale = registry.function_cached(module, "scale").unwrap();
+    let cfg = atlas_registry::LaunchConfig::for_elements(n as u32, 256);
+    // SAFETY: `x` holds `n + TAIL` floats and `scale` touches the first `n` (the NaN tail checks
+    // its bound); `x` lives until `to_vec` below has waited for the launch on the same stream.
+    unsafe { scale.launch(stream, &cfg, (&mut x, factor, n as u32)) }.unwrap();
+    let got = x.to_vec(stream).unwrap();
+    let want: Vec<f32> = input.iter().map(|v| v * factor).collect();
+    assert_close(&got[..n], &want, tol, what);
+    if let Some(i) = got[n..].iter().position(|v| !v.is_nan()) {
+        panic!(
+            "{what}: element {} past n was written: {}",
+            n + i,
+            got[n + i]
+        );
+    }
+}
