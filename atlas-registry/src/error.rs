@@ -1,138 +1,11 @@
-//! [`AtlasError`] and the classification of CUDA status codes.
+//! [`AtlasError`] and the typed reasons it carries: what was refused and why, as data.
 
-use std::ffi::{CStr, c_char};
+use std::fmt;
 
-use atlas_sys::{CUresult, LoadError, MissingSymbol};
+use atlas_sys::{LoadError, MissingSymbol};
 
-/// `CUDA_ERROR_DEINITIALIZED`: the driver is shutting down (seen from destructors at process exit).
-pub const CUDA_ERROR_DEINITIALIZED: u32 = CUresult::CUDA_ERROR_DEINITIALIZED.0;
-
-/// True for the codes a cleanup call gets when the driver or the context is already being torn
-/// down (`CUDA_ERROR_DEINITIALIZED`, `CUDA_ERROR_INVALID_CONTEXT`, `CUDA_ERROR_CONTEXT_IS_DESTROYED`):
-/// the resource is gone with it, and there is nothing to report.
-pub fn is_teardown_noop(code: u32) -> bool {
-    matches!(
-        CUresult(code),
-        CUresult::CUDA_ERROR_DEINITIALIZED
-            | CUresult::CUDA_ERROR_INVALID_CONTEXT
-            | CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED
-    )
-}
-
-/// True for the codes after which the context cannot be used again: a kernel faulted, trapped,
-/// failed a device-side assertion or timed out, and every later call in this context fails.
-///
-/// Not `CUDA_ERROR_UNKNOWN`: the driver also answers a malformed image with it and the context is
-/// fine afterwards.
-pub(crate) fn is_sticky(code: u32) -> bool {
-    matches!(
-        CUresult(code),
-        CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
-            | CUresult::CUDA_ERROR_LAUNCH_TIMEOUT
-            | CUresult::CUDA_ERROR_ASSERT
-            | CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR
-            | CUresult::CUDA_ERROR_ILLEGAL_INSTRUCTION
-            | CUresult::CUDA_ERROR_MISALIGNED_ADDRESS
-            | CUresult::CUDA_ERROR_INVALID_ADDRESS_SPACE
-            | CUresult::CUDA_ERROR_INVALID_PC
-            | CUresult::CUDA_ERROR_LAUNCH_FAILED
-    )
-}
-
-/// The names of the codes Atlas meets most, for when the driver cannot name them itself (it is not
-/// loaded, or it is being torn down and `cuGetErrorName` fails).
-macro_rules! known_names {
-    ($($name:ident),* $(,)?) => {
-        fn known_name(code: u32) -> Option<&'static str> {
-            match CUresult(code) {
-                $(CUresult::$name => Some(stringify!($name)),)*
-                _ => None,
-            }
-        }
-    };
-}
-known_names!(
-    CUDA_SUCCESS,
-    CUDA_ERROR_INVALID_VALUE,
-    CUDA_ERROR_OUT_OF_MEMORY,
-    CUDA_ERROR_NOT_INITIALIZED,
-    CUDA_ERROR_DEINITIALIZED,
-    CUDA_ERROR_NO_DEVICE,
-    CUDA_ERROR_INVALID_DEVICE,
-    CUDA_ERROR_INVALID_IMAGE,
-    CUDA_ERROR_INVALID_CONTEXT,
-    CUDA_ERROR_NO_BINARY_FOR_GPU,
-    CUDA_ERROR_INVALID_PTX,
-    CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
-    CUDA_ERROR_JIT_COMPILER_NOT_FOUND,
-    CUDA_ERROR_INVALID_HANDLE,
-    CUDA_ERROR_NOT_FOUND,
-    CUDA_ERROR_NOT_READY,
-    CUDA_ERROR_ILLEGAL_ADDRESS,
-    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
-    CUDA_ERROR_LAUNCH_TIMEOUT,
-    CUDA_ERROR_CONTEXT_IS_DESTROYED,
-    CUDA_ERROR_ASSERT,
-    CUDA_ERROR_HARDWARE_STACK_ERROR,
-    CUDA_ERROR_ILLEGAL_INSTRUCTION,
-    CUDA_ERROR_MISALIGNED_ADDRESS,
-    CUDA_ERROR_INVALID_ADDRESS_SPACE,
-    CUDA_ERROR_INVALID_PC,
-    CUDA_ERROR_LAUNCH_FAILED,
-    CUDA_ERROR_NOT_PERMITTED,
-    CUDA_ERROR_NOT_SUPPORTED,
-    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
-    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
-    CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
-    CUDA_ERROR_UNKNOWN,
-);
-
-/// `"NAME (code): description"` for a CUDA status code, from `cuGetErrorName` and
-/// `cuGetErrorString`.
-///
-/// When the driver cannot name the code (it is not loaded, or it is being torn down), the common
-/// codes are still named from Atlas's own table; others read `CUDA_UNKNOWN`, and the description
-/// `(no message)`. Always safe to call.
-#[doc(alias = "cuGetErrorName")]
-#[doc(alias = "cuGetErrorString")]
-pub fn cuda_error_text(code: u32) -> String {
-    let (name, description) = match atlas_sys::driver() {
-        Ok(cuda) => (
-            atlas_sys::entry!(cuda, cuGetErrorName)
-                .ok()
-                .and_then(|f| driver_string(f, code)),
-            atlas_sys::entry!(cuda, cuGetErrorString)
-                .ok()
-                .and_then(|f| driver_string(f, code)),
-        ),
-        Err(_) => (None, None),
-    };
-    format!(
-        "{} ({code}): {}",
-        name.as_deref()
-            .or(known_name(code))
-            .unwrap_or("CUDA_UNKNOWN"),
-        description.as_deref().unwrap_or("(no message)")
-    )
-}
-
-type StringFn = unsafe extern "C" fn(CUresult, *mut *const c_char) -> CUresult;
-
-fn driver_string(f: StringFn, code: u32) -> Option<String> {
-    let mut text: *const c_char = std::ptr::null();
-    // SAFETY: cuGetErrorName/String take any code and write a pointer to a static string, or
-    // return an error and leave it alone; `text` is a live out-pointer.
-    let status = unsafe { f(CUresult(code), &mut text) };
-    if status != CUresult::CUDA_SUCCESS || text.is_null() {
-        return None;
-    }
-    // SAFETY: on success the driver points `text` at a NUL-terminated string that it owns forever.
-    Some(
-        unsafe { CStr::from_ptr(text) }
-            .to_string_lossy()
-            .into_owned(),
-    )
-}
+use crate::driver::status::{cuda_error_text, is_teardown_noop};
+use crate::driver::{self, DriverFailure};
 
 /// Which kind of name was not found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,8 +19,8 @@ pub enum NotFoundKind {
     Symbol,
 }
 
-impl std::fmt::Display for NotFoundKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Display for NotFoundKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::Module => "module",
             Self::Function => "function",
@@ -156,8 +29,98 @@ impl std::fmt::Display for NotFoundKind {
     }
 }
 
+/// A launch configuration that breaks a limit of the device (see
+/// [`DeviceLimits::check`](crate::DeviceLimits::check)).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LimitError {
+    /// The grid has a dimension of 0.
+    #[error("grid {0:?} has a zero dimension")]
+    ZeroGrid((u32, u32, u32)),
+    /// The block has a dimension of 0.
+    #[error("block {0:?} has a zero dimension")]
+    ZeroBlock((u32, u32, u32)),
+    /// A block dimension is larger than the device allows.
+    #[error("block {block:?} exceeds the device's largest block dimensions {max:?}")]
+    BlockDimensions {
+        /// The block asked for.
+        block: (u32, u32, u32),
+        /// The device's largest block dimensions.
+        max: (u32, u32, u32),
+    },
+    /// The block has more threads than the device allows.
+    #[error(
+        "block {block:?} has {threads} threads, more than the device's {max} threads per block"
+    )]
+    BlockThreads {
+        /// The block asked for.
+        block: (u32, u32, u32),
+        /// Its thread count.
+        threads: u64,
+        /// The device's most threads per block.
+        max: u32,
+    },
+    /// A grid dimension is larger than the device allows.
+    #[error("grid {grid:?} exceeds the device's largest grid dimensions {max:?}")]
+    GridDimensions {
+        /// The grid asked for.
+        grid: (u32, u32, u32),
+        /// The device's largest grid dimensions.
+        max: (u32, u32, u32),
+    },
+    /// More dynamic shared memory than a block can have, even with the opt-in.
+    #[error(
+        "{bytes} B of dynamic shared memory exceeds the device's maximum of {max} B per block (with opt-in)"
+    )]
+    SharedMemory {
+        /// The bytes asked for.
+        bytes: u32,
+        /// The device's opt-in maximum per block.
+        max: u32,
+    },
+}
+
+/// Why a launch (or a graph's kernel-node update) was refused before the driver was called.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaunchRefusal {
+    /// The configuration breaks a device limit.
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// The typed arguments do not match the kernel's parameters.
+    #[error(
+        "the kernel takes {} parameter(s) of sizes {expected:?} bytes; the launch gives {} of sizes {given:?}",
+        expected.len(),
+        given.len()
+    )]
+    Arguments {
+        /// The kernel's parameter sizes in bytes.
+        expected: Box<[usize]>,
+        /// The sizes of the arguments given.
+        given: Box<[usize]>,
+    },
+    /// A raw launch gives another number of parameter pointers than the kernel has parameters.
+    #[error("the kernel takes {expected} parameter(s); the raw launch gives {given} pointer(s)")]
+    ParamCount {
+        /// The kernel's parameter count.
+        expected: usize,
+        /// The pointers given.
+        given: usize,
+    },
+}
+
+/// A use of stream capture that cannot work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CaptureMisuse {
+    /// Capture on the legacy default stream, which the driver does not allow.
+    #[error("the legacy default stream cannot be captured; use a created stream")]
+    LegacyDefaultStream,
+}
+
 /// Everything that can go wrong in Atlas. Each variant says what was being done and names the
-/// module, function, symbol or call involved; driver failures carry `"NAME (code): description"`.
+/// module, function, symbol or call involved. Refusals carry their reason as data; the text of a
+/// driver status is looked up only when the error is displayed.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum AtlasError {
@@ -168,44 +131,22 @@ pub enum AtlasError {
     #[error(transparent)]
     MissingSymbol(#[from] MissingSymbol),
     /// A driver call failed.
-    #[error("{call} failed{}: {text}", on(.subject))]
-    Driver {
-        /// The C name of the call (`cuMemAlloc_v2`).
-        call: &'static str,
-        /// What the call was about (a module, a size, a device), or empty.
-        subject: String,
-        /// The CUDA status code.
-        code: u32,
-        /// `"NAME (code): description"`.
-        text: String,
-    },
+    #[error("{0}")]
+    Driver(DriverFailure),
     /// A kernel faulted, trapped or timed out earlier, and the device's context is lost for good:
     /// every later call on it fails. The process must exit and start again to use the device.
     #[error(
-        "{call} failed{}: {text}. The CUDA context of this device is lost (a kernel faulted, \
-         trapped or timed out); no further work can run on it in this process: exit and restart \
-         the process",
-        on(.subject)
+        "{0}. The CUDA context of this device is lost (a kernel faulted, trapped or timed out); no \
+         further work can run on it in this process: exit and restart the process"
     )]
-    ContextLost {
-        /// The C name of the call that reported it (often not the call that caused it).
-        call: &'static str,
-        /// What the call was about, or empty.
-        subject: String,
-        /// The CUDA status code (700, 702 or 714–719).
-        code: u32,
-        /// `"NAME (code): description"`.
-        text: String,
-    },
+    ContextLost(DriverFailure),
     /// A module could not be loaded; for PTX, `jit_log` is the JIT compiler's error log.
-    #[error("loading module `{module}` failed: {text}{}", log(.jit_log))]
+    #[error("loading module `{module}` failed: {}{}", cuda_error_text(*.code), log(.jit_log))]
     ModuleLoad {
         /// The module's name in its model.
         module: String,
         /// The CUDA status code.
         code: u32,
-        /// `"NAME (code): description"`.
-        text: String,
         /// What the JIT compiler wrote to its error log (empty for binaries, or when it said nothing).
         jit_log: String,
     },
@@ -230,12 +171,13 @@ pub enum AtlasError {
     InvalidModule {
         /// The module's name (escaped if it is not printable).
         module: String,
-        /// What is wrong with it.
+        /// What is wrong with it: the structure and the field.
         reason: String,
     },
     /// A kernel launch failed in the driver.
     #[error(
-        "launching `{function}` (grid {grid:?}, block {block:?}, {shared_mem} B dynamic shared memory) failed: {text}"
+        "launching `{function}` (grid {grid:?}, block {block:?}, {shared_mem} B dynamic shared memory) failed: {}",
+        cuda_error_text(*.code)
     )]
     Launch {
         /// `module::function`, or the raw handle when Atlas does not know its name.
@@ -248,8 +190,6 @@ pub enum AtlasError {
         shared_mem: u32,
         /// The CUDA status code.
         code: u32,
-        /// `"NAME (code): description"`.
-        text: String,
     },
     /// A launch was refused before reaching the driver: its configuration breaks a device limit, or
     /// its arguments do not match the kernel's parameters.
@@ -257,8 +197,8 @@ pub enum AtlasError {
     InvalidLaunch {
         /// `module::function`, or the raw handle when Atlas does not know its name.
         function: String,
-        /// Which limit or parameter, with the expected and given values.
-        reason: String,
+        /// Which limit or parameters, with the expected and given values.
+        reason: LaunchRefusal,
     },
     /// A launch was refused before reaching the driver because its stream or one of its buffers
     /// belongs to another device's context than the function: run there, the kernel would fault and
@@ -267,7 +207,7 @@ pub enum AtlasError {
     WrongDevice {
         /// `module::function`.
         function: String,
-        /// What is foreign: `the stream` or `argument N`.
+        /// What is foreign: `the stream`, `argument N`, `the graph`.
         what: String,
         /// The device the function is loaded on.
         expected: usize,
@@ -286,6 +226,25 @@ pub enum AtlasError {
         function: String,
         /// Why neither the driver nor the blob can tell.
         reason: String,
+    },
+    /// Stream capture used in a way that cannot work; nothing reached the driver.
+    #[error("cannot capture: {0}")]
+    Capture(CaptureMisuse),
+    /// A kernel node index past the instantiated graph's kernel nodes.
+    #[error("the graph has {count} kernel node(s); there is no kernel node {index}")]
+    NoSuchNode {
+        /// The index asked for.
+        index: usize,
+        /// How many kernel nodes the graph has.
+        count: usize,
+    },
+    /// An allocation whose size in bytes does not fit in `usize`.
+    #[error("{len} elements of {element_size} bytes do not fit in the address space")]
+    AllocationTooLarge {
+        /// Elements asked for.
+        len: usize,
+        /// Bytes per element.
+        element_size: usize,
     },
     /// A module, function or symbol name that does not exist.
     #[error("{kind} `{name}` not found{}", on(.detail))]
@@ -323,6 +282,16 @@ pub enum AtlasError {
         /// Bytes given.
         given: usize,
     },
+    /// A copy or synchronization given a stream of another device's context than the registry's.
+    #[error("{what} belongs to {}, not to device {expected} of the registry", device(*.given))]
+    WrongContext {
+        /// What is foreign (`the stream`).
+        what: String,
+        /// The registry's device.
+        expected: usize,
+        /// The device `what` belongs to, or `None` for a context Atlas does not manage.
+        given: Option<usize>,
+    },
     /// Unloads that failed during an explicit release (each one listed).
     #[error("releasing the registry: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Release(Vec<AtlasError>),
@@ -351,42 +320,31 @@ fn log(jit_log: &str) -> String {
     }
 }
 
+impl From<driver::Error> for AtlasError {
+    #[cold]
+    fn from(e: driver::Error) -> Self {
+        match e {
+            driver::Error::Unavailable(e) => Self::DriverUnavailable(e),
+            driver::Error::Missing(e) => Self::MissingSymbol(e),
+            driver::Error::Failed(failure) if failure.is_sticky() => Self::ContextLost(failure),
+            driver::Error::Failed(failure) => Self::Driver(failure),
+        }
+    }
+}
+
 impl AtlasError {
     /// The CUDA status code when the error came from the driver.
     pub fn cuda_code(&self) -> Option<u32> {
         match self {
-            Self::Driver { code, .. }
-            | Self::ContextLost { code, .. }
-            | Self::ModuleLoad { code, .. }
-            | Self::Launch { code, .. } => Some(*code),
+            Self::Driver(failure) | Self::ContextLost(failure) => Some(failure.code),
+            Self::ModuleLoad { code, .. } | Self::Launch { code, .. } => Some(*code),
             _ => None,
         }
     }
 
     /// True when the device's context is lost and the process must restart to use it again.
     pub fn is_context_lost(&self) -> bool {
-        matches!(self, Self::ContextLost { .. })
-    }
-
-    /// The error for a failed driver call: [`AtlasError::ContextLost`] for sticky codes, else
-    /// [`AtlasError::Driver`].
-    pub(crate) fn from_call(call: &'static str, subject: String, code: u32) -> Self {
-        let text = cuda_error_text(code);
-        if is_sticky(code) {
-            Self::ContextLost {
-                call,
-                subject,
-                code,
-                text,
-            }
-        } else {
-            Self::Driver {
-                call,
-                subject,
-                code,
-                text,
-            }
-        }
+        matches!(self, Self::ContextLost(_))
     }
 }
 
@@ -409,67 +367,28 @@ pub type Result<T, E = AtlasError> = std::result::Result<T, E>;
 mod tests {
     use super::*;
 
-    #[test]
-    fn teardown_codes_are_exactly_4_201_709() {
-        for code in 0..1000 {
-            assert_eq!(
-                is_teardown_noop(code),
-                matches!(code, 4 | 201 | 709),
-                "{code}"
-            );
-        }
-        assert_eq!(CUDA_ERROR_DEINITIALIZED, 4);
-    }
-
-    #[test]
-    fn sticky_codes_are_the_kernel_faults_and_asserts() {
-        // From cuda.h: 700 illegal address, 702 launch timeout, 710 device-side assert,
-        // 714 hardware stack error, 715 illegal instruction, 716 misaligned address,
-        // 717 invalid address space, 718 invalid pc, 719 launch failed.
-        for code in 0..1000 {
-            assert_eq!(
-                is_sticky(code),
-                matches!(code, 700 | 702 | 710 | 714..=719),
-                "{code}"
-            );
-        }
-        assert!(AtlasError::from_call("cuStreamSynchronize", String::new(), 710).is_context_lost());
-    }
-
-    #[test]
-    fn common_codes_are_named_without_the_driver() {
-        if atlas_sys::driver().is_ok() {
-            return; // the driver names them itself; covered by the shape test
-        }
-        assert!(cuda_error_text(4).starts_with("CUDA_ERROR_DEINITIALIZED (4): "));
-        assert!(cuda_error_text(710).starts_with("CUDA_ERROR_ASSERT (710): "));
-        assert!(cuda_error_text(218).starts_with("CUDA_ERROR_INVALID_PTX (218): "));
-        assert!(cuda_error_text(123_456).starts_with("CUDA_UNKNOWN (123456): "));
-    }
-
-    #[test]
-    fn error_text_has_name_code_and_description_shape() {
-        // Without a driver (CI) the fallbacks appear; with one, real names do. Both have the shape.
-        let text = cuda_error_text(2);
-        let (name, rest) = text.split_once(" (2): ").expect("NAME (code): description");
-        assert!(!name.is_empty() && !rest.is_empty(), "{text}");
-        if atlas_sys::driver().is_err() {
-            assert_eq!(text, "CUDA_ERROR_OUT_OF_MEMORY (2): (no message)");
-        }
+    fn failure(call: &'static str, subject: &str, code: u32) -> AtlasError {
+        driver::Error::Failed(DriverFailure {
+            call,
+            subject: subject.into(),
+            code,
+        })
+        .into()
     }
 
     #[test]
     fn sticky_codes_make_context_lost_errors() {
-        let lost = AtlasError::from_call("cuStreamSynchronize", String::new(), 700);
-        assert!(matches!(lost, AtlasError::ContextLost { code: 700, .. }));
+        let lost = failure("cuStreamSynchronize", "", 700);
+        assert!(matches!(&lost, AtlasError::ContextLost(f) if f.code == 700));
         assert!(lost.is_context_lost());
+        assert!(failure("cuStreamSynchronize", "", 710).is_context_lost());
         let text = lost.to_string();
         assert!(
             text.contains("cuStreamSynchronize failed") && text.contains("restart"),
             "{text}"
         );
-        let plain = AtlasError::from_call("cuMemAlloc_v2", "4096 bytes".into(), 2);
-        assert!(matches!(plain, AtlasError::Driver { code: 2, .. }));
+        let plain = failure("cuMemAlloc_v2", "4096 bytes", 2);
+        assert!(matches!(&plain, AtlasError::Driver(f) if f.code == 2));
         assert!(
             plain
                 .to_string()
@@ -477,6 +396,7 @@ mod tests {
             "{plain}"
         );
         assert!(!plain.is_context_lost());
+        assert_eq!(plain.cuda_code(), Some(2));
     }
 
     #[test]
@@ -484,13 +404,30 @@ mod tests {
         let e = AtlasError::ModuleLoad {
             module: "bad".into(),
             code: 218,
-            text: "CUDA_ERROR_INVALID_PTX (218): a PTX JIT compilation failed".into(),
             jit_log: "ptxas application ptx input, line 7; error   : syntax error\n".into(),
         };
         let text = e.to_string();
         assert!(
-            text.contains("module `bad`") && text.contains("line 7; error"),
+            text.contains("module `bad`")
+                && text.contains("(218)")
+                && text.contains("line 7; error"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn argument_refusals_carry_both_layouts() {
+        let e = AtlasError::InvalidLaunch {
+            function: "m::k".into(),
+            reason: LaunchRefusal::Arguments {
+                expected: vec![8, 4].into(),
+                given: vec![8].into(),
+            },
+        };
+        assert_eq!(
+            e.to_string(),
+            "cannot launch `m::k`: the kernel takes 2 parameter(s) of sizes [8, 4] bytes; the \
+             launch gives 1 of sizes [8]"
         );
     }
 }

@@ -116,7 +116,7 @@
 //! // registry's context's.
 //! unsafe { exec.launch(&stream) }?;
 //! // SAFETY: as for the captured launch.
-//! unsafe { exec.set_kernel_args(0, scale.as_function_ref(), &cfg, (&mut *x, 0.5f32, n)) }?;
+//! unsafe { exec.set_kernel_args(0, &scale, &cfg, (&mut *x, 0.5f32, n)) }?;
 //! # Ok(()) }
 //! ```
 //!
@@ -137,43 +137,39 @@
 //! Atlas leaves its context current on the thread afterwards; code that needs another context
 //! current makes it current again itself.
 
-mod args;
-mod blob;
-mod cache;
-mod context;
+mod code;
+mod device;
 mod driver;
 mod error;
-mod function;
-mod function_table;
 mod graph;
-mod host;
 mod launch;
-mod library;
 mod memory;
-mod module;
-mod param_layout;
 mod registry;
-mod stream;
 
-pub use args::{KernelArgs, KernelParam};
-pub use blob::{BlobKind, sniff, validate_blob};
-pub use cache::FunctionCache;
-pub use context::CudaContext;
-pub use error::{
-    AtlasError, CUDA_ERROR_DEINITIALIZED, NotFoundKind, Result, cuda_error_text, is_teardown_noop,
-};
-pub use function::{CudaFunction, FunctionRef, RawCudaFunc};
-pub use graph::{CudaGraph, GraphExec};
-pub use host::{CudaHost, device_count, host};
-pub use launch::{DeviceLimits, LaunchConfig};
-pub use library::AtlasLibrary;
-pub use memory::{DeviceBuffer, DeviceCopy};
-pub use param_layout::{
+pub use code::blob::{BlobKind, sniff, validate_blob};
+pub use code::layout::{
     CubinProblem, KernelLayout, LayoutError, ParamSlot, PtxProblem, RecordIssue, UnreadableBlob,
     cubin_kernel_layouts, kernel_layout, kernel_layouts, ptx_kernel_layouts,
 };
-pub use registry::{AtlasRegistry, DeviceSymbol, release};
-pub use stream::CudaStream;
+pub use device::context::CudaContext;
+pub use device::host::{CudaHost, device_count, host};
+pub use device::limits::DeviceLimits;
+pub use device::stream::CudaStream;
+pub use driver::DriverFailure;
+pub use driver::status::{CUDA_ERROR_DEINITIALIZED, cuda_error_text, is_teardown_noop};
+pub use error::{AtlasError, CaptureMisuse, LaunchRefusal, LimitError, NotFoundKind, Result};
+pub use graph::capture::CudaGraph;
+pub use graph::exec::GraphExec;
+pub use launch::args::{KernelArgs, KernelParam};
+pub use launch::config::LaunchConfig;
+pub use launch::kernel::Kernel;
+pub use memory::buffer::{DeviceBuffer, DeviceCopy};
+pub use memory::copy::{copy_to_device_async, copy_to_host_async};
+pub use memory::symbol::DeviceSymbol;
+pub use registry::cache::FunctionCache;
+pub use registry::function::{CudaFunction, FunctionRef, RawCudaFunc};
+pub use registry::library::AtlasLibrary;
+pub use registry::{AtlasRegistry, release};
 
 /// The raw driver API, for calls Atlas does not wrap.
 pub use atlas_sys as sys;
@@ -196,6 +192,8 @@ mod send_sync {
         send_sync::<FunctionCache>();
         send_sync::<AtlasError>();
         send_sync::<AtlasLibrary>();
+        send_sync::<Kernel>();
+        send_sync::<DeviceSymbol>();
         send_only::<GraphExec>();
     };
 }

@@ -4,8 +4,8 @@ use std::fmt;
 
 use atlas_sys::{CUcontext, CUstream, CUstream_flags};
 
-use crate::context::{CudaContext, ensure_bound};
-use crate::driver::{check, cu, driver};
+use crate::device::context::{CudaContext, ensure_bound};
+use crate::driver::{About, calls};
 use crate::error::{Result, report_cleanup};
 
 /// A CUDA stream in one context: owned (created by [`CudaStream::new`], destroyed on drop) or
@@ -27,10 +27,8 @@ impl CudaStream {
     #[doc(alias = "cuStreamCreate")]
     pub fn new(context: &CudaContext) -> Result<Self> {
         context.bind()?;
-        let mut raw: CUstream = std::ptr::null_mut();
-        let flags = CUstream_flags::CU_STREAM_NON_BLOCKING.0;
-        // SAFETY: `raw` is a live out-pointer; the context is current.
-        unsafe { cu!(cuStreamCreate(&mut raw, flags); "device {}", context.ordinal()) }?;
+        let raw = calls::stream_create(CUstream_flags::CU_STREAM_NON_BLOCKING.0)
+            .about(|| format!("device {}", context.ordinal()))?;
         Ok(Self {
             raw,
             context: context.raw(),
@@ -91,15 +89,10 @@ impl CudaStream {
     /// Blocks until all work enqueued on the stream has finished.
     #[doc(alias = "cuStreamSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
-        let d = driver()?;
         self.bind_if_default()?;
         // SAFETY: the stream is valid (an invariant of this type); a created stream names its
         // context, and for the legacy default stream its context was made current above.
-        check(
-            unsafe { (d.stream_synchronize)(self.raw) },
-            "cuStreamSynchronize",
-            String::new,
-        )
+        Ok(unsafe { calls::stream_synchronize(self.raw) }?)
     }
 }
 
@@ -119,8 +112,8 @@ impl Drop for CudaStream {
         }
         let raw = self.raw;
         // SAFETY: the stream was created by Atlas in this context and is destroyed only here.
-        let result =
-            ensure_bound(self.context).and_then(|()| unsafe { cu!(cuStreamDestroy_v2(raw)) });
+        let result = ensure_bound(self.context)
+            .and_then(|()| Ok(unsafe { calls::stream_destroy(raw) }?));
         report_cleanup("destroying a stream", result);
     }
 }

@@ -39,7 +39,7 @@ use std::ffi::c_void;
 
 use atlas_sys::{CUcontext, CUdeviceptr};
 
-use crate::memory::{DeviceBuffer, DeviceCopy};
+use crate::memory::buffer::{DeviceBuffer, DeviceCopy};
 
 /// One kernel argument: where its bytes are, how many, and which context's memory it refers to.
 ///

@@ -2,13 +2,13 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use atlas_sys::{CUcontext, CUdevice, CUdevice_attribute};
+use atlas_sys::{CUcontext, CUdevice_attribute};
 
-use crate::context::CudaContext;
-use crate::driver::{cu, driver};
+use crate::device::context::CudaContext;
+use crate::device::limits::{DeviceLimits, attribute};
+use crate::device::stream::CudaStream;
+use crate::driver::{About, calls};
 use crate::error::{AtlasError, Result};
-use crate::launch::DeviceLimits;
-use crate::stream::CudaStream;
 
 /// One device as the process uses it: its primary context (retained once) and one non-blocking
 /// stream, created on first use by [`host`] and kept for the life of the process.
@@ -61,21 +61,11 @@ impl CudaHost {
         }
         let ordinal_c =
             i32::try_from(ordinal).map_err(|_| AtlasError::InvalidDevice { ordinal, count })?;
-        let mut device: CUdevice = 0;
-        // SAFETY: `device` is a live out-pointer and the ordinal is in range.
-        unsafe { cu!(cuDeviceGet(&mut device, ordinal_c); "device {ordinal}") }?;
-        let mut name = [0 as std::ffi::c_char; 256];
-        // SAFETY: the buffer is live and its length is passed with it.
-        unsafe {
-            cu!(cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device); "device {ordinal}")
-        }?;
-        // SAFETY: cuDeviceGetName wrote a NUL-terminated string into the buffer.
-        let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }
-            .to_string_lossy()
-            .into_owned();
+        let about = || format!("device {ordinal}");
+        let device = calls::device_get(ordinal_c).about(about)?;
+        let name = calls::device_name(device).about(about)?;
         let limits = DeviceLimits::read(device, ordinal)?;
-        let capability =
-            |a| device_attribute(device, a, ordinal).map(|v| u32::try_from(v).unwrap_or(0));
+        let capability = |a| attribute(device, a, ordinal);
         let compute_capability = (
             capability(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             capability(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
@@ -96,25 +86,7 @@ impl CudaHost {
 /// How many CUDA devices the driver sees.
 #[doc(alias = "cuDeviceGetCount")]
 pub fn device_count() -> Result<usize> {
-    driver()?;
-    let mut count = 0;
-    // SAFETY: `count` is a live out-pointer.
-    unsafe { cu!(cuDeviceGetCount(&mut count)) }?;
-    Ok(usize::try_from(count).unwrap_or(0))
-}
-
-/// One device attribute.
-pub(crate) fn device_attribute(
-    device: CUdevice,
-    attribute: CUdevice_attribute,
-    ordinal: usize,
-) -> Result<i32> {
-    let mut value = 0;
-    // SAFETY: `value` is a live out-pointer; `device` came from cuDeviceGet.
-    unsafe {
-        cu!(cuDeviceGetAttribute(&mut value, attribute, device); "device {ordinal}, attribute {}", attribute.0)
-    }?;
-    Ok(value)
+    Ok(usize::try_from(calls::device_count()?).unwrap_or(0))
 }
 
 /// Every host created so far, by ordinal.

@@ -12,7 +12,8 @@
 
 use atlas_sys::{CUcontext, CUdevice};
 
-use crate::driver::{check, cu, driver};
+use crate::driver::About;
+use crate::driver::calls;
 use crate::error::Result;
 
 /// A device's primary context, retained once for the life of the process.
@@ -35,9 +36,7 @@ unsafe impl Sync for CudaContext {}
 impl CudaContext {
     /// Retains the primary context of `device` (ordinal `ordinal`).
     pub(crate) fn retain_primary(device: CUdevice, ordinal: usize) -> Result<Self> {
-        let mut raw: CUcontext = std::ptr::null_mut();
-        // SAFETY: `raw` is a live out-pointer; `device` came from cuDeviceGet.
-        unsafe { cu!(cuDevicePrimaryCtxRetain(&mut raw, device); "device {ordinal}") }?;
+        let raw = calls::primary_context(device).about(|| format!("device {ordinal}"))?;
         Ok(Self {
             raw,
             device,
@@ -72,15 +71,9 @@ impl CudaContext {
 /// Makes `raw` current on this thread unless the driver says it already is.
 #[inline]
 pub(crate) fn ensure_bound(raw: CUcontext) -> Result<()> {
-    let d = driver()?;
-    let mut current: CUcontext = std::ptr::null_mut();
-    // SAFETY: `current` is a live out-pointer; the call only reads the thread's current context.
-    let status = unsafe { (d.ctx_get_current)(&mut current) };
-    check(status, "cuCtxGetCurrent", String::new)?;
-    if current == raw {
-        return Ok(());
+    if calls::current_context()? != raw {
+        // SAFETY: every context Atlas binds is a primary context it retained and never releases.
+        unsafe { calls::set_current_context(raw) }?;
     }
-    // SAFETY: every context Atlas binds is a primary context it retained and never releases.
-    let status = unsafe { (d.ctx_set_current)(raw) };
-    check(status, "cuCtxSetCurrent", String::new)
+    Ok(())
 }

@@ -44,7 +44,7 @@ use object::elf::{
 };
 
 use super::{Elf, MAGIC, Section, Symbols};
-use crate::blob::read::{Check, Size, fits, u8_at, u16_at, u32_at};
+use crate::code::blob::read::{Check, Size, fits, u8_at, u16_at, u32_at};
 
 const SHT_CUDA_INFO: u32 = SHT_LOPROC;
 const SHT_CUDA_CALLGRAPH: u32 = SHT_LOPROC + 1;
@@ -90,7 +90,7 @@ const FLAGS_V8: u32 = 0x06ff_ff0e;
 /// with ELF cubins) to the 12.x family (sm_120, sm_121: the newest CUDA 13 knows). The driver
 /// crashed (an H200, driver 580) on cubins for sm_75 to sm_89 whose `e_flags` named SM 255, 144
 /// or 190.
-pub(in crate::blob) const SM_NUMBERS: std::ops::RangeInclusive<u32> = 20..=129;
+pub(in crate::code::blob) const SM_NUMBERS: std::ops::RangeInclusive<u32> = 20..=129;
 
 /// The SM number and the virtual architecture's (0 for none) that `e_flags` of a cubin of ABI
 /// version `abi` hold; `None` for an ABI version whose layout is unknown.

@@ -5,47 +5,11 @@
 //! and the answer borrows B: it cannot outlive B's modules. The hit path is three atomic loads (the
 //! slot number, the registry's table, the slot), no lock and no driver call.
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::Result;
-use crate::function::{FunctionEntry, FunctionRef};
 use crate::registry::AtlasRegistry;
-
-/// Call sites with a slot in every registry; more are served from the registry's function table.
-const CALL_SITES: usize = 4096;
-
-/// A registry's cached functions, one slot per call site: a pointer to the registry's own entry
-/// for that function (entries live as long as the registry), or null before first use.
-/// Allocated on first use, so that loading a model that no call site uses costs nothing here.
-#[derive(Default)]
-pub(crate) struct CallSiteTable {
-    slots: OnceLock<Box<[AtomicPtr<FunctionEntry>]>>,
-}
-
-impl CallSiteTable {
-    #[inline]
-    fn get(&self, slot: usize) -> Option<&FunctionEntry> {
-        let entry = self.slots.get()?.get(slot)?.load(Ordering::Acquire);
-        // SAFETY: a non-null slot points at an entry of this registry's function table (`set`'s
-        // contract), which lives as long as the registry and so as long as `&self`.
-        unsafe { entry.as_ref() }
-    }
-
-    /// Records `entry` for `slot`, unless the slot is past the table (that call site then keeps
-    /// looking in the registry's function table). `entry` must be held by the registry's function table,
-    /// so that it lives as long as the registry.
-    fn set(&self, slot: usize, entry: &FunctionEntry) {
-        let slots = self.slots.get_or_init(|| {
-            (0..CALL_SITES)
-                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
-                .collect()
-        });
-        if let Some(cell) = slots.get(slot) {
-            cell.store(std::ptr::from_ref(entry).cast_mut(), Ordering::Release);
-        }
-    }
-}
+use crate::registry::function::FunctionRef;
 
 /// A function cache for one call site: declare it `static` (or use [`cached_function!`](crate::cached_function!)) and ask it
 /// with whichever registry the call is for.
@@ -61,7 +25,7 @@ impl CallSiteTable {
 ///     // SAFETY: `scale` touches the first `n` floats of `x`, all of it, and `x` outlives the launch
 ///     // (the stream is synchronized before it can drop).
 ///     unsafe { SCALE.get(registry)?.launch(registry.stream(), &cfg, (x, by, n)) }?;
-///     registry.stream_synchronize()
+///     registry.stream_synchronize(registry.stream())
 /// }
 /// ```
 #[derive(Debug)]
@@ -88,24 +52,19 @@ impl FunctionCache {
     pub fn get<'r>(&self, registry: &'r AtlasRegistry) -> Result<FunctionRef<'r>> {
         let slot = self.slot.load(Ordering::Relaxed);
         if slot != 0
-            && let Some(entry) = registry.inner.call_sites.get(slot - 1)
+            && let Some(kernel) = registry.inner.call_sites.get(slot - 1)
         {
-            return Ok(FunctionRef {
-                registry: &registry.inner,
-                entry,
-            });
+            return Ok(FunctionRef::new(kernel));
         }
         self.fill(registry)
     }
 
     #[cold]
     fn fill<'r>(&self, registry: &'r AtlasRegistry) -> Result<FunctionRef<'r>> {
-        let entry = registry.cached_entry(self.module, self.function)?;
-        registry.inner.call_sites.set(self.slot(), entry);
-        Ok(FunctionRef {
-            registry: &registry.inner,
-            entry,
-        })
+        let kernel = registry.cached_kernel(self.module, self.function)?;
+        // SAFETY: the kernel is an entry of this registry's function table (`cached_kernel`).
+        unsafe { registry.inner.call_sites.set(self.slot(), kernel) };
+        Ok(FunctionRef::new(kernel))
     }
 
     /// This call site's slot, assigned on first use from a process-wide counter.

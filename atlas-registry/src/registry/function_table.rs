@@ -8,19 +8,39 @@
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::function::FunctionEntry;
+use crate::launch::kernel::Kernel;
+
+/// What the table holds: a value named by a module and a function.
+pub(crate) trait Named {
+    /// The module and function names.
+    fn parts(&self) -> (&str, &str);
+    /// Whether this is `module::function`.
+    fn is(&self, module: &str, function: &str) -> bool {
+        self.parts() == (module, function)
+    }
+}
+
+impl Named for Kernel {
+    fn parts(&self) -> (&str, &str) {
+        Kernel::parts(self)
+    }
+    #[inline]
+    fn is(&self, module: &str, function: &str) -> bool {
+        Kernel::is(self, module, function)
+    }
+}
 
 /// Slots of the first index.
 const FIRST_CAPACITY: usize = 64;
 
 /// Hash slots; a slot is null until it holds an entry, and then holds it for the index's life.
-struct Index {
-    slots: Box<[AtomicPtr<FunctionEntry>]>,
+struct Index<E> {
+    slots: Box<[AtomicPtr<E>]>,
 }
 
-impl Index {
+impl<E: Named> Index<E> {
     /// An index of `capacity` (a power of two) slots holding `entries`.
-    fn with(capacity: usize, entries: &[Arc<FunctionEntry>]) -> Box<Self> {
+    fn with(capacity: usize, entries: &[Arc<E>]) -> Box<Self> {
         let index = Box::new(Self {
             slots: (0..capacity)
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
@@ -36,7 +56,7 @@ impl Index {
         self.slots.len() - 1
     }
 
-    fn find(&self, module: &str, function: &str) -> Option<&FunctionEntry> {
+    fn find(&self, module: &str, function: &str) -> Option<&E> {
         let mask = self.mask();
         let mut i = hash(module, function) & mask;
         loop {
@@ -54,7 +74,7 @@ impl Index {
 
     /// Puts `entry` in the first free slot of its probe sequence. Only under the table's lock, with
     /// `entry` owned by the table; the index must have a free slot.
-    fn insert(&self, entry: &Arc<FunctionEntry>) {
+    fn insert(&self, entry: &Arc<E>) {
         let mask = self.mask();
         let (module, function) = entry.parts();
         let mut i = hash(module, function) & mask;
@@ -66,28 +86,38 @@ impl Index {
 }
 
 /// What the table's lock guards: the entries, and every index made (the last is the current one).
-#[derive(Default)]
-struct Owned {
-    entries: Vec<Arc<FunctionEntry>>,
+struct Owned<E> {
+    entries: Vec<Arc<E>>,
     #[allow(
         clippy::vec_box,
         reason = "`current` points at an index: each must keep its address as the Vec grows"
     )]
-    indexes: Vec<Box<Index>>,
+    indexes: Vec<Box<Index<E>>>,
 }
 
 /// A registry's functions, looked up once each (see the module docs).
-#[derive(Default)]
-pub(crate) struct FunctionTable {
+pub(crate) struct FunctionTable<E = Kernel> {
     /// The current index, or null before the first entry. Points into `owned.indexes`.
-    current: AtomicPtr<Index>,
-    owned: Mutex<Owned>,
+    current: AtomicPtr<Index<E>>,
+    owned: Mutex<Owned<E>>,
 }
 
-impl FunctionTable {
+impl<E> Default for FunctionTable<E> {
+    fn default() -> Self {
+        Self {
+            current: AtomicPtr::new(std::ptr::null_mut()),
+            owned: Mutex::new(Owned {
+                entries: Vec::new(),
+                indexes: Vec::new(),
+            }),
+        }
+    }
+}
+
+impl<E: Named> FunctionTable<E> {
     /// The entry for `module::function`, if there is one; no lock.
     #[inline]
-    pub(crate) fn get(&self, module: &str, function: &str) -> Option<&FunctionEntry> {
+    pub(crate) fn get(&self, module: &str, function: &str) -> Option<&E> {
         let index = self.current.load(Ordering::Acquire);
         // SAFETY: a non-null `current` points at an index in `owned.indexes`, which keeps every
         // index until the table is dropped, and `&self` borrows the table.
@@ -99,8 +129,8 @@ impl FunctionTable {
         &self,
         module: &str,
         function: &str,
-        make: impl FnOnce() -> FunctionEntry,
-    ) -> &FunctionEntry {
+        make: impl FnOnce() -> E,
+    ) -> &E {
         let mut owned = self.owned.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(existing) = self.get(module, function) {
             return existing;
@@ -164,13 +194,29 @@ fn tail(bytes: &[u8]) -> u64 {
 mod tests {
     use super::*;
 
-    fn entry(module: &str, function: &str) -> FunctionEntry {
-        FunctionEntry::new(std::ptr::null_mut(), module, function, None)
+    /// A stand-in entry: the table needs nothing of a kernel but its names.
+    struct Entry {
+        name: String,
+        module_len: usize,
+    }
+
+    impl Named for Entry {
+        fn parts(&self) -> (&str, &str) {
+            let (module, rest) = self.name.split_at(self.module_len);
+            (module, &rest[2..])
+        }
+    }
+
+    fn entry(module: &str, function: &str) -> Entry {
+        Entry {
+            name: format!("{module}::{function}"),
+            module_len: module.len(),
+        }
     }
 
     #[test]
     fn finds_every_entry_through_growth() {
-        let table = FunctionTable::default();
+        let table = FunctionTable::<Entry>::default();
         assert!(table.get("m", "f0").is_none());
         let names: Vec<String> = (0..500).map(|i| format!("kernel_{i}")).collect();
         for (i, name) in names.iter().enumerate() {
@@ -194,7 +240,7 @@ mod tests {
 
     #[test]
     fn threads_adding_the_same_names_share_one_entry_each() {
-        let table = FunctionTable::default();
+        let table = FunctionTable::<Entry>::default();
         let names: Vec<String> = (0..300).map(|i| format!("k{i}")).collect();
         let seen: Vec<Vec<usize>> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..8)
@@ -226,7 +272,7 @@ mod tests {
 
     #[test]
     fn module_and_function_do_not_run_together() {
-        let table = FunctionTable::default();
+        let table = FunctionTable::<Entry>::default();
         table.get_or_insert("a::b", "c", || entry("a::b", "c"));
         assert!(table.get("a", "b::c").is_none());
         assert!(table.get("a::b", "c").is_some());

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Writes the CUDA 13 test blobs of Atlas's blob checks (atlas-registry/src/blob/testdata/).
+"""Writes the CUDA 13 test blobs of Atlas's blob checks (atlas-registry/src/code/blob/testdata/).
 
-    python3 atlas-registry/src/blob/testdata/make.py
+    python3 atlas-registry/src/code/blob/testdata/make.py
 
 cuda13.elementwise.fatbin: kernels/elementwise.cu compiled by NVRTC 13.5 (PTX for compute_75,
 cubins for sm_75, sm_90 and sm_100: ELF ABI version 8, the SM number in bits 8-15 of e_flags) and

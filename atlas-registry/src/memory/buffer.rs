@@ -1,15 +1,16 @@
-//! Device memory: [`DeviceBuffer`] and the host/device copies.
+//! [`DeviceBuffer`]: a typed allocation of device memory, and [`DeviceCopy`], the values that can
+//! be copied to and from it byte for byte.
 
-use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
 
-use atlas_sys::{CUcontext, CUdeviceptr, CUstream};
+use atlas_sys::{CUcontext, CUdeviceptr};
 
-use crate::context::{CudaContext, ensure_bound};
-use crate::driver::cu;
+use crate::device::context::{CudaContext, ensure_bound};
+use crate::device::stream::CudaStream;
+use crate::driver::{About, calls};
 use crate::error::{AtlasError, Result, report_cleanup};
-use crate::stream::CudaStream;
+use crate::memory::copy::{dtoh, htod};
 
 /// Plain data that can be copied to and from the device byte for byte.
 ///
@@ -55,23 +56,17 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// Allocates room for `len` elements, contents unspecified. `len == 0` allocates nothing.
     #[doc(alias = "cuMemAlloc_v2")]
     pub fn alloc(context: &CudaContext, len: usize) -> Result<Self> {
-        let bytes = len
-            .checked_mul(size_of::<T>())
-            .ok_or_else(|| AtlasError::SizeMismatch {
-                what: format!(
-                    "allocating {len} elements of {} bytes overflows",
-                    size_of::<T>()
-                ),
-                expected: usize::MAX,
-                given: len,
-            })?;
+        let bytes =
+            len.checked_mul(size_of::<T>())
+                .ok_or(AtlasError::AllocationTooLarge {
+                    len,
+                    element_size: size_of::<T>(),
+                })?;
         let mut ptr: CUdeviceptr = 0;
         if bytes > 0 {
             context.bind()?;
-            // SAFETY: `ptr` is a live out-pointer; the context is current.
-            unsafe {
-                cu!(cuMemAlloc_v2(&mut ptr, bytes); "{bytes} bytes on device {}", context.ordinal())
-            }?;
+            ptr = calls::mem_alloc(bytes)
+                .about(|| format!("{bytes} bytes on device {}", context.ordinal()))?;
         }
         Ok(Self {
             ptr,
@@ -207,46 +202,6 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     }
 }
 
-/// `cuMemcpyHtoDAsync_v2`, skipping empty copies.
-///
-/// # Safety
-///
-/// `dst` has room for `bytes`, `src` holds `bytes` and stays valid until the copy is done.
-pub(crate) unsafe fn htod(
-    context: CUcontext,
-    dst: CUdeviceptr,
-    src: *const c_void,
-    bytes: usize,
-    stream: CUstream,
-) -> Result<()> {
-    if bytes == 0 {
-        return Ok(());
-    }
-    ensure_bound(context)?;
-    // SAFETY: the caller's contract.
-    unsafe { cu!(cuMemcpyHtoDAsync_v2(dst, src, bytes, stream); "{bytes} bytes") }
-}
-
-/// `cuMemcpyDtoHAsync_v2`, skipping empty copies.
-///
-/// # Safety
-///
-/// `src` holds `bytes`, `dst` has room for them and stays valid until the copy is done.
-pub(crate) unsafe fn dtoh(
-    context: CUcontext,
-    dst: *mut c_void,
-    src: CUdeviceptr,
-    bytes: usize,
-    stream: CUstream,
-) -> Result<()> {
-    if bytes == 0 {
-        return Ok(());
-    }
-    ensure_bound(context)?;
-    // SAFETY: the caller's contract.
-    unsafe { cu!(cuMemcpyDtoHAsync_v2(dst, src, bytes, stream); "{bytes} bytes") }
-}
-
 impl<T: DeviceCopy> fmt::Debug for DeviceBuffer<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -266,7 +221,8 @@ impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
         }
         let ptr = self.ptr;
         // SAFETY: the memory was allocated by this buffer in this context and is freed only here.
-        let result = ensure_bound(self.context).and_then(|()| unsafe { cu!(cuMemFree_v2(ptr)) });
+        let result =
+            ensure_bound(self.context).and_then(|()| Ok(unsafe { calls::mem_free(ptr) }?));
         report_cleanup("freeing a device buffer", result);
     }
 }

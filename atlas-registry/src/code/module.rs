@@ -1,0 +1,240 @@
+//! A loaded module: one `cuModuleLoadData` per blob (a failed load is retried once with a JIT log,
+//! see [`jit`](crate::code::jit)), unloaded exactly once.
+
+use std::ffi::CString;
+use std::sync::Arc;
+
+use atlas_sys::{CUcontext, CUdeviceptr, CUfunction, CUmodule, CUresult};
+
+use crate::code::blob::{BlobKind, plain_code};
+use crate::code::jit::with_jit_log;
+use crate::code::layout::{KernelLayout, kernel_layouts};
+use crate::code::library::LibraryBlob;
+use crate::device::context::ensure_bound;
+use crate::device::host::CudaHost;
+use crate::driver::status::is_teardown_noop;
+use crate::driver::{About, calls};
+use crate::error::{AtlasError, NotFoundKind, Result, report_cleanup};
+
+/// A kernel's parameter sizes in bytes, or why nothing can tell them.
+pub(crate) type ParamSizes = std::result::Result<Box<[usize]>, String>;
+
+/// Every kernel's parameter layout as a blob declares it, or why it cannot be read.
+pub(crate) type BlobLayouts = std::result::Result<Vec<KernelLayout>, String>;
+
+/// The blob's kernel layouts when the driver cannot tell them (no `cuFuncGetParamInfo`: older than
+/// CUDA 12.4, or an injection library); `None` when it can, so that nothing is parsed.
+///
+/// A fatbin's layouts come from the first of its uncompressed entries (PTX or cubin) that can be
+/// read: every entry is the same source compiled for another architecture.
+pub(crate) fn layouts_if_needed(blob: &[u8]) -> Option<Arc<BlobLayouts>> {
+    if calls::has_param_info() {
+        return None;
+    }
+    let mut first_error = None;
+    for code in plain_code(blob) {
+        match kernel_layouts(code) {
+            Ok(layouts) => return Some(Arc::new(Ok(layouts))),
+            Err(e) => {
+                first_error.get_or_insert(e.to_string());
+            }
+        }
+    }
+    let why = first_error.unwrap_or_else(|| "it holds no uncompressed PTX or cubin".into());
+    Some(Arc::new(Err(why)))
+}
+
+/// One module loaded in a context. Unloaded by [`unload_all`] or, silently, on drop.
+#[derive(Debug)]
+pub(crate) struct Module {
+    raw: CUmodule,
+    name: String,
+    kind: BlobKind,
+    context: CUcontext,
+    /// The library this module is a view of, which owns it; `None` for a module loaded alone.
+    library: Option<Arc<LibraryBlob>>,
+    /// The kernels' parameter layouts as the blob declares them, read at load only when the driver
+    /// lacks `cuFuncGetParamInfo`.
+    blob_layouts: Option<Arc<BlobLayouts>>,
+}
+
+// SAFETY: a CUmodule is a driver handle usable from any thread; the module is unloaded only
+// through ownership (unload_all) or drop, never while shared.
+unsafe impl Send for Module {}
+// SAFETY: shared references only look names up in the module, which the driver allows concurrently.
+unsafe impl Sync for Module {}
+
+/// Loads each checked `(name, kind, image)` in `host`'s context: the context is made current once,
+/// then one `cuModuleLoadData` per blob. Modules loaded before a failure are unloaded again.
+pub(crate) fn load_all<'a>(
+    host: &CudaHost,
+    blobs: impl ExactSizeIterator<Item = (&'a str, BlobKind, &'a [u8])>,
+) -> Result<Vec<Module>> {
+    let context = host.context().raw();
+    ensure_bound(context)?;
+    let mut modules = Vec::with_capacity(blobs.len());
+    for (name, kind, image) in blobs {
+        // SAFETY: `image` passed validation (PTX NUL-terminated); the context is current (above,
+        // and nothing between the loads changes it).
+        let raw = with_jit_log(name, image, Some(host), |log| unsafe {
+            calls::module_load(image, log)
+        })?;
+        modules.push(Module {
+            raw,
+            name: name.to_string(),
+            kind,
+            context,
+            library: None,
+            blob_layouts: layouts_if_needed(image),
+        });
+    }
+    Ok(modules)
+}
+
+/// Unloads `modules` now (making their context current once) and returns each failure; teardown
+/// no-ops are not failures.
+pub(crate) fn unload_all(modules: Vec<Module>) -> Vec<AtlasError> {
+    let mut bound = None;
+    let mut failures = Vec::new();
+    for mut module in modules {
+        if bound != Some(module.context) {
+            match ensure_bound(module.context) {
+                Ok(()) => bound = Some(module.context),
+                Err(e) => {
+                    failures.push(e);
+                    continue;
+                }
+            }
+        }
+        if let Err(e) = module.unload_bound() {
+            failures.push(e);
+        }
+    }
+    failures
+}
+
+impl Module {
+    /// The module of `library` in `host`'s context (`cuLibraryGetModule`): a view of the one library
+    /// load, never unloaded by itself; the library goes when its last view does.
+    pub(crate) fn from_library(
+        host: &CudaHost,
+        name: &str,
+        library: Arc<LibraryBlob>,
+    ) -> Result<Self> {
+        let context = host.context();
+        context.bind()?;
+        // SAFETY: the library is loaded (the Arc keeps it); the context is current (above).
+        let raw = match unsafe { calls::library_module(library.raw()) } {
+            Ok(raw) => raw,
+            Err(e) => return Err(library.explain(host, name, e)),
+        };
+        Ok(Self {
+            raw,
+            name: name.to_string(),
+            kind: library.kind(),
+            context: context.raw(),
+            blob_layouts: library.blob_layouts(),
+            library: Some(library),
+        })
+    }
+
+    /// The module's name in its model.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What the module was loaded from.
+    pub(crate) fn kind(&self) -> BlobKind {
+        self.kind
+    }
+
+    /// The raw handle.
+    pub(crate) fn raw(&self) -> CUmodule {
+        self.raw
+    }
+
+    /// `cuModuleGetFunction`; an unknown name is [`AtlasError::NotFound`] naming `module::name`.
+    pub(crate) fn function(&self, name: &str) -> Result<CUfunction> {
+        let c_name = self.c_name(name, NotFoundKind::Function)?;
+        ensure_bound(self.context)?;
+        // SAFETY: the module is loaded (not yet unloaded: &self); its context is current (above).
+        unsafe { calls::module_function(self.raw, &c_name) }
+            .map_err(|e| self.not_found(e, name, NotFoundKind::Function))
+    }
+
+    /// The parameter sizes of kernel `function` as the blob declares them, or why they cannot be
+    /// known; `None` when the module did not read them because the driver can tell.
+    pub(crate) fn blob_param_sizes(&self, function: &str) -> Option<ParamSizes> {
+        let layouts = self.blob_layouts.as_deref()?;
+        Some(match layouts {
+            Ok(kernels) => kernels
+                .iter()
+                .find(|kernel| kernel.name == function)
+                .map(|kernel| kernel.params.iter().map(|slot| slot.size).collect())
+                .ok_or_else(|| {
+                    format!(
+                        "the driver lacks cuFuncGetParamInfo and module `{}` declares no parameter layout for `{function}`",
+                        self.name
+                    )
+                }),
+            Err(why) => Err(format!(
+                "the driver lacks cuFuncGetParamInfo and the parameter layouts of module `{}` cannot be read from its blob: {why}",
+                self.name
+            )),
+        })
+    }
+
+    /// `cuModuleGetGlobal`: the address and size of a `__device__` variable.
+    pub(crate) fn global(&self, name: &str) -> Result<(CUdeviceptr, usize)> {
+        let c_name = self.c_name(name, NotFoundKind::Symbol)?;
+        ensure_bound(self.context)?;
+        // SAFETY: as for `function`.
+        unsafe { calls::module_global(self.raw, &c_name) }
+            .map_err(|e| self.not_found(e, name, NotFoundKind::Symbol))
+    }
+
+    fn c_name(&self, name: &str, kind: NotFoundKind) -> Result<CString> {
+        CString::new(name).map_err(|_| AtlasError::NotFound {
+            kind,
+            name: format!("{}::{}", self.name, name.escape_debug()),
+            detail: "the name contains a NUL byte".into(),
+        })
+    }
+
+    #[cold]
+    fn not_found(&self, e: crate::driver::Error, name: &str, kind: NotFoundKind) -> AtlasError {
+        if e.code() == Some(CUresult::CUDA_ERROR_NOT_FOUND.0) {
+            AtlasError::NotFound {
+                kind,
+                name: format!("{}::{name}", self.name),
+                detail: String::new(),
+            }
+        } else {
+            e.about(|| format!("`{}::{name}`", self.name)).into()
+        }
+    }
+
+    /// Unloads the module now, its context being current; teardown no-ops are `Ok`.
+    fn unload_bound(&mut self) -> Result<()> {
+        let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
+        if raw.is_null() || self.library.is_some() {
+            return Ok(());
+        }
+        // SAFETY: `raw` was loaded by this value and, replaced by null above, is unloaded only
+        // once; the caller made its context current.
+        match unsafe { calls::module_unload(raw) }.about(|| format!("module `{}`", self.name)) {
+            Err(e) if e.code().is_some_and(is_teardown_noop) => Ok(()),
+            other => Ok(other?),
+        }
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        if self.raw.is_null() || self.library.is_some() {
+            return;
+        }
+        let result = ensure_bound(self.context).and_then(|()| self.unload_bound());
+        report_cleanup("unloading a module", result);
+    }
+}

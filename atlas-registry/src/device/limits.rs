@@ -1,0 +1,47 @@
+//! [`DeviceLimits`]: what one launch may ask of a device, read once per device. A launch is checked
+//! against them in `launch::config`.
+
+use atlas_sys::{CUdevice, CUdevice_attribute as Attr};
+
+use crate::driver::{About, calls};
+use crate::error::Result;
+
+/// The launch limits of one device, read once per [`CudaHost`](crate::CudaHost).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceLimits {
+    /// Most threads in one block.
+    pub max_threads_per_block: u32,
+    /// Largest block dimension in x, y, z.
+    pub max_block: (u32, u32, u32),
+    /// Largest grid dimension in x, y, z.
+    pub max_grid: (u32, u32, u32),
+    /// Most dynamic shared memory one block can get with the opt-in, in bytes.
+    pub max_shared_mem_optin: u32,
+}
+
+/// One device attribute, as a count (a negative answer reads as 0).
+pub(crate) fn attribute(device: CUdevice, attribute: Attr, ordinal: usize) -> Result<u32> {
+    let value = calls::device_attribute(device, attribute)
+        .about(|| format!("device {ordinal}, attribute {}", attribute.0))?;
+    Ok(u32::try_from(value).unwrap_or(0))
+}
+
+impl DeviceLimits {
+    pub(crate) fn read(device: CUdevice, ordinal: usize) -> Result<Self> {
+        let get = |a| attribute(device, a, ordinal);
+        Ok(Self {
+            max_threads_per_block: get(Attr::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            max_block: (
+                get(Attr::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?,
+                get(Attr::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?,
+                get(Attr::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?,
+            ),
+            max_grid: (
+                get(Attr::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+                get(Attr::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+                get(Attr::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+            ),
+            max_shared_mem_optin: get(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+        })
+    }
+}

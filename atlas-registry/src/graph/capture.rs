@@ -1,0 +1,96 @@
+//! Stream capture: [`CudaStream::begin_capture`] and [`CudaStream::end_capture`], and the captured
+//! [`CudaGraph`].
+
+use std::fmt;
+
+use atlas_sys::{CUcontext, CUgraph, CUgraphNode, CUgraphNodeType, CUstreamCaptureMode};
+
+use crate::device::context::ensure_bound;
+use crate::device::stream::CudaStream;
+use crate::driver::calls;
+use crate::error::{AtlasError, CaptureMisuse, Result, report_cleanup};
+
+/// A captured graph, not yet instantiated.
+pub struct CudaGraph {
+    raw: CUgraph,
+    context: CUcontext,
+}
+
+// SAFETY: a CUgraph is a driver handle; the driver allows using it from any thread as long as
+// calls on one graph are not concurrent, which `&mut`/ownership here guarantees for mutation.
+unsafe impl Send for CudaGraph {}
+// SAFETY: shared references only read the graph (node lists, instantiation).
+unsafe impl Sync for CudaGraph {}
+
+impl CudaStream {
+    /// Starts capturing the work enqueued on this stream by this thread into a graph
+    /// (`CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`). Nothing runs until the graph is replayed.
+    /// The legacy default stream cannot be captured ([`AtlasError::Capture`]).
+    #[doc(alias = "cuStreamBeginCapture_v2")]
+    pub fn begin_capture(&self) -> Result<()> {
+        if self.raw().is_null() {
+            return Err(AtlasError::Capture(CaptureMisuse::LegacyDefaultStream));
+        }
+        ensure_bound(self.context())?;
+        let mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        // SAFETY: the stream is live and not the legacy default stream; its context is current.
+        Ok(unsafe { calls::begin_capture(self.raw(), mode) }?)
+    }
+
+    /// Ends the capture begun by [`begin_capture`](Self::begin_capture) and returns the graph.
+    #[doc(alias = "cuStreamEndCapture")]
+    pub fn end_capture(&self) -> Result<CudaGraph> {
+        ensure_bound(self.context())?;
+        // SAFETY: the stream is live; its context is current.
+        let raw = unsafe { calls::end_capture(self.raw()) }?;
+        Ok(CudaGraph {
+            raw,
+            context: self.context(),
+        })
+    }
+}
+
+impl CudaGraph {
+    /// The raw handle.
+    pub fn raw(&self) -> CUgraph {
+        self.raw
+    }
+
+    /// The context the graph was captured in.
+    pub(crate) fn context(&self) -> CUcontext {
+        self.context
+    }
+
+    /// The graph's kernel nodes, in the order the driver lists them (for a graph captured from
+    /// one stream, the order of the launches).
+    pub(crate) fn kernel_nodes(&self) -> Result<Vec<CUgraphNode>> {
+        // SAFETY: the graph is live (owned by `self`).
+        let nodes = unsafe { calls::graph_nodes(self.raw) }?;
+        let mut kernels = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            // SAFETY: `node` belongs to this live graph.
+            let kind = unsafe { calls::graph_node_type(node) }?;
+            if kind == CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
+                kernels.push(node);
+            }
+        }
+        Ok(kernels)
+    }
+}
+
+impl fmt::Debug for CudaGraph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CudaGraph({:p})", self.raw)
+    }
+}
+
+impl Drop for CudaGraph {
+    fn drop(&mut self) {
+        let raw = self.raw;
+        // SAFETY: the graph is destroyed only here, after any GraphExec made from it (which owns
+        // it); its context is made current first.
+        let result =
+            ensure_bound(self.context).and_then(|()| Ok(unsafe { calls::graph_destroy(raw) }?));
+        report_cleanup("destroying a graph", result);
+    }
+}

@@ -1,0 +1,10 @@
+//! CUDA graphs: capture a sequence of launches on a stream ([`capture`]: `begin_capture`,
+//! `end_capture`, [`CudaGraph`](capture::CudaGraph)), instantiate it once, replay it, and change
+//! kernel arguments of the instantiated graph without instantiating it again ([`exec`]).
+//!
+//! Resolve every function before capture begins (take it from the registry or a
+//! [`FunctionCache`](crate::FunctionCache) once): with lazy module loading, a first lookup loads
+//! code, which must not happen inside a capture.
+
+pub(crate) mod capture;
+pub(crate) mod exec;

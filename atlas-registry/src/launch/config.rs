@@ -1,0 +1,158 @@
+//! [`LaunchConfig`]: grid, block and dynamic shared memory of a launch, and its check against the
+//! device's [`DeviceLimits`].
+
+use crate::device::limits::DeviceLimits;
+use crate::error::LimitError;
+
+/// Grid, block and dynamic shared memory of a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LaunchConfig {
+    /// Blocks in x, y, z.
+    pub grid: (u32, u32, u32),
+    /// Threads per block in x, y, z.
+    pub block: (u32, u32, u32),
+    /// Dynamic shared memory per block, in bytes. Above 48 KiB, Atlas makes the per-function opt-in
+    /// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`) once per function and size.
+    pub shared_mem_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// A one-dimensional launch covering `n` elements with `block` threads per block
+    /// (`ceil(n / block)` blocks, at least one), no dynamic shared memory.
+    pub fn for_elements(n: u32, block: u32) -> Self {
+        let block = block.max(1);
+        Self {
+            grid: (n.div_ceil(block).max(1), 1, 1),
+            block: (block, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// The same configuration with `bytes` of dynamic shared memory per block.
+    pub fn with_shared_mem(self, bytes: u32) -> Self {
+        Self {
+            shared_mem_bytes: bytes,
+            ..self
+        }
+    }
+}
+
+impl DeviceLimits {
+    /// `Ok` when `cfg` fits the device, else which limit it breaks.
+    #[inline]
+    pub fn check(&self, cfg: &LaunchConfig) -> Result<(), LimitError> {
+        let (grid, block) = (cfg.grid, cfg.block);
+        if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
+            return Err(LimitError::ZeroGrid(grid));
+        }
+        if block.0 == 0 || block.1 == 0 || block.2 == 0 {
+            return Err(LimitError::ZeroBlock(block));
+        }
+        let (mb, mg) = (self.max_block, self.max_grid);
+        if block.0 > mb.0 || block.1 > mb.1 || block.2 > mb.2 {
+            return Err(LimitError::BlockDimensions { block, max: mb });
+        }
+        let threads = u64::from(block.0) * u64::from(block.1) * u64::from(block.2);
+        if threads > u64::from(self.max_threads_per_block) {
+            return Err(LimitError::BlockThreads {
+                block,
+                threads,
+                max: self.max_threads_per_block,
+            });
+        }
+        if grid.0 > mg.0 || grid.1 > mg.1 || grid.2 > mg.2 {
+            return Err(LimitError::GridDimensions { grid, max: mg });
+        }
+        if cfg.shared_mem_bytes > self.max_shared_mem_optin {
+            return Err(LimitError::SharedMemory {
+                bytes: cfg.shared_mem_bytes,
+                max: self.max_shared_mem_optin,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn for_elements_covers_n() {
+        assert_eq!(LaunchConfig::for_elements(1000, 256).grid, (4, 1, 1));
+        assert_eq!(LaunchConfig::for_elements(1024, 256).grid, (4, 1, 1));
+        assert_eq!(LaunchConfig::for_elements(0, 256).grid, (1, 1, 1));
+        assert_eq!(LaunchConfig::for_elements(5, 0).block, (1, 1, 1));
+    }
+
+    fn h200() -> DeviceLimits {
+        DeviceLimits {
+            max_threads_per_block: 1024,
+            max_block: (1024, 1024, 64),
+            max_grid: (i32::MAX as u32, 65535, 65535),
+            max_shared_mem_optin: 232_448,
+        }
+    }
+
+    #[test]
+    fn limits_name_the_limit_broken() {
+        let l = h200();
+        let ok = LaunchConfig::for_elements(1 << 20, 256);
+        assert_eq!(l.check(&ok), Ok(()));
+        let check = |cfg: LaunchConfig| l.check(&cfg).unwrap_err();
+        assert_eq!(
+            check(LaunchConfig {
+                block: (2048, 1, 1),
+                ..ok
+            }),
+            LimitError::BlockDimensions {
+                block: (2048, 1, 1),
+                max: (1024, 1024, 64)
+            }
+        );
+        let threads = check(LaunchConfig {
+            block: (32, 32, 2),
+            ..ok
+        });
+        assert_eq!(
+            threads,
+            LimitError::BlockThreads {
+                block: (32, 32, 2),
+                threads: 2048,
+                max: 1024
+            }
+        );
+        assert!(threads.to_string().contains("2048 threads"), "{threads}");
+        assert_eq!(
+            check(LaunchConfig {
+                grid: (0, 1, 1),
+                ..ok
+            }),
+            LimitError::ZeroGrid((0, 1, 1))
+        );
+        assert_eq!(
+            check(LaunchConfig {
+                block: (1, 0, 1),
+                ..ok
+            }),
+            LimitError::ZeroBlock((1, 0, 1))
+        );
+        assert!(matches!(
+            check(LaunchConfig {
+                grid: (1, 70000, 1),
+                ..ok
+            }),
+            LimitError::GridDimensions { .. }
+        ));
+        let big = check(ok.with_shared_mem(232_449));
+        assert_eq!(
+            big,
+            LimitError::SharedMemory {
+                bytes: 232_449,
+                max: 232_448
+            }
+        );
+        assert!(big.to_string().contains("232449 B"), "{big}");
+        assert_eq!(l.check(&ok.with_shared_mem(96 * 1024)), Ok(()));
+    }
+}

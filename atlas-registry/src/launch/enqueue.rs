@@ -1,0 +1,164 @@
+//! The one launch function that every path ends in (typed, raw), and the dynamic shared memory
+//! opt-in it makes first when a launch needs more than a function is allowed.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use atlas_sys::{CUfunction, CUfunction_attribute, CUstream};
+
+use crate::device::context::ensure_bound;
+use crate::device::host::CudaHost;
+use crate::driver::{self, About, calls};
+use crate::error::{AtlasError, Result};
+use crate::launch::config::LaunchConfig;
+
+/// Per-function state the launch path keeps: the dynamic shared memory the function may use.
+#[derive(Debug, Default)]
+pub(crate) struct SharedMemOptIn {
+    /// The function's current `MAX_DYNAMIC_SHARED_SIZE_BYTES` as Atlas last set or read it, or 0
+    /// before it was first read.
+    allowed: AtomicU32,
+}
+
+/// Serializes every raise of a function's dynamic shared memory limit. The driver only *sets* the
+/// limit, so two unserialized raises (to 64 KiB and 96 KiB) can leave it at the smaller one after
+/// the larger was recorded; under this lock each raise reads the limit again and never lowers it.
+/// Raises are rare (once per function and size), so one process-wide lock costs nothing.
+static RAISING: Mutex<()> = Mutex::new(());
+
+impl SharedMemOptIn {
+    /// Makes sure `func` may use `bytes` of dynamic shared memory: reads the function's limit once
+    /// and raises it (monotonic maximum) only when a launch needs more than it allows.
+    ///
+    /// # Safety
+    ///
+    /// 1. `func` is a live function of `host`'s context.
+    #[inline]
+    pub(crate) unsafe fn ensure(&self, host: &CudaHost, func: CUfunction, bytes: u32) -> Result<()> {
+        if bytes == 0 || bytes <= self.allowed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // SAFETY: duty 1.
+        unsafe { self.raise(host, func, bytes) }
+    }
+
+    /// # Safety
+    ///
+    /// 1. As [`ensure`](Self::ensure).
+    #[cold]
+    unsafe fn raise(&self, host: &CudaHost, func: CUfunction, bytes: u32) -> Result<()> {
+        let _serial = RAISING.lock().unwrap_or_else(PoisonError::into_inner);
+        if bytes <= self.allowed.load(Ordering::Acquire) {
+            return Ok(()); // raised by another thread meanwhile
+        }
+        ensure_bound(host.context().raw())?;
+        let attribute = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        // SAFETY: duty 1.
+        let current = unsafe { calls::function_attribute(func, attribute) }
+            .about(|| "dynamic shared memory limit".into())?;
+        let mut allowed = u32::try_from(current).unwrap_or(0);
+        if bytes > allowed {
+            // SAFETY: duty 1; `bytes` was checked against the device's opt-in maximum, which fits an
+            // i32, and it is more than the current limit, so this only raises it.
+            unsafe { calls::set_function_attribute(func, attribute, bytes as i32) }
+                .about(|| format!("opt in to {bytes} B of dynamic shared memory"))?;
+            allowed = bytes;
+        }
+        self.allowed.store(allowed, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// What a launch error names the function by.
+pub(crate) trait FunctionName {
+    fn function_name(&self) -> String;
+}
+
+/// A function Atlas has no entry for (a `RawCudaFunc::from_raw` handle): named by its handle.
+pub(crate) struct UnknownFunction(pub(crate) CUfunction);
+
+impl FunctionName for UnknownFunction {
+    fn function_name(&self) -> String {
+        format!("function {:p}", self.0)
+    }
+}
+
+/// `Ok` when `cfg` fits `host`'s device, else an [`AtlasError::InvalidLaunch`] naming the limit.
+#[inline]
+pub(crate) fn check_config(
+    host: &CudaHost,
+    name: &dyn FunctionName,
+    cfg: &LaunchConfig,
+) -> Result<()> {
+    match host.limits().check(cfg) {
+        Ok(()) => Ok(()),
+        Err(limit) => Err(AtlasError::InvalidLaunch {
+            function: name.function_name(),
+            reason: limit.into(),
+        }),
+    }
+}
+
+/// The launch: makes the shared memory opt-in when needed and calls `cuLaunchKernel` once. A
+/// created stream names its context, so nothing else reaches the driver; only for the legacy
+/// default stream (null), which means "the current context's", is `host`'s context made current
+/// first. No allocation unless it fails.
+///
+/// # Safety
+///
+/// 1. `func` is a live function of `host`'s context, and `stream` a live stream of that context or
+///    null.
+/// 2. `params` points to one pointer per kernel parameter, each to a value of that parameter's
+///    type (or is null for a kernel without parameters).
+/// 3. `cfg` fits the device (checked by [`check_config`]).
+/// 4. What the kernel reads and writes through its arguments is valid memory of `host`'s device that
+///    stays allocated until the kernel has run.
+#[inline]
+pub(crate) unsafe fn launch_kernel(
+    host: &CudaHost,
+    func: CUfunction,
+    opt_in: &SharedMemOptIn,
+    name: &dyn FunctionName,
+    cfg: &LaunchConfig,
+    stream: CUstream,
+    params: *mut *mut c_void,
+) -> Result<()> {
+    if stream.is_null() {
+        ensure_bound(host.context().raw())?;
+    }
+    // SAFETY: duty 1.
+    unsafe { opt_in.ensure(host, func, cfg.shared_mem_bytes) }?;
+    // SAFETY: the caller's duties 1–4; for the legacy default stream the function's context is
+    // current (above).
+    let launched = unsafe {
+        calls::launch_kernel(
+            func,
+            cfg.grid,
+            cfg.block,
+            cfg.shared_mem_bytes,
+            stream,
+            params,
+        )
+    };
+    match launched {
+        Ok(()) => Ok(()),
+        Err(e) => Err(launch_error(name, cfg, e)),
+    }
+}
+
+#[cold]
+fn launch_error(name: &dyn FunctionName, cfg: &LaunchConfig, error: driver::Error) -> AtlasError {
+    match error {
+        driver::Error::Failed(failure) if !failure.is_sticky() => AtlasError::Launch {
+            function: name.function_name(),
+            grid: cfg.grid,
+            block: cfg.block,
+            shared_mem: cfg.shared_mem_bytes,
+            code: failure.code,
+        },
+        other => other
+            .about(|| format!("launching `{}`", name.function_name()))
+            .into(),
+    }
+}

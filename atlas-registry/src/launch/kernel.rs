@@ -1,0 +1,263 @@
+//! [`Kernel`]: one function of a loaded module as Atlas knows it (its handle, names, device,
+//! parameter sizes and shared memory opt-in), and the one preflight that every typed launch and
+//! every graph argument update passes before the driver is called.
+//!
+//! Every handle to a function ([`CudaFunction`](crate::CudaFunction),
+//! [`FunctionRef`](crate::FunctionRef)) dereferences to its registry's `Kernel`, so they share all
+//! of this code, and anything that takes a function takes a `&Kernel`.
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use atlas_sys::{CUcontext, CUfunction};
+
+use crate::code::module::ParamSizes;
+use crate::device::context::ensure_bound;
+use crate::device::host::{CudaHost, ordinal_of};
+use crate::device::stream::CudaStream;
+use crate::driver::{About, calls};
+use crate::error::{AtlasError, LaunchRefusal, Result};
+use crate::launch::args::KernelArgs;
+use crate::launch::config::LaunchConfig;
+use crate::launch::enqueue::{FunctionName, SharedMemOptIn, check_config, launch_kernel};
+
+/// A kernel of a loaded module: what every function handle points to. It lives as long as its
+/// registry; handles borrow it ([`FunctionRef`](crate::FunctionRef)) or keep the registry alive
+/// ([`CudaFunction`](crate::CudaFunction)).
+pub struct Kernel {
+    raw: CUfunction,
+    /// `module::function`.
+    name: String,
+    /// Where `name`'s module part ends (module names may contain `::` themselves).
+    module_len: usize,
+    host: Arc<CudaHost>,
+    /// The id of the registry whose function table holds this kernel.
+    registry: u64,
+    opt_in: SharedMemOptIn,
+    /// The layout the module's blob declares, for a driver without `cuFuncGetParamInfo`; `None`
+    /// when the module did not read it (the driver can tell).
+    from_blob: Option<ParamSizes>,
+    /// The parameter sizes, read on first use: from `cuFuncGetParamInfo`, else from the blob.
+    params: OnceLock<ParamSizes>,
+}
+
+// SAFETY: the CUfunction is a driver handle usable from any thread; the rest is Sync data.
+unsafe impl Send for Kernel {}
+// SAFETY: as for Send.
+unsafe impl Sync for Kernel {}
+
+impl FunctionName for Kernel {
+    fn function_name(&self) -> String {
+        self.name.clone()
+    }
+}
+
+impl Kernel {
+    /// The kernel `raw` of `module::function` on `host`'s device, held by registry `registry`.
+    pub(crate) fn new(
+        raw: CUfunction,
+        (module, function): (&str, &str),
+        host: Arc<CudaHost>,
+        registry: u64,
+        from_blob: Option<ParamSizes>,
+    ) -> Self {
+        Self {
+            raw,
+            name: format!("{module}::{function}"),
+            module_len: module.len(),
+            host,
+            registry,
+            opt_in: SharedMemOptIn::default(),
+            from_blob,
+            params: OnceLock::new(),
+        }
+    }
+
+    /// `module::function`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The module and function names.
+    pub fn parts(&self) -> (&str, &str) {
+        let (module, rest) = self.name.split_at(self.module_len);
+        (module, &rest[2..])
+    }
+
+    /// The raw `CUfunction`, for driver calls Atlas does not wrap; valid while the registry lives.
+    pub fn raw(&self) -> CUfunction {
+        self.raw
+    }
+
+    /// The host of the device the kernel is loaded on.
+    pub fn host(&self) -> &Arc<CudaHost> {
+        &self.host
+    }
+
+    /// The id of the registry that holds this kernel.
+    pub(crate) fn registry_id(&self) -> u64 {
+        self.registry
+    }
+
+    /// Whether this is `module::function`.
+    #[inline]
+    pub(crate) fn is(&self, module: &str, function: &str) -> bool {
+        self.module_len == module.len()
+            && self.name.len() == module.len() + 2 + function.len()
+            && self.name.as_bytes().starts_with(module.as_bytes())
+            && self.name.as_bytes().ends_with(function.as_bytes())
+    }
+
+    /// The kernel's parameter sizes in bytes, read once with `cuFuncGetParamInfo` (CUDA 12.4+) or,
+    /// on older drivers, from the module's blob; `None` when neither can tell.
+    #[doc(alias = "cuFuncGetParamInfo")]
+    pub fn param_sizes(&self) -> Result<Option<&[usize]>> {
+        Ok(self.layout()?.as_deref().ok())
+    }
+
+    /// The parameter sizes, or why nothing can tell them, read once.
+    #[inline]
+    pub(crate) fn layout(&self) -> Result<&ParamSizes> {
+        match self.params.get() {
+            Some(sizes) => Ok(sizes),
+            None => self.read_layout(),
+        }
+    }
+
+    #[cold]
+    fn read_layout(&self) -> Result<&ParamSizes> {
+        if !calls::has_param_info() {
+            let from_blob = self.from_blob.clone().unwrap_or_else(|| {
+                Err(
+                    "the driver lacks cuFuncGetParamInfo and the module's layouts were not read"
+                        .into(),
+                )
+            });
+            return Ok(self.params.get_or_init(|| from_blob));
+        }
+        ensure_bound(self.host.context().raw())?;
+        let mut sizes = Vec::new();
+        // SAFETY: the function is live (its registry is, as `&self` is).
+        while let Some((_, size)) = unsafe { calls::param_info(self.raw, sizes.len()) }
+            .about(|| format!("`{}`", self.name))?
+        {
+            sizes.push(size);
+        }
+        Ok(self.params.get_or_init(|| Ok(sizes.into_boxed_slice())))
+    }
+
+    /// Everything a typed launch or a graph argument update checks before the driver is called:
+    /// the configuration against the device's limits, the arguments against the kernel's
+    /// parameters (count and sizes; refused when nothing can tell them), that every buffer
+    /// argument is memory of the function's context; then the shared memory opt-in `cfg` needs.
+    #[inline]
+    pub(crate) fn preflight<A: KernelArgs>(&self, cfg: &LaunchConfig, args: &A) -> Result<()> {
+        check_config(&self.host, self, cfg)?;
+        match self.layout()? {
+            Ok(expected) if **expected == *A::SIZES => {}
+            other => return Err(self.args_refused(other, A::SIZES)),
+        }
+        if let Some((index, context)) = args.foreign_memory(self.host.context().raw()) {
+            return Err(self.wrong_device(format!("argument {index}"), context));
+        }
+        // SAFETY: the function is live and of the host's context (it is this registry's).
+        unsafe { self.opt_in.ensure(&self.host, self.raw, cfg.shared_mem_bytes) }
+    }
+
+    #[cold]
+    fn args_refused(&self, layout: &ParamSizes, given: &[usize]) -> AtlasError {
+        match layout {
+            Ok(expected) => AtlasError::InvalidLaunch {
+                function: self.name.clone(),
+                reason: LaunchRefusal::Arguments {
+                    expected: expected.clone(),
+                    given: given.into(),
+                },
+            },
+            Err(reason) => AtlasError::ParamsUnknown {
+                function: self.name.clone(),
+                reason: reason.clone(),
+            },
+        }
+    }
+
+    /// The refusal of a launch whose `what` is in `context` instead of the function's.
+    #[cold]
+    pub(crate) fn wrong_device(&self, what: String, context: CUcontext) -> AtlasError {
+        AtlasError::WrongDevice {
+            function: self.name.clone(),
+            what,
+            expected: self.host.ordinal(),
+            given: ordinal_of(context),
+        }
+    }
+
+    /// The refusal of a raw launch with `given` parameter pointers, when the kernel's count is
+    /// known and differs; `Ok` otherwise.
+    #[inline]
+    pub(crate) fn check_param_count(&self, given: usize) -> Result<()> {
+        match self.layout()? {
+            Ok(sizes) if sizes.len() != given => Err(AtlasError::InvalidLaunch {
+                function: self.name.clone(),
+                reason: LaunchRefusal::ParamCount {
+                    expected: sizes.len(),
+                    given,
+                },
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The per-function shared memory opt-in state, for the raw launch path.
+    pub(crate) fn opt_in(&self) -> &SharedMemOptIn {
+        &self.opt_in
+    }
+
+    /// Launches the kernel on `stream` with `args`, after checking everything Atlas can see (see
+    /// the crate's [safety model](crate#safety-model)): the stream and every buffer argument belong
+    /// to this function's device, the arguments match the kernel's real parameters in count and
+    /// size, and `cfg` fits the device's limits. A refusal is an error and nothing reaches the
+    /// driver. No heap allocation, one `cuLaunchKernel`. See [`KernelArgs`] for what an argument
+    /// can be.
+    ///
+    /// # Safety
+    ///
+    /// 1. Everything the kernel reads or writes through its arguments (the memory their pointers,
+    ///    sizes and indexes designate) is valid, in-bounds memory of this function's device.
+    /// 2. That memory stays allocated, and is not freed or reused by the host, until the kernel has
+    ///    run (synchronize the stream, or an event recorded after the launch).
+    #[doc(alias = "cuLaunchKernel")]
+    #[inline]
+    pub unsafe fn launch<A: KernelArgs>(
+        &self,
+        stream: &CudaStream,
+        cfg: &LaunchConfig,
+        args: A,
+    ) -> Result<()> {
+        if stream.context() != self.host.context().raw() {
+            return Err(self.wrong_device("the stream".into(), stream.context()));
+        }
+        self.preflight(cfg, &args)?;
+        // SAFETY: function and stream are live and of the host's context (checked above);
+        // preflight matched the array to the kernel's parameters, its buffers to that context and
+        // `cfg` to the device; what the kernel does with its arguments is the caller's duties 1
+        // and 2.
+        args.with_params(|params| unsafe {
+            launch_kernel(
+                &self.host,
+                self.raw,
+                &self.opt_in,
+                self,
+                cfg,
+                stream.raw(),
+                params,
+            )
+        })
+    }
+}
+
+impl fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Kernel({})", self.name)
+    }
+}

@@ -1,0 +1,409 @@
+//! [`AtlasRegistry`]: one model's loaded modules on one device, the one table of its kernels, and
+//! the doors onto it (`function`, `function_cached`, `raw_function_cached`, the per-call-site
+//! caches, `launch_on_stream`); [`release`].
+//!
+//! Every way to get a kernel ends in the registry's function table ([`function_table`]): an entry
+//! per `module::function`, made on first lookup and kept while the registry lives. The handles
+//! ([`function`]) are views of those entries.
+
+pub(crate) mod cache;
+pub(crate) mod call_sites;
+pub(crate) mod function;
+pub(crate) mod function_table;
+pub(crate) mod library;
+
+use std::borrow::Cow;
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use atlas_sys::{CUdeviceptr, CUmodule, CUstream};
+
+use crate::code::blob::{self, BlobKind};
+use crate::code::module::{Module, load_all, unload_all};
+use crate::device::context::CudaContext;
+use crate::device::host::{CudaHost, host, ordinal_of};
+use crate::device::stream::CudaStream;
+use crate::error::{AtlasError, NotFoundKind, Result};
+use crate::launch::config::LaunchConfig;
+use crate::launch::enqueue::{SharedMemOptIn, UnknownFunction, check_config, launch_kernel};
+use crate::launch::kernel::Kernel;
+use crate::memory::copy::{copy_to_device_async, copy_to_host_async};
+use crate::memory::symbol::DeviceSymbol;
+use call_sites::CallSiteTable;
+use function::{CudaFunction, FunctionRef, RawCudaFunc};
+use function_table::FunctionTable;
+
+/// The shared state behind an [`AtlasRegistry`] and the handles taken from it.
+pub(crate) struct RegistryInner {
+    /// Unique in the process (never 0): what a [`Kernel`] and a [`RawCudaFunc`] remember of their
+    /// registry.
+    id: u64,
+    modules: Vec<Module>,
+    /// The kernels looked up so far. Entries are never removed while the registry lives, so
+    /// references to them stay valid that long.
+    functions: FunctionTable,
+    pub(crate) call_sites: CallSiteTable,
+    host: Arc<CudaHost>,
+}
+
+/// One model's set of loaded modules on one device, with its function handles and caches.
+///
+/// Cloning is cheap (an `Arc`); the modules are unloaded when the last clone and the last handle
+/// that keeps them ([`CudaFunction`], [`DeviceSymbol`]) are gone, or at once by [`release`]. There
+/// is no global registry: each model holds its own, and two registries never share functions.
+#[derive(Clone)]
+pub struct AtlasRegistry {
+    pub(crate) inner: Arc<RegistryInner>,
+}
+
+impl AtlasRegistry {
+    /// Loads a model: each `(module name, blob)` once, on device `ordinal` (its process-wide
+    /// [`CudaHost`] is created if needed).
+    ///
+    /// Every blob is checked before the driver is loaded (see [`validate_blob`](crate::validate_blob)),
+    /// so a malformed one is refused the same on a machine without a GPU. PTX (UTF-8 text) is
+    /// passed NUL-terminated and JIT-compiled by the driver; ELF cubins, fatbins and clang offload
+    /// bundles, and anything else that is not UTF-8, are passed as binaries. An empty or malformed
+    /// blob, or a duplicate module name, is an [`AtlasError::InvalidModule`] naming the module; a
+    /// JIT failure is an [`AtlasError::ModuleLoad`] carrying the JIT log. Modules loaded before a
+    /// failure are unloaded again.
+    #[doc(alias = "cuModuleLoadData")]
+    #[doc(alias = "cuModuleLoadDataEx")]
+    pub fn load(ordinal: usize, blobs: &[(&str, &[u8])]) -> Result<Self> {
+        let prepared = Self::prepare_all(blobs)?;
+        let host = host(ordinal)?;
+        let modules = load_all(
+            &host,
+            blobs
+                .iter()
+                .zip(&prepared)
+                .map(|((name, _), (kind, image))| (*name, *kind, &**image)),
+        )?;
+        Ok(Self::from_modules(host, modules))
+    }
+
+    /// Checks a model's names and blobs before the driver is loaded (so a bad blob is reported the
+    /// same on a machine without a GPU) and returns each blob's kind and the bytes to hand over.
+    pub(crate) fn prepare_all<'b>(
+        blobs: &[(&str, &'b [u8])],
+    ) -> Result<Vec<(BlobKind, Cow<'b, [u8]>)>> {
+        Self::check_unique(blobs)?;
+        blobs
+            .iter()
+            .map(|(name, blob)| blob::prepare(name, blob))
+            .collect()
+    }
+
+    /// An error naming the first module name that appears twice.
+    fn check_unique(blobs: &[(&str, &[u8])]) -> Result<()> {
+        for (i, (name, _)) in blobs.iter().enumerate() {
+            if blobs[..i].iter().any(|(earlier, _)| earlier == name) {
+                return Err(AtlasError::InvalidModule {
+                    module: name.escape_debug().to_string(),
+                    reason: "the model names this module twice".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn from_modules(host: Arc<CudaHost>, modules: Vec<Module>) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        Self {
+            inner: Arc::new(RegistryInner {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                modules,
+                functions: FunctionTable::default(),
+                call_sites: CallSiteTable::default(),
+                host,
+            }),
+        }
+    }
+
+    /// The device's process-wide host.
+    pub fn host(&self) -> &Arc<CudaHost> {
+        &self.inner.host
+    }
+
+    /// The device's primary context.
+    pub fn ctx(&self) -> &CudaContext {
+        self.inner.host.context()
+    }
+
+    /// The device's process-wide stream.
+    pub fn stream(&self) -> &CudaStream {
+        self.inner.host.stream()
+    }
+
+    /// The raw handle of [`stream`](Self::stream).
+    pub fn raw_stream(&self) -> CUstream {
+        self.inner.host.stream().raw()
+    }
+
+    /// The names of the loaded modules, in load order.
+    pub fn module_names(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.inner.modules.iter().map(Module::name)
+    }
+
+    /// Whether a module of that name is loaded.
+    pub fn has_module(&self, name: &str) -> bool {
+        self.inner.modules.iter().any(|m| m.name() == name)
+    }
+
+    /// What module `name` was loaded from, or `None` when there is no such module.
+    pub fn module_kind(&self, name: &str) -> Option<BlobKind> {
+        self.module(name).ok().map(Module::kind)
+    }
+
+    /// The raw `CUmodule` of module `name`, for driver calls Atlas does not wrap; valid while the
+    /// registry lives. It is the module loaded by [`load`](Self::load), not a second load.
+    pub fn raw_module(&self, name: &str) -> Result<CUmodule> {
+        Ok(self.module(name)?.raw())
+    }
+
+    fn module(&self, name: &str) -> Result<&Module> {
+        self.inner
+            .modules
+            .iter()
+            .find(|m| m.name() == name)
+            .ok_or_else(|| AtlasError::NotFound {
+                kind: NotFoundKind::Module,
+                name: name.escape_debug().to_string(),
+                detail: format!("the registry has {:?}", self.module_names().collect::<Vec<_>>()),
+            })
+    }
+
+    /// A handle that keeps this registry alive, to `kernel`, one of its table's entries.
+    fn owning(&self, kernel: &Kernel) -> CudaFunction {
+        let registry: Arc<dyn Send + Sync> = self.inner.clone();
+        // SAFETY: `kernel` is an entry of this registry's function table (every caller takes it
+        // from there), and `registry` is this registry's shared state.
+        unsafe { CudaFunction::new(registry, kernel) }
+    }
+
+    /// Looks `function` up in `module` with `cuModuleGetFunction`, every call.
+    /// The returned handle keeps the registry's modules loaded while it lives.
+    #[doc(alias = "cuModuleGetFunction")]
+    pub fn function(&self, module: &str, function: &str) -> Result<CudaFunction> {
+        let kernel = self.look_up_kernel(module, function)?;
+        Ok(self.owning(kernel))
+    }
+
+    /// As [`function`](Self::function), looked up once per registry and then served from its
+    /// function table (a hash lookup, no lock). For the hot path, see
+    /// [`FunctionCache`](crate::FunctionCache).
+    pub fn function_cached(&self, module: &str, function: &str) -> Result<CudaFunction> {
+        let kernel = self.cached_kernel(module, function)?;
+        Ok(self.owning(kernel))
+    }
+
+    /// The plain handle of a cached function, for [`launch_on_stream`](Self::launch_on_stream).
+    /// Valid while this registry lives.
+    pub fn raw_function_cached(&self, module: &str, function: &str) -> Result<RawCudaFunc> {
+        Ok(FunctionRef::new(self.cached_kernel(module, function)?).raw())
+    }
+
+    /// The kernel a plain handle names, when it is one of this registry's (`None` for a handle of
+    /// another registry or made with [`RawCudaFunc::from_raw`]): so a raw handle can go wherever a
+    /// function is taken.
+    pub fn resolve(&self, func: RawCudaFunc) -> Option<FunctionRef<'_>> {
+        // SAFETY: `&self` keeps this registry alive for the borrow.
+        unsafe { func.kernel_of(self.inner.id) }.map(FunctionRef::new)
+    }
+
+    /// The registry's kernel `module::function`, looking it up in the module on first use.
+    #[inline]
+    pub(crate) fn cached_kernel(&self, module: &str, function: &str) -> Result<&Kernel> {
+        match self.inner.functions.get(module, function) {
+            Some(kernel) => Ok(kernel),
+            None => self.look_up_kernel(module, function),
+        }
+    }
+
+    /// `cuModuleGetFunction`, then the table's entry for it (made if it is the first lookup).
+    #[cold]
+    fn look_up_kernel(&self, module: &str, function: &str) -> Result<&Kernel> {
+        let found = self.module(module)?;
+        let raw = found.function(function)?;
+        Ok(self.inner.functions.get_or_insert(module, function, || {
+            Kernel::new(
+                raw,
+                (module, function),
+                Arc::clone(&self.inner.host),
+                self.inner.id,
+                found.blob_param_sizes(function),
+            )
+        }))
+    }
+
+    /// The `__device__` variable `symbol` of `module` (`cuModuleGetGlobal`): its address and size,
+    /// in a value that keeps the module loaded. Errors name `module::symbol`.
+    #[doc(alias = "cuModuleGetGlobal_v2")]
+    pub fn device_symbol(&self, module: &str, symbol: &str) -> Result<DeviceSymbol> {
+        let (ptr, size) = self.module(module)?.global(symbol)?;
+        Ok(DeviceSymbol::new(
+            ptr,
+            size,
+            format!("{module}::{symbol}"),
+            Arc::clone(&self.inner.host),
+            self.inner.clone(),
+        ))
+    }
+
+    /// `Ok` when `stream` is of this registry's context.
+    fn check_stream(&self, stream: &CudaStream) -> Result<()> {
+        if stream.context() == self.ctx().raw() {
+            return Ok(());
+        }
+        Err(AtlasError::WrongContext {
+            what: "the stream".into(),
+            expected: self.inner.host.ordinal(),
+            given: ordinal_of(stream.context()),
+        })
+    }
+
+    /// Enqueues a copy of `bytes` from host memory `src` to device address `dst` (a buffer, a
+    /// [`DeviceSymbol`], any device memory of this registry's device) on `stream`, which may be
+    /// capturing. The stream must be of this registry's context.
+    ///
+    /// # Safety
+    ///
+    /// 1. `dst .. dst + bytes` is allocated device memory of this registry's device.
+    /// 2. `src` holds `bytes` readable bytes that stay alive and unmodified until the copy has
+    ///    finished (synchronize the stream; for a captured copy, until the last replay has).
+    #[doc(alias = "cuMemcpyHtoDAsync_v2")]
+    pub unsafe fn copy_h2d_async(
+        &self,
+        dst: CUdeviceptr,
+        src: *const c_void,
+        bytes: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.check_stream(stream)?;
+        // SAFETY: the caller's duties 1 and 2; the stream is of the memory's context (above).
+        unsafe { copy_to_device_async(stream, dst, src, bytes) }
+    }
+
+    /// Enqueues a copy of `bytes` from device address `src` to host memory `dst` on `stream`, which
+    /// may be capturing. The stream must be of this registry's context.
+    ///
+    /// # Safety
+    ///
+    /// 1. `src .. src + bytes` is allocated device memory of this registry's device.
+    /// 2. `dst` has room for `bytes` and stays alive, neither read nor written, until the copy has
+    ///    finished.
+    #[doc(alias = "cuMemcpyDtoHAsync_v2")]
+    pub unsafe fn copy_d2h_async(
+        &self,
+        dst: *mut c_void,
+        src: CUdeviceptr,
+        bytes: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.check_stream(stream)?;
+        // SAFETY: the caller's duties 1 and 2; the stream is of the memory's context (above).
+        unsafe { copy_to_host_async(stream, dst, src, bytes) }
+    }
+
+    /// Waits for all work on `stream` (this registry's [`stream`](Self::stream), or any other,
+    /// a wrapped caller's stream included).
+    #[doc(alias = "cuStreamSynchronize")]
+    pub fn stream_synchronize(&self, stream: &CudaStream) -> Result<()> {
+        stream.synchronize()
+    }
+
+    /// Launches `func` on the caller's raw `stream` (null: the legacy default stream) with a raw
+    /// parameter array: the lowest-overhead path. `cfg` is checked against the device's limits and,
+    /// when Atlas knows the kernel's parameter layout (a handle of this registry), the number of
+    /// parameters against it; the >48 KiB shared memory opt-in is made once per function and size,
+    /// and then `cuLaunchKernel` is called once; nothing is allocated. Parameter sizes and types are
+    /// not checked: that is what the typed launches are for.
+    ///
+    /// A handle of another registry, or made with [`RawCudaFunc::from_raw`], is launched without
+    /// any of this registry's knowledge of it: no parameter count check, and its shared memory limit
+    /// read from the driver when a launch needs more than 0 bytes.
+    ///
+    /// # Safety
+    ///
+    /// 1. `func` is a function of a module that is still loaded in this registry's context (this
+    ///    registry's own, or another live one of the same context), and `stream` a live stream
+    ///    created in that context, or null.
+    /// 2. `params` holds one pointer per kernel parameter, in order, each to a value of exactly that
+    ///    parameter's type, valid until this call returns.
+    /// 3. What the kernel reads and writes through its arguments is valid, in-bounds memory of this
+    ///    registry's device that stays allocated until the kernel has run.
+    #[doc(alias = "cuLaunchKernel")]
+    #[inline]
+    pub unsafe fn launch_on_stream(
+        &self,
+        func: RawCudaFunc,
+        cfg: &LaunchConfig,
+        stream: CUstream,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        let host = &*self.inner.host;
+        let count = params.len();
+        let params = if params.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            params.as_mut_ptr()
+        };
+        // SAFETY: `&self` keeps this registry alive for the call.
+        let Some(kernel) = (unsafe { func.kernel_of(self.inner.id) }) else {
+            // No kernel of ours to remember the opt-in in: a fresh one on the stack, nothing
+            // allocated.
+            let opt_in = SharedMemOptIn::default();
+            let name = UnknownFunction(func.raw());
+            check_config(host, &name, cfg)?;
+            // SAFETY: the caller's duties 1–3; the configuration fits the device (above).
+            return unsafe { launch_kernel(host, func.raw(), &opt_in, &name, cfg, stream, params) };
+        };
+        check_config(host, kernel, cfg)?;
+        kernel.check_param_count(count)?;
+        // SAFETY: the caller's duties 1–3; the configuration fits the device and the parameter
+        // count matches the kernel's, where Atlas knows it (above).
+        unsafe {
+            launch_kernel(
+                host,
+                kernel.raw(),
+                kernel.opt_in(),
+                kernel,
+                cfg,
+                stream,
+                params,
+            )
+        }
+    }
+}
+
+impl fmt::Debug for AtlasRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AtlasRegistry")
+            .field("device", &self.inner.host.ordinal())
+            .field("modules", &self.module_names().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Unloads the registry's modules now and returns what went wrong, as a value.
+///
+/// While other handles exist (clones of the registry, [`CudaFunction`]s or [`DeviceSymbol`]s taken
+/// from it), nothing is unloaded and the result is [`AtlasError::InUse`] with their count. Teardown
+/// no-ops are not errors; other unload failures come back together in [`AtlasError::Release`].
+pub fn release(registry: AtlasRegistry) -> Result<()> {
+    let inner = Arc::try_unwrap(registry.inner).map_err(|shared| AtlasError::InUse {
+        what: format!(
+            "the registry of modules {:?}",
+            shared.modules.iter().map(Module::name).collect::<Vec<_>>()
+        ),
+        handles: Arc::strong_count(&shared) - 1,
+    })?;
+    let failures = unload_all(inner.modules);
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(AtlasError::Release(failures))
+    }
+}
