@@ -7,7 +7,7 @@ use atlas_sys::CUlibrary;
 
 use crate::code::blob::{BlobKind, code_targets};
 use crate::code::jit::{no_binary_for, retry_with_log, with_jit_log};
-use crate::code::module::{BlobLayouts, layouts_if_needed};
+use crate::code::module::{BlobLayouts, Module, layouts_if_needed};
 use crate::device::host::CudaHost;
 use crate::driver::{self, calls};
 use crate::error::{AtlasError, Result, report_cleanup};
@@ -60,16 +60,24 @@ impl LibraryBlob {
         })
     }
 
-    pub(crate) fn raw(&self) -> CUlibrary {
-        self.raw
-    }
-
-    pub(crate) fn kind(&self) -> BlobKind {
-        self.kind
-    }
-
-    pub(crate) fn blob_layouts(&self) -> Option<Arc<BlobLayouts>> {
-        self.blob_layouts.clone()
+    /// The library's module `name` in `host`'s context (`cuLibraryGetModule`): a view of the one
+    /// library load, which keeps the library alive.
+    pub(crate) fn module_in(self: &Arc<Self>, host: &CudaHost, name: &str) -> Result<Module> {
+        let context = host.context();
+        context.bind()?;
+        // SAFETY: the library is loaded (`self` keeps it); the context is current (above).
+        let raw = match unsafe { calls::library_module(self.raw) } {
+            Ok(raw) => raw,
+            Err(e) => return Err(self.explain(host, name, e)),
+        };
+        Ok(Module::library_view(
+            raw,
+            name,
+            self.kind,
+            context.raw(),
+            self.blob_layouts.clone(),
+            Arc::clone(self) as Arc<dyn Send + Sync>,
+        ))
     }
 
     /// The error for `cuLibraryGetModule` failing with `error` for module `name` on `host`'s
@@ -78,7 +86,7 @@ impl LibraryBlob {
     /// succeed) so that the error is an [`AtlasError::ModuleLoad`] with the JIT log; otherwise the
     /// driver's error.
     #[cold]
-    pub(crate) fn explain(&self, host: &CudaHost, name: &str, error: driver::Error) -> AtlasError {
+    fn explain(&self, host: &CudaHost, name: &str, error: driver::Error) -> AtlasError {
         let code = error.code();
         let plain = |error: driver::Error| -> AtlasError {
             error

@@ -9,7 +9,6 @@ use atlas_sys::{CUcontext, CUdeviceptr, CUfunction, CUmodule, CUresult};
 use crate::code::blob::{BlobKind, plain_code};
 use crate::code::jit::with_jit_log;
 use crate::code::layout::{KernelLayout, kernel_layouts};
-use crate::code::library::LibraryBlob;
 use crate::device::context::ensure_bound;
 use crate::device::host::CudaHost;
 use crate::driver::status::is_teardown_noop;
@@ -45,14 +44,14 @@ pub(crate) fn layouts_if_needed(blob: &[u8]) -> Option<Arc<BlobLayouts>> {
 }
 
 /// One module loaded in a context. Unloaded by [`unload_all`] or, silently, on drop.
-#[derive(Debug)]
 pub(crate) struct Module {
     raw: CUmodule,
     name: String,
     kind: BlobKind,
     context: CUcontext,
-    /// The library this module is a view of, which owns it; `None` for a module loaded alone.
-    library: Option<Arc<LibraryBlob>>,
+    /// The library this module is a view of, which owns it (kept alive, never unloaded here);
+    /// `None` for a module loaded alone.
+    library: Option<Arc<dyn Send + Sync>>,
     /// The kernels' parameter layouts as the blob declares them, read at load only when the driver
     /// lacks `cuFuncGetParamInfo`.
     blob_layouts: Option<Arc<BlobLayouts>>,
@@ -114,28 +113,24 @@ pub(crate) fn unload_all(modules: Vec<Module>) -> Vec<AtlasError> {
 }
 
 impl Module {
-    /// The module of `library` in `host`'s context (`cuLibraryGetModule`): a view of the one library
-    /// load, never unloaded by itself; the library goes when its last view does.
-    pub(crate) fn from_library(
-        host: &CudaHost,
+    /// A view of a library's module `raw` in `context`, which `library` owns: never unloaded by
+    /// itself; the library goes when its last view does.
+    pub(crate) fn library_view(
+        raw: CUmodule,
         name: &str,
-        library: Arc<LibraryBlob>,
-    ) -> Result<Self> {
-        let context = host.context();
-        context.bind()?;
-        // SAFETY: the library is loaded (the Arc keeps it); the context is current (above).
-        let raw = match unsafe { calls::library_module(library.raw()) } {
-            Ok(raw) => raw,
-            Err(e) => return Err(library.explain(host, name, e)),
-        };
-        Ok(Self {
+        kind: BlobKind,
+        context: CUcontext,
+        blob_layouts: Option<Arc<BlobLayouts>>,
+        library: Arc<dyn Send + Sync>,
+    ) -> Self {
+        Self {
             raw,
             name: name.to_string(),
-            kind: library.kind(),
-            context: context.raw(),
-            blob_layouts: library.blob_layouts(),
+            kind,
+            context,
+            blob_layouts,
             library: Some(library),
-        })
+        }
     }
 
     /// The module's name in its model.
@@ -226,6 +221,16 @@ impl Module {
             Err(e) if e.code().is_some_and(is_teardown_noop) => Ok(()),
             other => Ok(other?),
         }
+    }
+}
+
+impl std::fmt::Debug for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Module")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("from_library", &self.library.is_some())
+            .finish()
     }
 }
 

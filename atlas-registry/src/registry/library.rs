@@ -5,7 +5,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::code::library::LibraryBlob;
-use crate::code::module::Module;
 use crate::device::host::host;
 use crate::error::Result;
 use crate::registry::AtlasRegistry;
@@ -59,7 +58,7 @@ impl AtlasLibrary {
         let modules = self
             .blobs
             .iter()
-            .map(|(name, blob)| Module::from_library(&host, name, Arc::clone(blob)))
+            .map(|(name, blob)| blob.module_in(&host, name))
             .collect::<Result<Vec<_>>>()?;
         Ok(AtlasRegistry::from_modules(host, modules))
     }
