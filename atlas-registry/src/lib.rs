@@ -5,7 +5,8 @@
 //! An [`AtlasRegistry`] is one model's set of modules (PTX, cubin, fatbin), loaded once on one
 //! device and unloaded when the model goes. Functions come from it as owning [`CudaFunction`]s,
 //! as borrowed [`FunctionRef`]s from per-call-site [`FunctionCache`]s (no lock on a hit), or as
-//! plain [`RawCudaFunc`]s for [`AtlasRegistry::launch_on_stream`]. Launches go on the stream the
+//! plain [`RawCudaFunc`]s for [`AtlasRegistry::launch_on_stream`]; the first two are views of the
+//! registry's one [`Kernel`] entry for the function and share all its code. Launches go on the stream the
 //! caller names, make one `cuLaunchKernel` call, and allocate nothing.
 //!
 //! The driver is loaded at run time (see `atlas-sys`): without one, every call returns
@@ -91,7 +92,7 @@
 //!
 //! # Checked, typed launches
 //!
-//! [`CudaFunction::launch`] and [`FunctionRef::launch`] take the arguments as a tuple of
+//! [`Kernel::launch`] (which [`CudaFunction`] and [`FunctionRef`] reach by `Deref`) takes the arguments as a tuple of
 //! [`KernelParam`]s (scalars, `&DeviceBuffer`s). A wrong count or size is an
 //! [`AtlasError::InvalidLaunch`] naming the kernel and both layouts, before the driver is called.
 //! The parameter array is built on the stack: no allocation, one `cuLaunchKernel`.

@@ -4,8 +4,8 @@
 
 use crate::code::blob::code_targets;
 use crate::device::host::CudaHost;
-use crate::driver::calls::JitLog;
 use crate::driver;
+use crate::driver::calls::JitLog;
 use crate::error::{AtlasError, Result};
 use atlas_sys::CUresult;
 

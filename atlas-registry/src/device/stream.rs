@@ -112,8 +112,8 @@ impl Drop for CudaStream {
         }
         let raw = self.raw;
         // SAFETY: the stream was created by Atlas in this context and is destroyed only here.
-        let result = ensure_bound(self.context)
-            .and_then(|()| Ok(unsafe { calls::stream_destroy(raw) }?));
+        let result =
+            ensure_bound(self.context).and_then(|()| Ok(unsafe { calls::stream_destroy(raw) }?));
         report_cleanup("destroying a stream", result);
     }
 }

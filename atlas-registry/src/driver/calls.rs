@@ -54,7 +54,13 @@ pub(crate) fn device_get(ordinal: i32) -> Result<CUdevice> {
 pub(crate) fn device_name(device: CUdevice) -> Result<String> {
     let mut name = [0 as c_char; 256];
     // SAFETY: the buffer is live and its length is passed with it.
-    unsafe { call!(cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device)) }?;
+    unsafe {
+        call!(cuDeviceGetName(
+            name.as_mut_ptr(),
+            name.len() as i32,
+            device
+        ))
+    }?;
     // The driver writes a NUL-terminated name; should it not, the last byte ends it.
     name[name.len() - 1] = 0;
     // SAFETY: the buffer holds a NUL (set above) and lives through the call.
@@ -165,7 +171,15 @@ pub(crate) unsafe fn module_load(image: &[u8], log: Option<&mut JitLog>) -> Resu
             let (count, options, values) = JitLog::arrays(Some(log));
             // SAFETY: as above; the options and values are matching arrays of `count`, the log
             // buffer lives through the call.
-            unsafe { call!(cuModuleLoadDataEx(&mut module, image, count, options, values)) }?
+            unsafe {
+                call!(cuModuleLoadDataEx(
+                    &mut module,
+                    image,
+                    count,
+                    options,
+                    values
+                ))
+            }?
         }
     }
     Ok(module)
@@ -202,7 +216,14 @@ pub(crate) unsafe fn module_function(module: CUmodule, name: &CStr) -> Result<CU
 pub(crate) unsafe fn module_global(module: CUmodule, name: &CStr) -> Result<(CUdeviceptr, usize)> {
     let (mut ptr, mut size): (CUdeviceptr, usize) = (0, 0);
     // SAFETY: duty 1; both out-pointers are live, `name` NUL-terminated.
-    unsafe { call!(cuModuleGetGlobal_v2(&mut ptr, &mut size, module, name.as_ptr())) }?;
+    unsafe {
+        call!(cuModuleGetGlobal_v2(
+            &mut ptr,
+            &mut size,
+            module,
+            name.as_ptr()
+        ))
+    }?;
     Ok((ptr, size))
 }
 
@@ -266,7 +287,10 @@ pub(crate) fn has_param_info() -> bool {
 /// # Safety
 ///
 /// 1. `function` is live.
-pub(crate) unsafe fn param_info(function: CUfunction, index: usize) -> Result<Option<(usize, usize)>> {
+pub(crate) unsafe fn param_info(
+    function: CUfunction,
+    index: usize,
+) -> Result<Option<(usize, usize)>> {
     let f = atlas_sys::resolve(&driver()?.cuda.cuFuncGetParamInfo, "cuFuncGetParamInfo")
         .map_err(Error::Missing)?;
     let (mut offset, mut size) = (0usize, 0usize);

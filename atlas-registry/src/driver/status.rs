@@ -239,6 +239,9 @@ mod tests {
             subject: String::new(),
             ..failure
         };
-        assert!(bare.to_string().starts_with("cuMemAlloc_v2 failed: "), "{bare}");
+        assert!(
+            bare.to_string().starts_with("cuMemAlloc_v2 failed: "),
+            "{bare}"
+        );
     }
 }

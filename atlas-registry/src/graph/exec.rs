@@ -128,8 +128,10 @@ impl GraphExec {
             // SAFETY: a kernel node of this exec's graph and a function of its context (checked
             // above); preflight matched the array to the kernel and its buffers to the context; the
             // driver copies it during the call; the kernel's use of it is the caller's duty.
-            Ok(unsafe { calls::graph_set_kernel_params(exec, node, &node_params) }
-                .about(|| format!("`{}`", func.name()))?)
+            Ok(
+                unsafe { calls::graph_set_kernel_params(exec, node, &node_params) }
+                    .about(|| format!("`{}`", func.name()))?,
+            )
         })
     }
 }

@@ -35,7 +35,12 @@ impl SharedMemOptIn {
     ///
     /// 1. `func` is a live function of `host`'s context.
     #[inline]
-    pub(crate) unsafe fn ensure(&self, host: &CudaHost, func: CUfunction, bytes: u32) -> Result<()> {
+    pub(crate) unsafe fn ensure(
+        &self,
+        host: &CudaHost,
+        func: CUfunction,
+        bytes: u32,
+    ) -> Result<()> {
         if bytes == 0 || bytes <= self.allowed.load(Ordering::Acquire) {
             return Ok(());
         }

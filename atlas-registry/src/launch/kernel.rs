@@ -161,7 +161,10 @@ impl Kernel {
             return Err(self.wrong_device(format!("argument {index}"), context));
         }
         // SAFETY: the function is live and of the host's context (it is this registry's).
-        unsafe { self.opt_in.ensure(&self.host, self.raw, cfg.shared_mem_bytes) }
+        unsafe {
+            self.opt_in
+                .ensure(&self.host, self.raw, cfg.shared_mem_bytes)
+        }
     }
 
     #[cold]

@@ -56,12 +56,12 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// Allocates room for `len` elements, contents unspecified. `len == 0` allocates nothing.
     #[doc(alias = "cuMemAlloc_v2")]
     pub fn alloc(context: &CudaContext, len: usize) -> Result<Self> {
-        let bytes =
-            len.checked_mul(size_of::<T>())
-                .ok_or(AtlasError::AllocationTooLarge {
-                    len,
-                    element_size: size_of::<T>(),
-                })?;
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .ok_or(AtlasError::AllocationTooLarge {
+                len,
+                element_size: size_of::<T>(),
+            })?;
         let mut ptr: CUdeviceptr = 0;
         if bytes > 0 {
             context.bind()?;
@@ -221,8 +221,7 @@ impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
         }
         let ptr = self.ptr;
         // SAFETY: the memory was allocated by this buffer in this context and is freed only here.
-        let result =
-            ensure_bound(self.context).and_then(|()| Ok(unsafe { calls::mem_free(ptr) }?));
+        let result = ensure_bound(self.context).and_then(|()| Ok(unsafe { calls::mem_free(ptr) }?));
         report_cleanup("freeing a device buffer", result);
     }
 }

@@ -71,7 +71,8 @@ pub(crate) unsafe fn htod(
     }
     ensure_bound(context)?;
     // SAFETY: duties 1 and 2; the context is current (above).
-    Ok(unsafe { calls::copy_to_device(dst, src, bytes, stream) }.about(|| format!("{bytes} bytes"))?)
+    Ok(unsafe { calls::copy_to_device(dst, src, bytes, stream) }
+        .about(|| format!("{bytes} bytes"))?)
 }
 
 /// `cuMemcpyDtoHAsync`, skipping empty copies; for the legacy default stream `context` is made
@@ -94,5 +95,6 @@ pub(crate) unsafe fn dtoh(
     }
     ensure_bound(context)?;
     // SAFETY: duties 1 and 2; the context is current (above).
-    Ok(unsafe { calls::copy_to_host(dst, src, bytes, stream) }.about(|| format!("{bytes} bytes"))?)
+    Ok(unsafe { calls::copy_to_host(dst, src, bytes, stream) }
+        .about(|| format!("{bytes} bytes"))?)
 }

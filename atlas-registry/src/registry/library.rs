@@ -37,7 +37,10 @@ impl AtlasLibrary {
             .iter()
             .zip(prepared)
             .map(|((name, _), (kind, image))| {
-                Ok((name.to_string(), Arc::new(LibraryBlob::load(name, kind, &image)?)))
+                Ok((
+                    name.to_string(),
+                    Arc::new(LibraryBlob::load(name, kind, &image)?),
+                ))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {

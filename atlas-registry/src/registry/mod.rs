@@ -171,7 +171,10 @@ impl AtlasRegistry {
             .ok_or_else(|| AtlasError::NotFound {
                 kind: NotFoundKind::Module,
                 name: name.escape_debug().to_string(),
-                detail: format!("the registry has {:?}", self.module_names().collect::<Vec<_>>()),
+                detail: format!(
+                    "the registry has {:?}",
+                    self.module_names().collect::<Vec<_>>()
+                ),
             })
     }
 
