@@ -94,6 +94,17 @@ impl Child {
             .filter(|l| l.starts_with("atlas:"))
             .collect()
     }
+
+    /// Prints how the child `what` ended and the last 60 lines of each stream (shown when the
+    /// parent test fails, or runs with `--nocapture`).
+    pub fn print_tail(&self, what: &str) {
+        println!(
+            "child `{what}`: {:?}\nstdout (end):\n{}\nstderr (end):\n{}",
+            self.ending,
+            tail(&self.stdout, 60),
+            tail(&self.stderr, 60)
+        );
+    }
 }
 
 /// Runs `body` in a child process and returns how it ended and what it wrote. `library` is the
@@ -156,6 +167,12 @@ pub fn run_on<F: Fn()>(body: F, library: Option<&Path>) -> Child {
         stdout: stdout.join().unwrap_or_default(),
         stderr: stderr.join().unwrap_or_default(),
     }
+}
+
+/// The last `lines` lines of `text`.
+pub fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// The name a body goes by between parent and child: its path, as the compiler spells it.
