@@ -2,7 +2,7 @@
 //! fatbin compute what the CPU does; a cubin for an architecture the device cannot run is refused
 //! with an error naming the module and both architectures.
 
-mod common;
+mod support;
 
 use atlas_kernels::{
     CUBIN_ARCHS, ELEMENTWISE_FATBIN, blobs_for_device, cubin_for_model, ptx_for_model,
@@ -27,7 +27,7 @@ fn runs_on(sm: u32, (major, minor): (u32, u32)) -> bool {
 /// `elementwise::scale` of `registry` over `N` fresh floats and a NaN tail, checked against the CPU
 /// to the bit (one IEEE multiplication on either side).
 fn check_scale(registry: &AtlasRegistry, what: &str) {
-    common::scale_with_nan_tail(registry, "elementwise", N, 0.0, what);
+    support::reference::scale_with_nan_tail(registry, "elementwise", N, 0.0, what);
 }
 
 #[test]

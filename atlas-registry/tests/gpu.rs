@@ -1,7 +1,7 @@
 //! The registry on a real GPU: every result checked against a CPU reference on fresh random data,
 //! outputs poisoned (NaN) before each launch.
 
-mod common;
+mod support;
 
 use std::ffi::c_void;
 
@@ -10,7 +10,8 @@ use atlas_registry::{
     AtlasError, AtlasRegistry, BlobKind, CudaStream, DeviceBuffer, FunctionCache, LaunchConfig,
     NotFoundKind, cached_function, release,
 };
-use common::{Rng, assert_close};
+use support::reference::assert_close;
+use support::rng::Rng;
 
 const N: usize = 100_003;
 
@@ -46,7 +47,7 @@ fn loads_ptx_cubin_and_fatbin() {
     assert_eq!(ptx.module_kind("elementwise"), Some(BlobKind::Ptx));
     check_scale(&ptx, "elementwise", ptx.stream());
 
-    let cubin = AtlasRegistry::load(0, common::device_cubins("demo")).unwrap();
+    let cubin = AtlasRegistry::load(0, support::blobs::device_cubins("demo")).unwrap();
     assert_eq!(cubin.module_kind("elementwise"), Some(BlobKind::Cubin));
     check_scale(&cubin, "elementwise", cubin.stream());
 
@@ -296,7 +297,7 @@ fn model_a_then_model_b_gives_b_results() {
 fn two_models_alive_at_once_each_give_their_own() {
     let input = Rng::new().vec(N);
     let a = AtlasRegistry::load(0, ptx_for_model("model_a").unwrap()).unwrap();
-    let b = AtlasRegistry::load(0, common::device_cubins("model_b")).unwrap();
+    let b = AtlasRegistry::load(0, support::blobs::device_cubins("model_b")).unwrap();
     for _ in 0..3 {
         assert_close(
             &transform(&a, &input),
@@ -334,7 +335,7 @@ fn one_call_site_alternates_models_while_they_are_dropped_and_reloaded() {
         if i % 1000 == 999 {
             // Drop and reload both models: the call site must follow the new registries.
             a = AtlasRegistry::load(0, ptx_for_model("model_a").unwrap()).unwrap();
-            b = AtlasRegistry::load(0, common::device_cubins("model_b")).unwrap();
+            b = AtlasRegistry::load(0, support::blobs::device_cubins("model_b")).unwrap();
         }
         let (registry, want, name) = if i % 2 == 0 {
             (&a, &want_a, "A")

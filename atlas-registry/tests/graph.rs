@@ -1,10 +1,11 @@
 //! Graph capture and replay of Atlas launches, and argument updates of an instantiated graph.
 
-mod common;
+mod support;
 
 use atlas_kernels::ptx_for_model;
 use atlas_registry::{AtlasRegistry, CudaStream, DeviceBuffer, FunctionCache, LaunchConfig};
-use common::{Rng, assert_close};
+use support::reference::assert_close;
+use support::rng::Rng;
 
 static SCALE: FunctionCache = FunctionCache::new("elementwise", "scale");
 

@@ -1,12 +1,13 @@
 //! One library load (`cuLibraryLoadData`) serving every device.
 
-mod common;
+mod support;
 
 use atlas_kernels::ptx_for_model;
 use atlas_registry::{
     AtlasError, AtlasLibrary, AtlasRegistry, DeviceBuffer, LaunchConfig, device_count,
 };
-use common::{Rng, assert_close};
+use support::reference::assert_close;
+use support::rng::Rng;
 
 fn check_scale(registry: &AtlasRegistry) {
     let mut rng = Rng::new();

@@ -6,6 +6,8 @@
 //! `#[ignore = "needs an NVIDIA GPU"]` fails without one; run it on a GPU machine with
 //! `cargo test -p atlas-registry --test param_layout -- --include-ignored`.
 
+mod support;
+
 use std::ops::Range;
 use std::path::Path;
 

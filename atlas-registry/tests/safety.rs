@@ -2,16 +2,14 @@
 //! ("Safety model") refuses before the driver is called, and no safe call acts in a context that
 //! is not Atlas's.
 //!
-//! Most tests run against the stand-in libcuda (`tests/standin/`), so they run in CI without a
+//! Most tests run against the stand-in libcuda (`tests/support/standin/`), so they run in CI without a
 //! GPU; each body runs in a child process, since some of these mistakes crash the process when
 //! Atlas does not catch them. The tests marked `#[ignore = "needs an NVIDIA GPU"]` repeat the
 //! cases that matter on a real driver: with `cuFuncGetParamInfo` hidden by a shim
-//! (`tests/shim/`), with another library's context current, with two threads opting in to
+//! (`tests/support/shim.rs`), with another library's context current, with two threads opting in to
 //! shared memory at once, and (on a machine with two GPUs) with a buffer of the other device.
 
-mod common;
-mod shim;
-mod standin;
+mod support;
 
 use std::ffi::c_void;
 use std::sync::Barrier;
@@ -22,17 +20,18 @@ use atlas_registry::{
     AtlasError, AtlasLibrary, AtlasRegistry, CudaStream, DeviceBuffer, LaunchConfig, RawCudaFunc,
     cuda_error_text,
 };
-use common::Rng;
-use standin::{Ending, probe};
+use support::child::{self, Ending};
+use support::rng::Rng;
+use support::standin::{self, probe};
+use support::{reference, shim};
 
-standin::bodies!(
+child::bodies!(
     too_few_arguments_without_param_info_are_refused,
     blob_layouts_check_launches_without_param_info,
     unreadable_layout_refuses_naming_the_raw_path,
     other_device_is_refused,
     foreign_current_context_is_not_used,
     launch_on_a_created_stream_is_one_driver_call,
-    early_jit_failure_leaves_an_empty_log,
     concurrent_opt_ins_never_lower_the_limit,
     concurrent_raw_opt_ins_never_lower_the_limit,
     handle_of_a_dropped_registry_is_not_trusted,
@@ -48,7 +47,7 @@ standin::bodies!(
 /// `module::scale` of `registry` on `n` fresh floats, checked against the CPU, the NaN tail past
 /// `n` untouched.
 fn scale_and_check(registry: &AtlasRegistry, module: &str, n: usize) {
-    common::scale_with_nan_tail(registry, module, n, 1e-6, module);
+    reference::scale_with_nan_tail(registry, module, n, 1e-6, module);
 }
 
 /// Launches `elementwise::scale` of `registry` with only two of its three arguments.
@@ -163,7 +162,10 @@ fn unreadable_layout_refuses_naming_the_raw_path() {
 #[ignore = "needs an NVIDIA GPU"]
 fn gpu_without_cu_func_get_param_info_launches_are_still_checked() {
     let shim = shim::build(&["cuFuncGetParamInfo"]);
-    let child = standin::run_on(gpu_too_few_arguments_without_param_info_are_refused, &shim);
+    let child = child::run_on(
+        gpu_too_few_arguments_without_param_info_are_refused,
+        Some(&shim),
+    );
     assert_eq!(child.ending, Ending::Passed, "{child}");
 }
 
@@ -363,30 +365,6 @@ fn gpu_allocations_loads_and_copies_stay_in_atlas_context_whatever_is_current() 
     // (Atlas made its own current), so this only destroys it.
     assert_eq!(unsafe { destroy(foreign) }, CUresult::CUDA_SUCCESS);
     scale_and_check(&registry, "elementwise", 1000);
-}
-
-// ---------------------------------------------------------------------------------------------
-// The JIT log buffer
-// ---------------------------------------------------------------------------------------------
-
-#[test]
-fn a_jit_failure_that_writes_no_log_gives_an_empty_log() {
-    standin::run(early_jit_failure_leaves_an_empty_log, &[]);
-}
-
-fn early_jit_failure_leaves_an_empty_log() {
-    drop(demo()); // the driver is up, so only the load below allocates the log buffer
-    for _ in 0..4 {
-        // Leave freed heap memory full of non-zero bytes where the next buffer of this size goes:
-        // a log buffer left uninitialised would read them.
-        drop(vec![0xABu8; 16 * 1024]);
-        let e =
-            AtlasRegistry::load(0, &[("broken", b"STANDIN_EARLY_FAIL".as_slice())]).unwrap_err();
-        match e {
-            AtlasError::ModuleLoad { ref jit_log, .. } => assert_eq!(jit_log, "", "{e}"),
-            other => panic!("expected a ModuleLoad error, got {other}"),
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

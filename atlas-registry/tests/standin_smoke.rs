@@ -1,13 +1,12 @@
-//! Atlas against the stand-in libcuda (`tests/standin/`), without a GPU: a real load, lookup,
+//! Atlas against the stand-in libcuda (`tests/support/standin/`), without a GPU: a real load, lookup,
 //! typed launch and copy, the parameter layout with and without `cuFuncGetParamInfo`, JIT and
 //! lookup errors, a second device; then checks that the stand-in itself behaves as its header
 //! says, since other tests rely on it; and that the runner tells a crash from a failure.
 //!
-//! Each test runs its body in a child process (see `standin/mod.rs`):
+//! Each test runs its body in a child process (see `support/child.rs`):
 //! `cargo test -p atlas-registry --test standin_smoke`.
 
-mod common;
-mod standin;
+mod support;
 
 use std::ffi::c_void;
 
@@ -17,10 +16,12 @@ use atlas_registry::{
     AtlasError, AtlasLibrary, AtlasRegistry, DeviceBuffer, LaunchConfig, NotFoundKind,
     device_count, host, release,
 };
-use common::{Rng, assert_close};
-use standin::Ending;
+use support::child::{self, Ending};
+use support::reference::assert_close;
+use support::rng::Rng;
+use support::standin;
 
-standin::bodies!(
+child::bodies!(
     scale_matches_cpu_reference,
     param_sizes_come_from_the_driver,
     param_sizes_come_from_the_blob_without_param_info,

@@ -1,5 +1,5 @@
 /*
- * A stand-in for libcuda, built by the tests (tests/standin/mod.rs) so that machines without a GPU
+ * A stand-in for libcuda, built by the tests (tests/support/standin/mod.rs) so that machines without a GPU
  * run Atlas's real code paths and error paths against something that behaves like the driver.
  *
  * "Device" memory is host memory: a CUdeviceptr is the address of a calloc'd block. Kernels are a

@@ -10,48 +10,9 @@
 //! PTX text. The structures are found by reading the unmutated blob; a mutation that finds none
 //! falls back to changing random bytes.
 
-#![allow(dead_code, unreachable_pub)]
-
 use atlas_kernels::{CUBIN_ARCHS, ELEMENTWISE_FATBIN, MODELS, cubin_for_model, ptx_for_model};
 
-/// SplitMix64: one 64-bit state, every seed (0 included) a good start.
-pub struct Rng(u64);
-
-impl Rng {
-    /// The generator for `seed`.
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (0 when `n` is 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next_u64() % n }
-    }
-
-    /// Uniform in `0..n` (0 when `n` is 0).
-    pub fn index(&mut self, n: usize) -> usize {
-        self.below(n as u64) as usize
-    }
-
-    /// True `percent` times in a hundred.
-    pub fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    /// `n` random bytes.
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next_u64() as u8).collect()
-    }
-}
+use super::rng::Rng;
 
 /// What a committed blob is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,7 +138,7 @@ pub struct Mutant {
 
 /// The mutant of seed `seed`.
 pub fn mutant(corpus: &[Source], seed: u64) -> Mutant {
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng::from_seed(seed);
     // Cubins most (the driver's ELF reader is what crashes), the fatbin often (one blob, two
     // layers), PTX least (text goes to a compiler, and every PTX load is a JIT compile).
     let kind = match rng.below(100) {

@@ -7,8 +7,6 @@
 //! that returns `CUDA_ERROR_NOT_FOUND`. Point `ATLAS_LIBCUDA_PATH` at it in a child process.
 //! x86-64 Linux only, like the GPU machines the tests run on.
 
-#![allow(dead_code, unreachable_pub)]
-
 use std::path::PathBuf;
 use std::process::Command;
 

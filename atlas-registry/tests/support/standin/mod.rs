@@ -1,14 +1,11 @@
-//! A stand-in libcuda (`standin.c`) for tests that need no GPU, and a runner that gives each test
-//! body a process of its own with the stand-in as its driver.
-//!
-//! Atlas picks its driver once per process, so every test body runs in a child: this same test
-//! binary, re-executed with `ATLAS_LIBCUDA_PATH` naming a stand-in built for the variant the test
-//! asks for. A test file lists its bodies once and writes each parent test as one line:
+//! A stand-in libcuda (`standin.c`) for tests that need no GPU: built at test time, and made the
+//! driver of a child process (see [`super::child`]) that runs one test body.
 //!
 //! ```ignore
-//! mod standin;
+//! mod support;
+//! use support::{child, standin};
 //!
-//! standin::bodies!(launch_counts_one, no_param_info_means_none);
+//! child::bodies!(launch_counts_one, no_param_info_means_none);
 //!
 //! #[test]
 //! fn launch_is_counted() {
@@ -27,44 +24,31 @@
 //! # fn no_param_info_means_none() {}
 //! ```
 //!
-//! [`bodies!`] must be invoked at the top level of the test file: it defines the `#[test]`
-//! `standin_child` that the child runs, which does nothing in an ordinary test run (so
-//! `--include-ignored` on a GPU machine is harmless). [`run`] asserts that the child passed;
-//! [`run_any`] returns how it ended ([`Ending`]), for tests that tell a crash from a refusal.
-//!
-//! Variants are `-D` switches of `standin.c` (its header lists them): `-DSTANDIN_DEVICES=2`,
-//! `-DSTANDIN_NO_PARAM_INFO`, `-DSTANDIN_NO_LIBRARY`. Inside a child, [`probe`] reads what the
-//! stand-in saw (calls, contexts, limits) and injects failures.
-
-#![allow(dead_code)]
+//! [`run`] asserts that the child passed; [`run_any`] returns how it ended
+//! ([`Ending`](super::child::Ending)), for tests that tell a crash from a refusal or read what the
+//! child printed. Variants are `-D` switches of `standin.c` (its header lists them):
+//! `-DSTANDIN_DEVICES=2`, `-DSTANDIN_NO_PARAM_INFO`, `-DSTANDIN_NO_LIBRARY`. Inside a child,
+//! [`probe`] reads what the stand-in saw (calls, contexts, limits) and injects failures.
 
 use std::any::type_name;
 use std::ffi::{CString, c_char, c_int, c_longlong, c_uint};
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::io::Read;
-use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::{Mutex, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
 
 use atlas_registry::sys::{CUcontext, CUdeviceptr, CUfunction, LIBCUDA_PATH_VAR};
 
+use super::child::{self, Child, Ending};
+
 /// The stand-in's C source, compiled at test time.
 const SOURCE: &str = include_str!("standin.c");
-/// Names the body a child runs; absent in an ordinary test run.
-const BODY_VAR: &str = "ATLAS_STANDIN_BODY";
-/// The dispatcher test that [`bodies!`] defines.
-const CHILD_TEST: &str = "standin_child";
-/// A child still running after this long is killed and reported as [`Ending::TimedOut`].
-const CHILD_TIMEOUT: Duration = Duration::from_secs(120);
-
 /// The stand-in library built with `variant` (`-D` switches, e.g. `["-DSTANDIN_DEVICES=2"]`).
 ///
 /// Built with `$CC` (or `cc`) into the system temporary directory, under a name derived from the
 /// source, the switches and the compiler, so it is compiled once and reused by later runs; within a
 /// process the path is remembered. Panics, saying what to install, when there is no C compiler.
-pub(crate) fn build(variant: &[&str]) -> PathBuf {
+pub fn build(variant: &[&str]) -> PathBuf {
     static BUILT: Mutex<Vec<(Vec<String>, PathBuf)>> = Mutex::new(Vec::new());
     let key: Vec<String> = variant.iter().map(|flag| flag.to_string()).collect();
     let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
@@ -122,44 +106,11 @@ fn compile(compiler: &str, variant: &[&str], dir: &std::path::Path, library: &st
         .unwrap_or_else(|e| panic!("cannot move the stand-in to {}: {e}", library.display()));
 }
 
-/// How a child process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ending {
-    /// Exit status 0: the body returned.
-    Passed,
-    /// Another exit status (101: the body panicked).
-    Failed(i32),
-    /// Killed by this signal (11: SIGSEGV, 6: SIGABRT): the process crashed.
-    Crashed(i32),
-    /// Still running after two minutes; killed.
-    TimedOut,
-}
-
-/// What a child process did.
-#[derive(Debug)]
-pub(crate) struct Child {
-    /// How it ended.
-    pub(crate) ending: Ending,
-    /// Everything it wrote to stdout (the body's `println!`s among the test harness's lines).
-    pub(crate) stdout: String,
-    /// Everything it wrote to stderr (panic messages, the stand-in's complaints).
-    pub(crate) stderr: String,
-}
-
-impl std::fmt::Display for Child {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the child ended {:?}\n--- stdout ---\n{}--- stderr ---\n{}",
-            self.ending, self.stdout, self.stderr
-        )
-    }
-}
-
 /// Runs `body` in a child process whose driver is the stand-in built with `variant`, and asserts
-/// that it passed (printing its output when not). `body` must be listed in [`bodies!`].
+/// that it passed (printing its output when not). `body` must be listed in
+/// [`bodies!`](super::child::bodies).
 #[track_caller]
-pub(crate) fn run<F: Fn()>(body: F, variant: &[&str]) -> Child {
+pub fn run<F: Fn()>(body: F, variant: &[&str]) -> Child {
     let child = run_any(body, variant);
     assert_eq!(
         child.ending,
@@ -171,103 +122,12 @@ pub(crate) fn run<F: Fn()>(body: F, variant: &[&str]) -> Child {
 }
 
 /// As [`run`], without the assertion: how the child ended and what it wrote.
-pub(crate) fn run_any<F: Fn()>(body: F, variant: &[&str]) -> Child {
-    run_on(body, &build(variant))
+pub fn run_any<F: Fn()>(body: F, variant: &[&str]) -> Child {
+    child::run_on(body, Some(&build(variant)))
 }
-
-/// As [`run_any`], with `library` as the child's driver instead of a stand-in: a real driver, or a
-/// shim in front of one (GPU tests that play an older driver).
-pub(crate) fn run_on<F: Fn()>(body: F, library: &Path) -> Child {
-    let _ = body; // Only its name is needed: the child runs it.
-    let exe = std::env::current_exe().expect("the test binary knows its own path");
-    let mut process = Command::new(exe)
-        .args([
-            CHILD_TEST,
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
-        .env(LIBCUDA_PATH_VAR, library)
-        .env(BODY_VAR, type_name::<F>())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the test binary can start itself again");
-    // Read both pipes while waiting, so that a chatty child never blocks on a full pipe.
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut text = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut text);
-            }
-            String::from_utf8_lossy(&text).into_owned()
-        })
-    };
-    let stdout = drain(process.stdout.take().map(|p| Box::new(p) as _));
-    let stderr = drain(process.stderr.take().map(|p| Box::new(p) as _));
-    let deadline = Instant::now() + CHILD_TIMEOUT;
-    let ending = loop {
-        match process.try_wait().expect("waiting for the child") {
-            Some(status) => match (status.code(), status.signal()) {
-                (Some(0), _) => break Ending::Passed,
-                (Some(code), _) => break Ending::Failed(code),
-                (None, Some(signal)) => break Ending::Crashed(signal),
-                (None, None) => unreachable!("a Unix process ends with a code or a signal"),
-            },
-            None if Instant::now() > deadline => {
-                let _ = process.kill();
-                let _ = process.wait();
-                break Ending::TimedOut;
-            }
-            None => std::thread::sleep(Duration::from_millis(5)),
-        }
-    };
-    Child {
-        ending,
-        stdout: stdout.join().unwrap_or_default(),
-        stderr: stderr.join().unwrap_or_default(),
-    }
-}
-
-/// The name a body goes by between parent and child: its path, as the compiler spells it.
-pub(crate) fn name_of<F: Fn()>(_body: &F) -> &'static str {
-    type_name::<F>()
-}
-
-/// In a child, runs the body the parent named; in an ordinary test run, nothing.
-pub(crate) fn child(bodies: &[(&str, fn())]) {
-    let Ok(name) = std::env::var(BODY_VAR) else {
-        return;
-    };
-    assert!(
-        std::env::var_os(LIBCUDA_PATH_VAR).is_some(),
-        "{BODY_VAR} is set but {LIBCUDA_PATH_VAR} is not: run stand-in bodies through standin::run"
-    );
-    match bodies.iter().find(|(listed, _)| *listed == name) {
-        Some((_, body)) => body(),
-        None => {
-            panic!("`{name}` is not a stand-in body of this test file: add it to standin::bodies!")
-        }
-    }
-}
-
-/// `bodies!(f, g, ...)`: the functions this test file runs in stand-in children. Defines the
-/// `#[test] fn standin_child`; invoke it once, at the top level of the test file.
-macro_rules! bodies {
-    ($($body:path),* $(,)?) => {
-        /// Runs the stand-in body a parent test asked for; in an ordinary test run, nothing.
-        #[test]
-        fn standin_child() {
-            $crate::standin::child(&[$(($crate::standin::name_of(&$body), $body as fn())),*]);
-        }
-    };
-}
-pub(crate) use bodies;
 
 /// The stand-in's inspection functions, reached from inside a child (see [`probe`]).
-pub(crate) struct Probe {
+pub struct Probe {
     count: unsafe extern "C" fn(*const c_char) -> c_longlong,
     inject: unsafe extern "C" fn(*const c_char, c_uint, c_uint) -> c_int,
     reset: unsafe extern "C" fn(),
@@ -287,7 +147,7 @@ pub(crate) struct Probe {
 
 /// The stand-in this child process runs with: the library `ATLAS_LIBCUDA_PATH` names, opened again
 /// (the loader hands back the very library Atlas uses). Panics outside a stand-in child.
-pub(crate) fn probe() -> &'static Probe {
+pub fn probe() -> &'static Probe {
     static PROBE: OnceLock<Probe> = OnceLock::new();
     PROBE.get_or_init(|| {
         let path = std::env::var_os(LIBCUDA_PATH_VAR)
@@ -327,7 +187,7 @@ impl Probe {
     /// `"fault"`: a kernel faulted and lost its context), or how many of a thing are alive
     /// (`"live_allocations"`, `"live_modules"`). Counts run from the start or the last
     /// [`reset`](Self::reset).
-    pub(crate) fn count(&self, what: &str) -> u64 {
+    pub fn count(&self, what: &str) -> u64 {
         let name = CString::new(what).expect("a name without NUL");
         // SAFETY: standin_count reads the NUL-terminated string, which lives across the call.
         let n = unsafe { (self.count)(name.as_ptr()) };
@@ -335,12 +195,12 @@ impl Probe {
     }
 
     /// How many times `cuLaunchKernel` was called.
-    pub(crate) fn launches(&self) -> u64 {
+    pub fn launches(&self) -> u64 {
         self.count("cuLaunchKernel")
     }
 
     /// Makes the next `times` calls of entry point `entry` fail with `code`, doing nothing else.
-    pub(crate) fn inject(&self, entry: &str, code: u32, times: u32) {
+    pub fn inject(&self, entry: &str, code: u32, times: u32) {
         let name = CString::new(entry).expect("a name without NUL");
         // SAFETY: as for `count`; the other arguments are plain integers.
         let known = unsafe { (self.inject)(name.as_ptr(), code, times) };
@@ -348,58 +208,58 @@ impl Probe {
     }
 
     /// Zeroes every counter and last-context record and cancels pending injections.
-    pub(crate) fn reset(&self) {
+    pub fn reset(&self) {
         // SAFETY: no arguments; the stand-in locks its own state.
         unsafe { (self.reset)() }
     }
 
     /// The primary context of `device` (null before Atlas or anyone retained it).
-    pub(crate) fn primary_context(&self, device: i32) -> CUcontext {
+    pub fn primary_context(&self, device: i32) -> CUcontext {
         // SAFETY: any integer is accepted; out-of-range devices give null.
         unsafe { (self.primary_context)(device) }
     }
 
     /// The context current at the last successful `cuMemAlloc_v2`.
-    pub(crate) fn last_alloc_context(&self) -> CUcontext {
+    pub fn last_alloc_context(&self) -> CUcontext {
         // SAFETY: no arguments.
         unsafe { (self.last_alloc_context)() }
     }
 
     /// The context of the last successful module load (`cuModuleLoadData`/`Ex`, or the first
     /// `cuLibraryGetModule` of a library in a context).
-    pub(crate) fn last_module_context(&self) -> CUcontext {
+    pub fn last_module_context(&self) -> CUcontext {
         // SAFETY: no arguments.
         unsafe { (self.last_module_context)() }
     }
 
     /// The context current on the calling thread at the last successful host/device copy.
-    pub(crate) fn last_copy_context(&self) -> CUcontext {
+    pub fn last_copy_context(&self) -> CUcontext {
         // SAFETY: no arguments.
         unsafe { (self.last_copy_context)() }
     }
 
     /// The context the last launch that reached a kernel ran in (its stream's).
-    pub(crate) fn last_launch_context(&self) -> CUcontext {
+    pub fn last_launch_context(&self) -> CUcontext {
         // SAFETY: no arguments.
         unsafe { (self.last_launch_context)() }
     }
 
     /// The context of the live allocation (or `__device__` variable) holding `ptr`; null if none.
-    pub(crate) fn pointer_context(&self, ptr: CUdeviceptr) -> CUcontext {
+    pub fn pointer_context(&self, ptr: CUdeviceptr) -> CUcontext {
         // SAFETY: the stand-in only compares the address with its allocation table.
         unsafe { (self.pointer_context)(ptr) }
     }
 
     /// The function's current `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` (49152 until
     /// someone sets it), or `None` when `func` is not a function handle of the stand-in.
-    pub(crate) fn max_dynamic_shared(&self, func: CUfunction) -> Option<u32> {
+    pub fn max_dynamic_shared(&self, func: CUfunction) -> Option<u32> {
         // SAFETY: the stand-in checks that the handle is one of its own before reading it.
         let value = unsafe { (self.max_dynamic_shared)(func) };
         u32::try_from(value).ok()
     }
 
     /// The context current on the calling thread (null if none).
-    pub(crate) fn current_context(&self) -> CUcontext {
+    pub fn current_context(&self) -> CUcontext {
         let mut ctx: CUcontext = std::ptr::null_mut();
         // SAFETY: `ctx` is a live out-pointer.
         let status = unsafe { (self.ctx_get_current)(&mut ctx) };
@@ -409,7 +269,7 @@ impl Probe {
 
     /// Plays another library: creates a new context on `device` and makes it current on the
     /// calling thread (`cuCtxCreate_v2`), behind Atlas's back. Returns it.
-    pub(crate) fn foreign_context(&self, device: i32) -> CUcontext {
+    pub fn foreign_context(&self, device: i32) -> CUcontext {
         let mut ctx: CUcontext = std::ptr::null_mut();
         // SAFETY: cuInit takes flags by value and may be called again; `ctx` is a live out-pointer.
         let status = unsafe {
