@@ -57,7 +57,7 @@ fn capture_replay_and_update_arguments() {
     let replacement = 0.5 + rng.f32().abs();
     // SAFETY: the replays touch the `n` floats `x` holds; `x` is declared before `exec`, so it
     // stays allocated while the graph can be replayed with these arguments.
-    unsafe { exec.set_kernel_args(1, scale, &cfg, (&mut x, replacement, n as u32)) }.unwrap();
+    unsafe { exec.set_kernel_args(1, &scale, &cfg, (&mut x, replacement, n as u32)) }.unwrap();
     // SAFETY: as above.
     unsafe { exec.launch(&stream) }.unwrap();
     let updated = factors[0] * replacement * factors[2];
@@ -67,7 +67,7 @@ fn capture_replay_and_update_arguments() {
     // Updates are checked like launches.
     // SAFETY: refused before the driver is called (an 8-byte factor for a 4-byte parameter), so
     // the node keeps its arguments and the kernel never runs with these.
-    let err = unsafe { exec.set_kernel_args(1, scale, &cfg, (&mut x, 1.0f64, n as u32)) }
+    let err = unsafe { exec.set_kernel_args(1, &scale, &cfg, (&mut x, 1.0f64, n as u32)) }
         .unwrap_err()
         .to_string();
     assert!(
@@ -76,7 +76,7 @@ fn capture_replay_and_update_arguments() {
     );
     // SAFETY: refused before the driver is called (node 3 of a graph of three), so no kernel
     // ever runs with these arguments.
-    let err = unsafe { exec.set_kernel_args(3, scale, &cfg, (&mut x, 1.0f32, n as u32)) }
+    let err = unsafe { exec.set_kernel_args(3, &scale, &cfg, (&mut x, 1.0f32, n as u32)) }
         .unwrap_err()
         .to_string();
     assert!(err.contains("3 kernel node(s)"), "{err}");

@@ -9,7 +9,8 @@ mod support;
 
 use atlas_kernels::ptx_for_model;
 use atlas_registry::{
-    AtlasError, AtlasRegistry, DeviceBuffer, DeviceLimits, LaunchConfig, device_count,
+    AtlasError, AtlasRegistry, DeviceBuffer, DeviceLimits, LaunchConfig, LaunchRefusal,
+    device_count,
 };
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
@@ -40,7 +41,7 @@ proptest! {
             Err(reason) => {
                 prop_assert!(!fits(&limits, &cfg), "{cfg:?} refused: {reason}");
                 prop_assert!(
-                    ["grid", "block", "shared memory"].iter().any(|w| reason.contains(w)),
+                    ["grid", "block", "shared memory"].iter().any(|w| reason.to_string().contains(w)),
                     "the reason names no limit: {reason}"
                 );
             }
@@ -129,7 +130,7 @@ fn bad_launch_configurations_name_the_limit() {
     ];
     for (cfg, says) in cases {
         let reason = l.check(&cfg).unwrap_err();
-        assert!(reason.contains(says), "{cfg:?}: {reason}");
+        assert!(reason.to_string().contains(says), "{cfg:?}: {reason}");
     }
 }
 
@@ -225,7 +226,11 @@ fn bad_launches_are_refused_before_the_driver_naming_the_limit() {
             match &e {
                 AtlasError::InvalidLaunch { function, reason } => {
                     assert_eq!(function, "elementwise::scale");
-                    assert!(reason.contains(says.as_str()), "{cfg:?}: {reason}");
+                    assert!(
+                        matches!(reason, LaunchRefusal::Limit(_))
+                            && reason.to_string().contains(says.as_str()),
+                        "{cfg:?}: {reason}"
+                    );
                 }
                 other => panic!("{cfg:?}: expected InvalidLaunch, got {other:?}"),
             }
@@ -237,7 +242,7 @@ fn bad_launches_are_refused_before_the_driver_naming_the_limit() {
         // the kernel never runs.
         let e = unsafe { scale.launch(stream, &ok, (&mut x, 2.0f32)) }.unwrap_err();
         assert!(
-            matches!(&e, AtlasError::InvalidLaunch { reason, .. } if reason.contains("parameter")),
+            matches!(&e, AtlasError::InvalidLaunch { reason: LaunchRefusal::Arguments { expected, given }, .. } if expected.len() == 3 && given.len() == 2),
             "{e:?}"
         );
         // SAFETY: refused before the driver is called (an 8-byte factor for a 4-byte

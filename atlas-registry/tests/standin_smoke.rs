@@ -340,7 +340,7 @@ fn kernel_fault_loses_the_context() {
     // SAFETY: `trap` takes no arguments; it faults, which is what this checks.
     unsafe { trap.launch(registry.stream(), &LaunchConfig::for_elements(1, 1), ()) }
         .expect("the launch itself succeeds; the fault shows later");
-    let err = registry.stream_synchronize().unwrap_err();
+    let err = registry.stream_synchronize(registry.stream()).unwrap_err();
     assert!(
         err.is_context_lost() && err.cuda_code() == Some(719),
         "{err}"

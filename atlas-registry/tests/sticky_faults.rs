@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use atlas_kernels::ptx_for_model;
 use atlas_registry::{
-    AtlasError, AtlasRegistry, CudaStream, DeviceBuffer, LaunchConfig, device_count,
+    AtlasError, AtlasRegistry, CudaStream, DeviceBuffer, DriverFailure, LaunchConfig, device_count,
 };
 use support::blobs::{NEEDS_GPU, load};
 use support::child::{self, Ending};
@@ -20,12 +20,11 @@ child::bodies!(trap_then_call_everything, write_far_then_call_everything);
 
 #[test]
 fn a_lost_context_error_says_to_restart() {
-    let e = AtlasError::ContextLost {
+    let e = AtlasError::ContextLost(DriverFailure {
         call: "cuStreamSynchronize",
         subject: String::new(),
         code: 719,
-        text: "CUDA_ERROR_LAUNCH_FAILED (719): unspecified launch failure".into(),
-    };
+    });
     assert!(e.is_context_lost());
     let text = e.to_string();
     assert!(
@@ -137,7 +136,7 @@ fn child_sticky_fault(kind: &str) {
             errors.push((what, e));
         }
     };
-    record("synchronize", demo.stream_synchronize());
+    record("synchronize", demo.stream_synchronize(demo.stream()));
     record(
         "launch",
         // SAFETY: `x` holds 256 floats, all that `scale` touches, and lives to the end of this
