@@ -23,12 +23,12 @@ use atlas_sys::{
 use super::{Error, Result, check, driver};
 
 /// `call!(cuName(args...))`: resolves `cuName`, calls it and checks the status. Inside an `unsafe`
-/// block: the arguments are the wrapper's to get right.
+/// block: the arguments are the wrapper's to get right. For the wrappers of the driver tier only.
 macro_rules! call {
     ($name:ident($($arg:expr),* $(,)?)) => {{
-        let f = atlas_sys::resolve(&driver()?.cuda.$name, stringify!($name))
-            .map_err(Error::Missing)?;
-        check(f($($arg),*), stringify!($name))
+        let f = atlas_sys::resolve(&$crate::driver::driver()?.cuda.$name, stringify!($name))
+            .map_err($crate::driver::Error::Missing)?;
+        $crate::driver::check(f($($arg),*), stringify!($name))
     }};
 }
 
