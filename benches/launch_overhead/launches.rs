@@ -1,15 +1,13 @@
-//! Groups 1, 2 and 4: the host cost of enqueueing a launch, and of a launch plus its synchronize,
-//! for three kernels, each launched three ways ([`Launches`]).
+//! The launches the enqueue and round-trip benches time: three kernels, each launched the three
+//! ways the benches compare ([`Launches`]).
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
-use std::time::{Duration, Instant};
 
 use atlas_registry::{AtlasRegistry, DeviceBuffer, FunctionCache, LaunchConfig, RawCudaFunc};
 use atlas_sys::{CUdeviceptr, CUfunction, CUfunction_attribute, CUstream, CudaDriver};
-use criterion::{BenchmarkId, Criterion};
 
-use crate::{BATCH, Env, NOOP, PairedCriterion, check, ok, paired, sym};
+use crate::{Env, NOOP, check, ok, sym};
 
 /// Elements of the `scale` launches: small, so the kernel itself costs next to nothing.
 const SCALE_N: u32 = 1 << 10;
@@ -93,7 +91,7 @@ fn param<T>(value: &T) -> *mut c_void {
 /// One kernel's launch, enqueued the three ways the benches compare.
 pub(crate) struct Launches<'a> {
     /// The bench ID's kernel part.
-    kernel: &'static str,
+    pub(crate) kernel: &'static str,
     /// `cuLaunchKernel` through `atlas-sys`, with a parameter array built once.
     raw: Box<dyn FnMut() + 'a>,
     /// `AtlasRegistry::launch_on_stream` with a `raw_function_cached` handle and the same array.
@@ -103,7 +101,8 @@ pub(crate) struct Launches<'a> {
 }
 
 impl<'a> Launches<'a> {
-    fn variants(&mut self) -> [(&'static str, &mut (dyn FnMut() + 'a)); 3] {
+    /// Each way, with the bench ID's variant part: `raw`, `atlas_raw`, `atlas_typed`.
+    pub(crate) fn variants(&mut self) -> [(&'static str, &mut (dyn FnMut() + 'a)); 3] {
         [
             ("raw", &mut *self.raw),
             ("atlas_raw", &mut *self.atlas_raw),
@@ -207,7 +206,7 @@ pub(crate) fn cases<'a>(env: &'a Env, inputs: &'a Inputs) -> Vec<Launches<'a>> {
         let scale = ok(SCALE.get(registry), "FunctionCache::get scale");
         let args = (&inputs.x, 1.0f32, SCALE_N);
         // SAFETY: `inputs.x` holds `SCALE_N` floats, all that `scale` touches; `inputs` outlives
-        // every launch (main drops it last, after later groups synchronize the stream).
+        // every launch (main drops it last, after the later benches synchronize the stream).
         ok(
             unsafe { scale.launch(registry.stream(), &scale_cfg, args) },
             "launch scale",
@@ -291,100 +290,4 @@ pub(crate) fn cases<'a>(env: &'a Env, inputs: &'a Inputs) -> Vec<Launches<'a>> {
         }),
     });
     cases
-}
-
-/// Times one batch of `launches` launches, after waiting for the stream to drain (not timed), so
-/// the launch queue never fills and never stalls the host.
-fn time_batch(sync: &impl Fn(), launch: &mut dyn FnMut(), launches: u64) -> Duration {
-    sync();
-    let start = Instant::now();
-    for _ in 0..launches {
-        launch();
-    }
-    start.elapsed()
-}
-
-/// Enqueue timing convention: one criterion iteration is ONE launch, so criterion reports the host
-/// time of enqueueing one launch directly. The `iters` launches go out in batches of [`BATCH`]
-/// (the last one may be shorter), each timed by [`time_batch`].
-fn time_enqueues(iters: u64, sync: &impl Fn(), launch: &mut dyn FnMut()) -> Duration {
-    let mut total = Duration::ZERO;
-    let mut left = iters;
-    while left > 0 {
-        let batch = left.min(BATCH);
-        total += time_batch(sync, launch, batch);
-        left -= batch;
-    }
-    sync();
-    total
-}
-
-/// Groups 1 and 4, absolute: the host time of enqueueing one launch, each kernel, each way.
-pub(crate) fn enqueue(c: &mut Criterion, env: &Env, cases: &mut [Launches<'_>]) {
-    let sync = env.syncer();
-    let mut group = c.benchmark_group("enqueue");
-    for case in cases {
-        let kernel = case.kernel;
-        for (variant, launch) in case.variants() {
-            group.bench_function(BenchmarkId::new(kernel, variant), |b| {
-                b.iter_custom(|iters| time_enqueues(iters, &sync, launch))
-            });
-        }
-    }
-    group.finish();
-}
-
-/// Groups 1 and 4, paired: Atlas / raw for a batch of [`BATCH`] launches against a batch of raw
-/// ones, pair by pair (see [`paired`]). `…/raw` pairs the raw batch with itself: it shows what
-/// the method reads when there is no difference.
-pub(crate) fn enqueue_paired(c: &mut PairedCriterion, env: &Env, cases: &mut [Launches<'_>]) {
-    let sync = env.syncer();
-    let mut group = c.benchmark_group("enqueue_paired");
-    group.sampling_mode(paired::SAMPLING);
-    for case in cases {
-        let kernel = case.kernel;
-        let [(_, raw), rest @ ..] = case.variants();
-        let mut bench = |variant: &str, mut atlas: Option<&mut (dyn FnMut() + '_)>| {
-            let mut atlas_first = false;
-            group.bench_function(BenchmarkId::new(kernel, variant), |b| {
-                b.iter_custom(|iters| {
-                    paired::pairs(iters, &mut atlas_first, |atlas_side| {
-                        match atlas.as_deref_mut() {
-                            Some(atlas) if atlas_side => time_batch(&sync, atlas, BATCH),
-                            _ => time_batch(&sync, &mut *raw, BATCH),
-                        }
-                    })
-                })
-            });
-        };
-        bench("raw", None);
-        for (variant, atlas) in rest {
-            bench(variant, Some(atlas));
-        }
-    }
-    group.finish();
-    sync();
-}
-
-/// Group 2: one `noop` launch and waiting for it, the latency a synchronous caller sees.
-pub(crate) fn roundtrip(c: &mut Criterion, env: &Env, cases: &mut [Launches<'_>]) {
-    let registry = &env.registry;
-    let raw_sync = env.syncer();
-    let Some(noop) = cases.iter_mut().find(|case| case.kernel == "noop") else {
-        return;
-    };
-    let mut group = c.benchmark_group("roundtrip");
-    for (variant, launch) in noop.variants() {
-        group.bench_function(BenchmarkId::new("noop", variant), |b| {
-            b.iter(|| {
-                launch();
-                if variant == "raw" {
-                    raw_sync();
-                } else {
-                    ok(registry.stream_synchronize(), "stream_synchronize");
-                }
-            })
-        });
-    }
-    group.finish();
 }

@@ -1,4 +1,4 @@
-//! Group 3: finding `elementwise::scale` in the loaded module, each way there is.
+//! Lookup: finding `elementwise::scale` in the loaded module, each way there is.
 
 use std::hint::black_box;
 use std::ptr::null_mut;
@@ -11,7 +11,7 @@ use crate::{Env, check, ok, sym};
 
 static SCALE: FunctionCache = FunctionCache::new("elementwise", "scale");
 
-/// Group 3: finding `elementwise::scale` in the loaded module, each way there is.
+/// Each way of finding `elementwise::scale`, timed per lookup.
 pub(crate) fn lookup(c: &mut Criterion, env: &Env) {
     let get_function = sym!(env.cuda, cuModuleGetFunction);
     let registry = &env.registry;

@@ -5,18 +5,23 @@
 //! primary context and the same stream (the registry's), so that the only difference is the Atlas
 //! layer.
 //!
-//! | group              | benchmark IDs                                                                   |
-//! |--------------------|---------------------------------------------------------------------------------|
-//! | 1, 4 enqueue       | `enqueue/{noop,scale,block_sum_96k}/{raw,atlas_raw,atlas_typed}` (time per launch) |
-//! | 1, 4 paired        | `enqueue_paired/{noop,scale,block_sum_96k}/{atlas_raw,atlas_typed}` (× raw)   |
-//! | 2 round trip       | `roundtrip/noop/{raw,atlas_raw,atlas_typed}`                                    |
-//! | 3 function lookup  | `lookup/scale/{raw,function_cached,raw_function_cached,function_cache_get}`    |
-//! | 5 replaced path    | `replaced/noop/{raw_load_per_call,atlas_cached,raw_fresh_context}`              |
-//! | 6 model load       | `model_load/{demo_ptx,demo_cubin}/{raw,atlas}` (time per load)                  |
-//! | 6 paired           | `model_load_paired/{demo_ptx,demo_cubin}/atlas` (× raw)                         |
-//! | 7 graph replay     | `graph_replay/noop256/{eager,replay}` (per kernel, synchronize included)        |
-//! | 8 load everywhere  | `load_all_devices/{N}_gpus/{registry_per_device,one_library}`                   |
-//! | 8 paired           | `load_all_devices_paired/{N}_gpus/one_library` (× `registry_per_device`)        |
+//! | bench                   | benchmark IDs                                                                      |
+//! |-------------------------|------------------------------------------------------------------------------------|
+//! | enqueue                 | `enqueue/{noop,scale,block_sum_96k}/{raw,atlas_raw,atlas_typed}` (time per launch) |
+//! | enqueue, paired         | `enqueue_paired/{noop,scale,block_sum_96k}/{raw,atlas_raw,atlas_typed}` (× raw)    |
+//! | round trip              | `roundtrip/noop/{raw,atlas_raw,atlas_typed}`                                       |
+//! | lookup                  | `lookup/scale/{raw,function_cached,raw_function_cached,function_cache_get}`        |
+//! | replaced path           | `replaced/noop/{raw_load_per_call,atlas_cached,raw_fresh_context}`                 |
+//! | model load              | `model_load/{demo_ptx,demo_cubin}/{raw,atlas}` (time per load)                     |
+//! | model load, paired      | `model_load_paired/{demo_ptx,demo_cubin}/atlas` (× raw)                            |
+//! | graph replay            | `graph_replay/noop256/{eager,replay}` (per kernel, synchronize included)           |
+//! | load everywhere         | `load_all_devices/{N}_gpus/{registry_per_device,one_library}`                      |
+//! | load everywhere, paired | `load_all_devices_paired/{N}_gpus/one_library` (× `registry_per_device`)           |
+//!
+//! Each bench lives in the file named after its benchmark group (`enqueue.rs`, `roundtrip.rs`,
+//! `lookup.rs`, `replaced.rs`, `model_load.rs`, `graph_replay.rs`, `load_all_devices.rs`);
+//! `launches.rs` holds the launches that enqueue and round trip share, `paired.rs` the ratio
+//! measurement.
 //!
 //! The `*_paired` groups carry the ratios: each of their iterations runs the raw baseline and the
 //! Atlas path back to back, in alternating order, and criterion reports Atlas time / raw time
@@ -34,11 +39,15 @@
 //! driver cannot be used (none, no device, a missing function) the binary prints one line saying
 //! what is wrong and exits 0.
 
-mod graph;
+mod enqueue;
+mod graph_replay;
 mod launches;
-mod loads;
+mod load_all_devices;
 mod lookup;
+mod model_load;
 mod paired;
+mod replaced;
+mod roundtrip;
 
 use std::ffi::CStr;
 use std::ptr::null_mut;
@@ -95,7 +104,7 @@ fn atlas_failed(what: &str, e: &AtlasError) -> ! {
     panic!("launch_overhead: {what}: {e}")
 }
 
-/// What every group shares: the demo model loaded once (the device's own cubins when
+/// What every bench shares: the demo model loaded once (the device's own cubins when
 /// atlas-kernels has them, else the PTX), and the driver table.
 struct Env {
     registry: AtlasRegistry,
@@ -184,14 +193,14 @@ fn main() {
 
     let inputs = launches::Inputs::new(&env);
     let mut cases = launches::cases(&env, &inputs);
-    launches::enqueue(&mut c, &env, &mut cases);
-    launches::enqueue_paired(&mut paired, &env, &mut cases);
-    launches::roundtrip(&mut c, &env, &mut cases);
+    enqueue::enqueue(&mut c, &env, &mut cases);
+    enqueue::enqueue_paired(&mut paired, &env, &mut cases);
+    roundtrip::roundtrip(&mut c, &env, &mut cases);
     lookup::lookup(&mut c, &env);
-    loads::replaced(&mut c, &env);
-    loads::model_load(&mut c, &mut paired, &env);
-    graph::graph_replay(&mut c, &env);
-    loads::library_load(&mut c, &mut paired);
+    replaced::replaced(&mut c, &env);
+    model_load::model_load(&mut c, &mut paired, &env);
+    graph_replay::graph_replay(&mut c, &env);
+    load_all_devices::load_all_devices(&mut c, &mut paired);
 
     c.final_summary();
     paired.final_summary();
@@ -205,3 +214,17 @@ fn device_sm(env: &Env) -> u32 {
 
 /// A [`Criterion`] whose benches report ratios (see [`paired`]).
 type PairedCriterion = Criterion<PairedRatio>;
+
+/// The demo model's PTX, checked to end in a NUL as the driver takes it (`atlas-kernels` embeds
+/// it so), so that the raw loads can hand it over as it is.
+fn demo_ptx() -> atlas_kernels::Blobs {
+    let blobs = atlas_kernels::ptx_for_model("demo").expect("the demo model has PTX blobs");
+    for (name, blob) in blobs {
+        assert_eq!(
+            blob.last(),
+            Some(&0),
+            "launch_overhead: {name}'s PTX is not NUL-terminated"
+        );
+    }
+    blobs
+}

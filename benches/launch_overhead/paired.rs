@@ -8,7 +8,7 @@
 //! other tenants, the scheduler), which moves whole benches by more than the Atlas layer costs,
 //! cancels out.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{Criterion, SamplingMode, Throughput};
@@ -103,4 +103,11 @@ pub(crate) fn pairs(
         sum += atlas.as_secs_f64() / raw.as_secs_f64();
     }
     sum
+}
+
+/// How long one call of `run` takes.
+pub(crate) fn timed(mut run: impl FnMut()) -> Duration {
+    let start = Instant::now();
+    run();
+    start.elapsed()
 }

@@ -1,4 +1,4 @@
-//! Group 7: graph replay against eager launches.
+//! Graph replay against eager launches.
 
 use std::time::Instant;
 
@@ -7,10 +7,10 @@ use criterion::{BenchmarkId, Criterion};
 
 use crate::{Env, NOOP, ok};
 
-/// Kernels in the graph of group 7.
+/// Kernels in the replayed graph.
 const GRAPH_KERNELS: u64 = 256;
 
-/// Group 7: the cost per kernel of running 256 noop kernels, eagerly (256 typed launches) or as
+/// The cost per kernel of running 256 noop kernels, eagerly (256 typed launches) or as
 /// one replay of a captured graph, each batch including its synchronize. One criterion iteration
 /// is one kernel.
 pub(crate) fn graph_replay(c: &mut Criterion, env: &Env) {
