@@ -108,7 +108,9 @@ fn child_teardown(exit_now: bool) {
         }
     });
     wait.recv().expect("the running thread is ready");
-    registry.stream_synchronize(registry.stream()).expect("synchronize");
+    registry
+        .stream_synchronize(registry.stream())
+        .expect("synchronize");
     println!("CHILD teardown ready, exit_now={exit_now}");
     if exit_now {
         std::process::exit(0);
