@@ -592,8 +592,14 @@ struct SourceFile {
     toks: Vec<Tok>,
 }
 
+/// `atlas-registry/src`: where the crate was built from, or, for a test binary run elsewhere (a
+/// copy of the repository on another machine), below the working directory.
 fn src_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    if built.is_dir() {
+        return built;
+    }
+    Path::new("atlas-registry/src").to_path_buf()
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

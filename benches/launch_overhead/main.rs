@@ -170,7 +170,7 @@ fn warm_up_device(env: &Env) {
                 "warm-up launch",
             );
         }
-        ok(registry.stream_synchronize(), "warm-up synchronize");
+        ok(registry.stream_synchronize(registry.stream()), "warm-up synchronize");
     }
 }
 
