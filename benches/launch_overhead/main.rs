@@ -170,7 +170,10 @@ fn warm_up_device(env: &Env) {
                 "warm-up launch",
             );
         }
-        ok(registry.stream_synchronize(registry.stream()), "warm-up synchronize");
+        ok(
+            registry.stream_synchronize(registry.stream()),
+            "warm-up synchronize",
+        );
     }
 }
 

@@ -65,7 +65,10 @@ pub(crate) fn replaced(c: &mut Criterion, env: &Env) {
                 unsafe { noop.launch(registry.stream(), &one, ()) },
                 "launch noop",
             );
-            ok(registry.stream_synchronize(registry.stream()), "stream_synchronize");
+            ok(
+                registry.stream_synchronize(registry.stream()),
+                "stream_synchronize",
+            );
         })
     });
 

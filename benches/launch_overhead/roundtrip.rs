@@ -20,7 +20,10 @@ pub(crate) fn roundtrip(c: &mut Criterion, env: &Env, cases: &mut [Launches<'_>]
                 if variant == "raw" {
                     raw_sync();
                 } else {
-                    ok(registry.stream_synchronize(registry.stream()), "stream_synchronize");
+                    ok(
+                        registry.stream_synchronize(registry.stream()),
+                        "stream_synchronize",
+                    );
                 }
             })
         });
