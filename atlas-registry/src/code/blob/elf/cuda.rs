@@ -248,7 +248,7 @@ fn check_records(elf: &Elf<'_>, i: u32, s: &Section, symtab: &Symbols<'_>) -> Ch
     match s.kind() {
         SHT_CUDA_INFO => check_info(elf, i, s, symtab),
         SHT_CUDA_COMPAT => walk_records(elf.data(i, s)?)
-            .map_err(|(at, byte, why)| info_refusal(elf, i, s, symtab, None, at, byte, why)),
+            .map_err(|(at, byte, why)| info_refusal(elf, i, s, symtab, at, byte, why)),
         _ => {
             if !matches!(s.entsize(), 0 | 8) || !s.size().is_multiple_of(8) {
                 return Err(in_section(format!(
@@ -303,8 +303,8 @@ fn walk_records(data: &[u8]) -> Result<(), (usize, u8, Why)> {
     Ok(())
 }
 
-/// A kernel's parameter description (`KPARAM_INFO`), where the checks after the last record need
-/// it: the offset of its record, its ordinal, offset and size.
+/// A kernel's parameter description (`KPARAM_INFO`), for the refusals made after the last
+/// record: the offset of its record, its ordinal, offset and size.
 #[derive(Clone, Copy)]
 struct Param {
     at: usize,
@@ -314,9 +314,49 @@ struct Param {
 }
 
 impl Param {
-    fn end(&self) -> u64 {
-        self.offset.saturating_add(self.size)
+    /// The description in a `KPARAM_INFO` record at `at` whose value holds `position` and
+    /// `flags` as its second and third words.
+    #[inline(always)]
+    fn read(at: usize, position: u32, flags: u32) -> Self {
+        Self {
+            at,
+            ordinal: u64::from(position & 0xffff),
+            offset: u64::from(position >> 16),
+            size: u64::from(flags >> 18),
+        }
     }
+
+    /// Where the parameter ends: 16 bits of offset and 14 of size, so no overflow.
+    #[inline(always)]
+    fn end(&self) -> u64 {
+        self.offset + self.size
+    }
+}
+
+/// The first parameter description of the records `data` (already checked to lie inside them)
+/// that `pick` chooses: for a refusal, which names its record.
+#[cold]
+fn param_where(data: &[u8], pick: impl Fn(&Param) -> bool) -> Option<Param> {
+    let mut next = 0;
+    while let Some(&[format, attribute, h0, h1]) = data.get(next..).and_then(<[u8]>::first_chunk) {
+        let at = next;
+        next = at + 4;
+        if format != EIFMT_SVAL {
+            continue;
+        }
+        let end = next + usize::from(u16::from_le_bytes([h0, h1]));
+        let value = data.get(next..end).unwrap_or_default();
+        next = (end + 3) & !3;
+        if attribute == EIATTR_KPARAM_INFO
+            && let (Some(position), Some(flags)) = (word(value, 1), word(value, 2))
+        {
+            let param = Param::read(at, position, flags);
+            if pick(&param) {
+                return Some(param);
+            }
+        }
+    }
+    None
 }
 
 /// The 32-bit word `n` of a record's value, if it has one.
@@ -328,11 +368,18 @@ fn word(value: &[u8], n: usize) -> Option<u32> {
         .map(|w| u32::from_le_bytes(*w))
 }
 
-/// The whole 32-bit words of a record's value.
-fn words(value: &[u8]) -> impl Iterator<Item = u32> + '_ {
-    value
-        .chunks_exact(4)
-        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+/// The first of the whole 32-bit words of a record's value that `bad` says is wrong.
+#[inline(always)]
+fn find_word(value: &[u8], bad: impl Fn(u32) -> bool) -> Option<u32> {
+    let mut rest = value;
+    while let Some((w, tail)) = rest.split_first_chunk() {
+        let w = u32::from_le_bytes(*w);
+        if bad(w) {
+            return Some(w);
+        }
+        rest = tail;
+    }
+    None
 }
 
 /// Checks the attribute records of `.nv.info` or a kernel's `.nv.info.K` (section `i`): each lies
@@ -340,29 +387,31 @@ fn words(value: &[u8]) -> impl Iterator<Item = u32> + '_ {
 /// place in their constant bank, instruction offsets) points inside what it names.
 ///
 /// The loop reads every record of every cubin loaded, so it is written for speed: a record is
-/// never built as a value, and every refusal is made by a cold function from plain numbers.
+/// never built as a value, the parameter descriptions are summed up in three numbers (the one a
+/// refusal names is found again on the way out), and every refusal is made by a cold function
+/// from plain numbers.
 fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Check {
     let data = elf.data(i, s)?;
     // A kernel's attributes: its code section, when `sh_info` names one.
-    let code = match s.info() {
+    let code_size = match s.info() {
         0 => None,
-        index => Some(
-            elf.section(index)
-                .map_err(|e| format!("{}: {e}", elf.label(i, s)))?,
-        ),
+        index => {
+            let code = elf
+                .section(index)
+                .map_err(|e| format!("{}: {e}", elf.label(i, s)))?;
+            code.flag(SHF_EXECINSTR).then(|| code.size())
+        }
     };
-    let code_size = code.filter(|c| c.flag(SHF_EXECINSTR)).map(|c| c.size());
     let count = symbols.count;
-    let is_symbol = |index: u32| u64::from(index) < count;
-    let refuse = |at: usize, attribute: u8, why: Why| {
-        info_refusal(elf, i, s, symbols, code.as_ref(), at, attribute, why)
+    let is_symbol = move |index: u32| u64::from(index) < count;
+    let refuse = move |at: usize, attribute: u8, why: Why| {
+        info_refusal(elf, i, s, symbols, at, attribute, why)
     };
     let mut params = 0u64;
     let mut param_bank = None;
     // The parameter descriptions are checked against the count and the bank size once all
-    // records are read: the one with the highest ordinal, and the one that ends furthest.
-    let mut highest: Option<Param> = None;
-    let mut furthest: Option<Param> = None;
+    // records are read: by the highest ordinal, and the furthest end.
+    let (mut highest, mut furthest) = (0u64, 0u64);
     // The records as `walk_records` reads them, written out: this loop runs for every record of
     // every cubin loaded.
     let mut next = 0;
@@ -400,7 +449,7 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Chec
                 }
             }
             EIATTR_EXTERNS => {
-                if let Some(index) = words(value).find(|&n| !is_symbol(n)) {
+                if let Some(index) = find_word(value, |n| !is_symbol(n)) {
                     return Err(refuse(record_at, attribute, Why::Symbol(index)));
                 }
             }
@@ -430,22 +479,13 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Chec
                     return Err(refuse(record_at, attribute, Why::ShortParam(value.len())));
                 };
                 params += 1;
-                let param = Param {
-                    at: record_at,
-                    ordinal: u64::from(position & 0xffff),
-                    offset: u64::from(position >> 16),
-                    size: u64::from(flags >> 18),
-                };
-                if highest.is_none_or(|p| param.ordinal > p.ordinal) {
-                    highest = Some(param);
-                }
-                if furthest.is_none_or(|p| param.end() > p.end()) {
-                    furthest = Some(param);
-                }
+                let param = Param::read(record_at, position, flags);
+                highest = highest.max(param.ordinal);
+                furthest = furthest.max(param.end());
             }
             EIATTR_EXIT_INSTR_OFFSETS => {
                 if let Some(size) = code_size
-                    && let Some(offset) = words(value).find(|&n| u64::from(n) >= size)
+                    && let Some(offset) = find_word(value, |n| u64::from(n) >= size)
                 {
                     return Err(refuse(record_at, attribute, Why::Exit(offset)));
                 }
@@ -453,18 +493,27 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Chec
             _ => {}
         }
     }
-    if let Some(p) = highest
-        && p.ordinal >= params
-    {
+    if params == 0 {
+        return Ok(());
+    }
+    // The refusals name the first description with the highest ordinal, or the furthest end.
+    if highest >= params {
+        let at = param_where(data, |p| p.ordinal == highest).map_or(0, |p| p.at);
         return Err(refuse(
-            p.at,
+            at,
             EIATTR_KPARAM_INFO,
-            Why::Ordinal(p.ordinal, params),
+            Why::Ordinal(highest, params),
         ));
     }
-    if let (Some(p), Some(bank)) = (furthest, param_bank)
-        && !fits(p.offset, p.size, bank)
+    if let Some(bank) = param_bank
+        && furthest > bank
     {
+        let p = param_where(data, |p| p.end() == furthest).unwrap_or(Param {
+            at: 0,
+            ordinal: 0,
+            offset: furthest,
+            size: 0,
+        });
         return Err(refuse(p.at, EIATTR_KPARAM_INFO, Why::PastParams(p, bank)));
     }
     Ok(())
@@ -500,13 +549,11 @@ enum Why {
 /// The refusal of the record at `at` (attribute `attribute`, or its format for
 /// [`Why::Format`]) of attribute section `i`.
 #[cold]
-#[allow(clippy::too_many_arguments)]
 fn info_refusal(
     elf: &Elf<'_>,
     i: u32,
     s: &Section,
     symbols: &Symbols<'_>,
-    code: Option<&Section>,
     at: usize,
     attribute: u8,
     why: Why,
@@ -552,7 +599,8 @@ fn info_refusal(
             format!("{bytes} bytes, not the 12 of a parameter description")
         }
         Why::Exit(offset) => {
-            let code = code.copied().unwrap_or_default();
+            // Only checked against a code section that `sh_info` names.
+            let code = elf.header(s.info()).unwrap_or_default();
             format!(
                 "instruction offset {offset} is past the end of {} ({} bytes)",
                 elf.label(s.info(), &code),

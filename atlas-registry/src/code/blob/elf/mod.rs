@@ -540,12 +540,12 @@ impl<'a> Elf<'a> {
             return Ok(());
         }
         // Extended numbering keeps counts in section 0; without it section 0 is all zeros.
-        let null = self
+        let (null, headers) = self
             .headers
-            .get(..SECTION_HEADER_SIZE as usize)
-            .unwrap_or_default();
-        // A comparison with zeros is a word-at-a-time `bcmp`; the position only on the way out.
-        if null != [0; SECTION_HEADER_SIZE as usize] {
+            .split_first_chunk::<{ SECTION_HEADER_SIZE as usize }>()
+            .unwrap_or((&[0; SECTION_HEADER_SIZE as usize], &[]));
+        // An OR of the bytes is a few vector instructions; the position only on the way out.
+        if null.iter().fold(0, |any, &b| any | b) != 0 {
             let at = null.iter().position(|&b| b != 0).unwrap_or_default();
             return Err(format!(
                 "section 0 has a non-zero byte at offset {at} of its header; the first section \
@@ -555,27 +555,24 @@ impl<'a> Elf<'a> {
         // The symbol table first. In a cubin every symbol index refers to its one symbol table
         // (`symbols_of`), whatever section it is in; it is checked for shape once, here.
         let (mut symtab, mut first_table) = (None, None);
-        for (i, header) in (0..self.shnum)
-            .zip(self.headers.chunks_exact(SECTION_HEADER_SIZE as usize))
-            .skip(1)
-        {
-            let kind = header
-                .get(4..)
-                .and_then(<[u8]>::first_chunk)
-                .map_or(SHT_NULL, |k| u32::from_le_bytes(*k));
-            if self.cuda
-                && matches!(kind, SHT_SYMTAB | SHT_DYNSYM)
-                && let Some(first) = first_table.replace(i)
-            {
-                return Err(format!(
-                    "{} and {} are both symbol tables; a CUDA cubin has one",
-                    self.label_of(first),
-                    self.label_of(i)
-                ));
+        let (mut rest, mut i) = (headers, 1);
+        while let Some((header, tail)) = rest.split_first_chunk() {
+            let kind = Section::read(header).kind();
+            if matches!(kind, SHT_SYMTAB | SHT_DYNSYM) {
+                if self.cuda
+                    && let Some(first) = first_table.replace(i)
+                {
+                    return Err(format!(
+                        "{} and {} are both symbol tables; a CUDA cubin has one",
+                        self.label_of(first),
+                        self.label_of(i)
+                    ));
+                }
+                if kind == SHT_SYMTAB && symtab.is_none() {
+                    symtab = Some(i);
+                }
             }
-            if kind == SHT_SYMTAB && symtab.is_none() {
-                symtab = Some(i);
-            }
+            (rest, i) = (tail, i + 1);
         }
         let symtab = match (symtab, self.cuda) {
             (Some(index), true) => Some(self.symbols(index, &self.section(index)?, index)?),
@@ -585,12 +582,9 @@ impl<'a> Elf<'a> {
         // Then every section, in one pass: what it must be on its own, and what its links reach.
         // A check that follows a link checks what it reads there (the type of the section, its
         // bytes inside the image); the rest of that section is checked when the pass gets to it.
-        let headers = self.headers.chunks_exact(SECTION_HEADER_SIZE as usize);
-        for (i, header) in (0..self.shnum).zip(headers).skip(1) {
-            // `chunks_exact` gives whole headers.
-            let s = header
-                .first_chunk()
-                .map_or_else(Section::default, Section::read);
+        let (mut rest, mut i) = (headers, 1);
+        while let Some((header, tail)) = rest.split_first_chunk() {
+            let s = Section::read(header);
             self.check_section(i, &s)?;
             match s.kind() {
                 SHT_SYMTAB | SHT_DYNSYM => self.check_symbols(i, &s, symtab)?,
@@ -602,11 +596,15 @@ impl<'a> Elf<'a> {
                     self.strings(i, &s, s.link())?;
                 }
                 SHT_NOTE => self.check_notes(i, &s)?,
-                _ => {}
+                // NVIDIA's own sections, and the checks of a cubin's code and data (none of the
+                // types above).
+                _ => {
+                    if let Some(symtab) = &symtab {
+                        cuda::check_section(self, i, &s, symtab)?;
+                    }
+                }
             }
-            if let Some(symtab) = &symtab {
-                cuda::check_section(self, i, &s, symtab)?;
-            }
+            (rest, i) = (tail, i + 1);
         }
         Ok(())
     }
@@ -624,7 +622,9 @@ impl<'a> Elf<'a> {
             ));
         }
         let data = self.data(i, s)?;
-        if s.align() > 1 && !s.align().is_power_of_two() {
+        // 0 and 1 (no alignment) and the powers of two have no bit in common with the number
+        // below them.
+        if s.align() & s.align().wrapping_sub(1) != 0 {
             return Err(format!(
                 "{}: alignment {} is not a power of two",
                 self.label(i, s),
@@ -639,6 +639,22 @@ impl<'a> Elf<'a> {
                 self.shnum
             ));
         }
+        if s.flags() & u64::from(SHF_INFO_LINK | SHF_COMPRESSED) != 0 {
+            self.check_flagged(i, s, data)?;
+        }
+        if s.kind() == SHT_STRTAB && data.last() != Some(&0) {
+            return Err(format!(
+                "{}: the string table does not end with a NUL byte",
+                self.label(i, s)
+            ));
+        }
+        Ok(())
+    }
+
+    /// What the flags `SHF_INFO_LINK` and `SHF_COMPRESSED` of section `i` promise: an `sh_info`
+    /// that is a section, a compression header (out of line: few sections have either).
+    #[inline(never)]
+    fn check_flagged(&self, i: u32, s: &Section, data: &[u8]) -> Check {
         if s.flag(SHF_INFO_LINK) && (s.info() == 0 || s.info() >= self.shnum) {
             return Err(format!(
                 "{}: sh_info {} is flagged as a section index (SHF_INFO_LINK) but is not one \
@@ -650,12 +666,6 @@ impl<'a> Elf<'a> {
         }
         if s.flag(SHF_COMPRESSED) {
             self.check_compressed(i, s, data)?;
-        }
-        if s.kind() == SHT_STRTAB && data.last() != Some(&0) {
-            return Err(format!(
-                "{}: the string table does not end with a NUL byte",
-                self.label(i, s)
-            ));
         }
         Ok(())
     }
