@@ -118,39 +118,56 @@ pub(crate) fn sm_arch(blob: &[u8]) -> Option<u32> {
 
 /// Checks a cubin's `e_flags` (`flags`) for its ABI version `abi`: only the bits of that layout,
 /// an SM number in [`SM_NUMBERS`], and a virtual architecture that is 0 or one the SM can run.
+#[inline]
 pub(super) fn check_flags(abi: u8, flags: u32) -> Check {
+    let known = match abi {
+        ABI_VERSION_7 => FLAGS_V7,
+        ABI_VERSION_8 => FLAGS_V8,
+        _ => 0,
+    };
+    let (sm, virtual_sm) = decode_flags(abi, flags).unwrap_or_default();
+    if known == 0
+        || flags & !known != 0
+        || !SM_NUMBERS.contains(&sm)
+        || (virtual_sm != 0 && (virtual_sm < *SM_NUMBERS.start() || virtual_sm > sm))
+    {
+        return Err(flags_refusal(abi, flags));
+    }
+    Ok(())
+}
+
+/// Why [`check_flags`] refuses `e_flags` `flags` of ABI version `abi`.
+#[cold]
+fn flags_refusal(abi: u8, flags: u32) -> String {
     let (known, layout) = match abi {
         ABI_VERSION_7 => (FLAGS_V7, "7"),
         ABI_VERSION_8 => (FLAGS_V8, "8"),
         _ => {
-            return Err(format!(
+            return format!(
                 "EI_ABIVERSION {abi}: Atlas knows the e_flags layouts of CUDA ELF ABI versions \
                  {ABI_VERSION_7} and {ABI_VERSION_8}"
-            ));
+            );
         }
     };
     let unknown = flags & !known;
     if unknown != 0 {
-        return Err(format!(
+        return format!(
             "e_flags {flags:#010x} has bits {unknown:#x} that no CUDA toolchain sets in the layout \
              of ABI version {layout}"
-        ));
+        );
     }
     let (sm, virtual_sm) = decode_flags(abi, flags).unwrap_or_default();
     if !SM_NUMBERS.contains(&sm) {
-        return Err(format!(
+        return format!(
             "e_flags {flags:#010x} names SM {sm}, not an SM number from {} to {}",
             SM_NUMBERS.start(),
             SM_NUMBERS.end()
-        ));
+        );
     }
-    if virtual_sm != 0 && (virtual_sm < *SM_NUMBERS.start() || virtual_sm > sm) {
-        return Err(format!(
-            "e_flags {flags:#010x} names virtual architecture compute_{virtual_sm} for sm_{sm}: \
-             the SASS of an SM is compiled from PTX of that SM or an older one"
-        ));
-    }
-    Ok(())
+    format!(
+        "e_flags {flags:#010x} names virtual architecture compute_{virtual_sm} for sm_{sm}: \
+         the SASS of an SM is compiled from PTX of that SM or an older one"
+    )
 }
 
 /// Relocation types the driver can know: R_CUDA (below 0x100: 117 are defined by CUDA 13.0, up
@@ -170,18 +187,35 @@ pub(super) fn is_relocation_type(rtype: u64) -> bool {
 /// bytes. Types after those: 8 in code (instructions are 8 or 16 bytes, relocations point at
 /// their start), else 4.
 pub(super) fn relocated_bytes(rtype: u64, target: &Section) -> u64 {
-    match rtype {
-        0 | 116 => 0,
-        76..=99 | 104..=111 => 1,
-        1 | 3 | 6..=9 | 34 | 52 | 70..=72 | 101 | 103 => 4,
-        58 | 75 | 114 => 11,
-        69 => 12,
-        67 => 16,
-        2..=115 => 8,
-        _ if target.kind() == SHT_PROGBITS && target.flag(SHF_EXECINSTR) => 8,
-        _ => 4,
+    match usize::try_from(rtype)
+        .ok()
+        .and_then(|t| RELOCATED_BYTES.get(t))
+    {
+        Some(&bytes) => u64::from(bytes),
+        None if target.kind() == SHT_PROGBITS && target.flag(SHF_EXECINSTR) => 8,
+        None => 4,
     }
 }
+
+/// [`relocated_bytes`] of the R_CUDA types ptxas 13.0 describes (0 to 116), looked up: a
+/// relocation's check is one load.
+const RELOCATED_BYTES: [u8; 117] = {
+    let mut table = [0; 117];
+    let mut rtype = 0;
+    while rtype < table.len() {
+        table[rtype] = match rtype {
+            0 | 116 => 0,
+            76..=99 | 104..=111 => 1,
+            1 | 3 | 6..=9 | 34 | 52 | 70..=72 | 101 | 103 => 4,
+            58 | 75 | 114 => 11,
+            69 => 12,
+            67 => 16,
+            _ => 8,
+        };
+        rtype += 1;
+    }
+    table
+};
 
 /// Checks section `i` of a cubin for what NVIDIA's reader needs beyond generic ELF. `symtab` is
 /// the cubin's one symbol table. Called for every section: the checks of loaded data and code

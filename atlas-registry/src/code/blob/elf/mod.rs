@@ -505,34 +505,40 @@ impl<'a> Elf<'a> {
             u64::from(self.phnum) * PROGRAM_HEADER_SIZE,
         )
         .unwrap_or_default();
-        for (i, h) in (0u64..).zip(table.chunks_exact(PROGRAM_HEADER_SIZE as usize)) {
-            let h: &[u8; PROGRAM_HEADER_SIZE as usize] = h
-                .first_chunk()
-                .unwrap_or(&[0; PROGRAM_HEADER_SIZE as usize]);
+        let (mut rest, mut i) = (table, 0u64);
+        while let Some((h, tail)) = rest.split_first_chunk::<{ PROGRAM_HEADER_SIZE as usize }>() {
+            rest = tail;
             let kind = u32::from_le_bytes(field(h, 0));
             let offset = u64::from_le_bytes(field(h, 8));
             let (file_size, memory_size) = (
                 u64::from_le_bytes(field(h, 32)),
                 u64::from_le_bytes(field(h, 40)),
             );
-            let what = || format!("program header {i} (type {kind:#x})");
-            if file_size > 0 && !fits(offset, file_size, self.b.len() as u64) {
-                return Err(past_end(
-                    &what(),
-                    offset,
-                    file_size,
-                    self.b.len(),
-                    self.whole,
-                ));
+            if (file_size > 0 && !fits(offset, file_size, self.b.len() as u64))
+                || (kind == PT_LOAD && file_size > memory_size)
+            {
+                return Err(self.program_header_refusal(i, kind, offset, file_size, memory_size));
             }
-            if kind == PT_LOAD && file_size > memory_size {
-                return Err(format!(
-                    "{}: {file_size} bytes in the file but {memory_size} in memory",
-                    what()
-                ));
-            }
+            i += 1;
         }
         Ok(())
+    }
+
+    /// Why program header `i` is refused (see `check_program_headers`).
+    #[cold]
+    fn program_header_refusal(
+        &self,
+        i: u64,
+        kind: u32,
+        offset: u64,
+        file_size: u64,
+        memory_size: u64,
+    ) -> String {
+        let what = format!("program header {i} (type {kind:#x})");
+        if file_size > 0 && !fits(offset, file_size, self.b.len() as u64) {
+            return past_end(&what, offset, file_size, self.b.len(), self.whole);
+        }
+        format!("{what}: {file_size} bytes in the file but {memory_size} in memory")
     }
 
     fn check_sections(&self) -> Check {
@@ -753,19 +759,21 @@ impl<'a> Elf<'a> {
                 table.count
             ));
         }
+        // An OR of the bytes is a few vector instructions. A table without symbol 0 fails too.
         let null = bytes_at(table.data, 0, SYMBOL_SIZE).unwrap_or_default();
-        if null != [0; SYMBOL_SIZE as usize] {
+        if null.len() != SYMBOL_SIZE as usize || null.iter().fold(0, |any, &b| any | b) != 0 {
             return Err(format!(
                 "{}: symbol 0 is not all zeros, as the undefined symbol is",
                 self.label(i, s)
             ));
         }
-        for (n, entry) in (0u64..).zip(table.data.chunks_exact(SYMBOL_SIZE as usize)) {
-            // `chunks_exact` gives whole entries.
-            let sym = Symbol::read(entry.first_chunk().unwrap_or(&[0; SYMBOL_SIZE as usize]));
-            if let Some(fault) = self.symbol_fault(&sym, strings.len()) {
-                return Err(self.symbol_refusal(i, s, n, &sym, strings, fault));
+        let (mut rest, mut n) = (table.data, 0u64);
+        while let Some((entry, tail)) = rest.split_first_chunk() {
+            let sym = Symbol::read(entry);
+            if let Some(fault) = self.symbol_fault(sym, strings.len()) {
+                return Err(self.symbol_refusal(i, s, &table, n, strings, fault));
             }
+            (rest, n) = (tail, n + 1);
         }
         Ok(())
     }
@@ -773,7 +781,7 @@ impl<'a> Elf<'a> {
     /// What is wrong with symbol `sym` of a table whose string table has `strings` bytes, if
     /// anything: the part of `check_symbols` that runs for every symbol.
     #[inline(always)]
-    fn symbol_fault(&self, sym: &Symbol, strings: usize) -> Option<SymbolFault> {
+    fn symbol_fault(&self, sym: Symbol, strings: usize) -> Option<SymbolFault> {
         if sym.name as usize >= strings {
             return Some(SymbolFault::Name);
         }
@@ -810,17 +818,26 @@ impl<'a> Elf<'a> {
         }
     }
 
-    /// The refusal for symbol `n` of section `i` (string table `strings`), for `fault`.
+    /// The refusal for symbol `n` of `table`, section `i` (string table `strings`), for `fault`.
+    /// The symbol is read again here, so that the loop over symbols keeps it in registers.
     #[cold]
     fn symbol_refusal(
         &self,
         i: u32,
         s: &Section,
+        table: &Symbols,
         n: u64,
-        sym: &Symbol,
         strings: &[u8],
         fault: SymbolFault,
     ) -> String {
+        let sym = table.get(n).unwrap_or(Symbol {
+            name: 0,
+            binding: 0,
+            kind: 0,
+            shndx: 0,
+            value: 0,
+            size: 0,
+        });
         let name = strings.get(sym.name as usize..).unwrap_or_default();
         let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
         let what = format!(
@@ -974,21 +991,26 @@ impl<'a> Elf<'a> {
 
 /// Checks that a table of `count` entries of `size` bytes at `offset` lies inside `b`, after its
 /// ELF header.
+#[inline]
 fn check_table(what: &str, offset: u64, count: u16, size: u64, b: &[u8], whole: &str) -> Check {
     let bytes = u64::from(count) * size;
-    if offset < HEADER_SIZE {
-        return Err(format!(
-            "the {what} at offset {offset} overlaps the ELF header"
-        ));
-    }
-    if !fits(offset, bytes, b.len() as u64) {
-        return Err(past_end(
-            &format!("the {what} ({count} entries)"),
-            offset,
-            bytes,
-            b.len(),
-            whole,
-        ));
+    if offset < HEADER_SIZE || !fits(offset, bytes, b.len() as u64) {
+        return Err(table_refusal(what, offset, count, bytes, b, whole));
     }
     Ok(())
+}
+
+/// Why [`check_table`] refuses the table.
+#[cold]
+fn table_refusal(what: &str, offset: u64, count: u16, bytes: u64, b: &[u8], whole: &str) -> String {
+    if offset < HEADER_SIZE {
+        return format!("the {what} at offset {offset} overlaps the ELF header");
+    }
+    past_end(
+        &format!("the {what} ({count} entries)"),
+        offset,
+        bytes,
+        b.len(),
+        whole,
+    )
 }
