@@ -278,33 +278,37 @@ fn section_refusal(
 /// The sections of records and symbol indexes: attributes (`.nv.info*`), compatibility records
 /// (`.nv.compat`), the call graph.
 fn check_records(elf: &Elf<'_>, i: u32, s: &Section, symtab: &Symbols<'_>) -> Check {
-    let in_section = |e: String| format!("{}: {e}", elf.label(i, s));
     match s.kind() {
         SHT_CUDA_INFO => check_info(elf, i, s, symtab),
         SHT_CUDA_COMPAT => walk_records(elf.data(i, s)?)
             .map_err(|(at, byte, why)| info_refusal(elf, i, s, symtab, at, byte, why)),
-        _ => {
-            if !matches!(s.entsize(), 0 | 8) || !s.size().is_multiple_of(8) {
-                return Err(in_section(format!(
-                    "entry size {} and size {}: a call graph has whole 8-byte entries",
-                    s.entsize(),
-                    s.size()
-                )));
-            }
-            let data = elf.data(i, s)?;
-            for (n, index) in data.chunks_exact(4).enumerate() {
-                let index = u32::from_le_bytes([index[0], index[1], index[2], index[3]]);
-                if index < CALLGRAPH_MARKERS && u64::from(index) >= symtab.count {
-                    return Err(in_section(format!(
-                        "entry {}: symbol index {index} is past the {} symbols",
-                        n / 2,
-                        symtab.count
-                    )));
-                }
-            }
-            Ok(())
+        _ => check_callgraph(elf, i, s, symtab),
+    }
+}
+
+/// The call graph: pairs of symbol indexes, or markers.
+#[inline(never)]
+fn check_callgraph(elf: &Elf<'_>, i: u32, s: &Section, symtab: &Symbols<'_>) -> Check {
+    let in_section = |e: String| format!("{}: {e}", elf.label(i, s));
+    if !matches!(s.entsize(), 0 | 8) || !s.size().is_multiple_of(8) {
+        return Err(in_section(format!(
+            "entry size {} and size {}: a call graph has whole 8-byte entries",
+            s.entsize(),
+            s.size()
+        )));
+    }
+    let data = elf.data(i, s)?;
+    for (n, index) in data.chunks_exact(4).enumerate() {
+        let index = u32::from_le_bytes([index[0], index[1], index[2], index[3]]);
+        if index < CALLGRAPH_MARKERS && u64::from(index) >= symtab.count {
+            return Err(in_section(format!(
+                "entry {}: symbol index {index} is past the {} symbols",
+                n / 2,
+                symtab.count
+            )));
         }
     }
+    Ok(())
 }
 
 /// Reads the attribute records of section bytes `data` (`.nv.compat`'s, which hold nothing the
@@ -430,9 +434,9 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Chec
     let code_size = match s.info() {
         0 => None,
         index => {
-            let code = elf
-                .section(index)
-                .map_err(|e| format!("{}: {e}", elf.label(i, s)))?;
+            let Some(code) = elf.header(index) else {
+                return Err(format!("{}: {}", elf.label(i, s), elf.not_a_section(index)));
+            };
             code.flag(SHF_EXECINSTR).then(|| code.size())
         }
     };
