@@ -118,39 +118,56 @@ pub(crate) fn sm_arch(blob: &[u8]) -> Option<u32> {
 
 /// Checks a cubin's `e_flags` (`flags`) for its ABI version `abi`: only the bits of that layout,
 /// an SM number in [`SM_NUMBERS`], and a virtual architecture that is 0 or one the SM can run.
+#[inline]
 pub(super) fn check_flags(abi: u8, flags: u32) -> Check {
+    let known = match abi {
+        ABI_VERSION_7 => FLAGS_V7,
+        ABI_VERSION_8 => FLAGS_V8,
+        _ => 0,
+    };
+    let (sm, virtual_sm) = decode_flags(abi, flags).unwrap_or_default();
+    if known == 0
+        || flags & !known != 0
+        || !SM_NUMBERS.contains(&sm)
+        || (virtual_sm != 0 && (virtual_sm < *SM_NUMBERS.start() || virtual_sm > sm))
+    {
+        return Err(flags_refusal(abi, flags));
+    }
+    Ok(())
+}
+
+/// Why [`check_flags`] refuses `e_flags` `flags` of ABI version `abi`.
+#[cold]
+fn flags_refusal(abi: u8, flags: u32) -> String {
     let (known, layout) = match abi {
         ABI_VERSION_7 => (FLAGS_V7, "7"),
         ABI_VERSION_8 => (FLAGS_V8, "8"),
         _ => {
-            return Err(format!(
+            return format!(
                 "EI_ABIVERSION {abi}: Atlas knows the e_flags layouts of CUDA ELF ABI versions \
                  {ABI_VERSION_7} and {ABI_VERSION_8}"
-            ));
+            );
         }
     };
     let unknown = flags & !known;
     if unknown != 0 {
-        return Err(format!(
+        return format!(
             "e_flags {flags:#010x} has bits {unknown:#x} that no CUDA toolchain sets in the layout \
              of ABI version {layout}"
-        ));
+        );
     }
     let (sm, virtual_sm) = decode_flags(abi, flags).unwrap_or_default();
     if !SM_NUMBERS.contains(&sm) {
-        return Err(format!(
+        return format!(
             "e_flags {flags:#010x} names SM {sm}, not an SM number from {} to {}",
             SM_NUMBERS.start(),
             SM_NUMBERS.end()
-        ));
+        );
     }
-    if virtual_sm != 0 && (virtual_sm < *SM_NUMBERS.start() || virtual_sm > sm) {
-        return Err(format!(
-            "e_flags {flags:#010x} names virtual architecture compute_{virtual_sm} for sm_{sm}: \
-             the SASS of an SM is compiled from PTX of that SM or an older one"
-        ));
-    }
-    Ok(())
+    format!(
+        "e_flags {flags:#010x} names virtual architecture compute_{virtual_sm} for sm_{sm}: \
+         the SASS of an SM is compiled from PTX of that SM or an older one"
+    )
 }
 
 /// Relocation types the driver can know: R_CUDA (below 0x100: 117 are defined by CUDA 13.0, up
@@ -170,18 +187,35 @@ pub(super) fn is_relocation_type(rtype: u64) -> bool {
 /// bytes. Types after those: 8 in code (instructions are 8 or 16 bytes, relocations point at
 /// their start), else 4.
 pub(super) fn relocated_bytes(rtype: u64, target: &Section) -> u64 {
-    match rtype {
-        0 | 116 => 0,
-        76..=99 | 104..=111 => 1,
-        1 | 3 | 6..=9 | 34 | 52 | 70..=72 | 101 | 103 => 4,
-        58 | 75 | 114 => 11,
-        69 => 12,
-        67 => 16,
-        2..=115 => 8,
-        _ if target.kind() == SHT_PROGBITS && target.flag(SHF_EXECINSTR) => 8,
-        _ => 4,
+    match usize::try_from(rtype)
+        .ok()
+        .and_then(|t| RELOCATED_BYTES.get(t))
+    {
+        Some(&bytes) => u64::from(bytes),
+        None if target.kind() == SHT_PROGBITS && target.flag(SHF_EXECINSTR) => 8,
+        None => 4,
     }
 }
+
+/// [`relocated_bytes`] of the R_CUDA types ptxas 13.0 describes (0 to 116), looked up: a
+/// relocation's check is one load.
+const RELOCATED_BYTES: [u8; 117] = {
+    let mut table = [0; 117];
+    let mut rtype = 0;
+    while rtype < table.len() {
+        table[rtype] = match rtype {
+            0 | 116 => 0,
+            76..=99 | 104..=111 => 1,
+            1 | 3 | 6..=9 | 34 | 52 | 70..=72 | 101 | 103 => 4,
+            58 | 75 | 114 => 11,
+            69 => 12,
+            67 => 16,
+            _ => 8,
+        };
+        rtype += 1;
+    }
+    table
+};
 
 /// Checks section `i` of a cubin for what NVIDIA's reader needs beyond generic ELF. `symtab` is
 /// the cubin's one symbol table. Called for every section: the checks of loaded data and code
@@ -244,33 +278,37 @@ fn section_refusal(
 /// The sections of records and symbol indexes: attributes (`.nv.info*`), compatibility records
 /// (`.nv.compat`), the call graph.
 fn check_records(elf: &Elf<'_>, i: u32, s: &Section, symtab: &Symbols<'_>) -> Check {
-    let in_section = |e: String| format!("{}: {e}", elf.label(i, s));
     match s.kind() {
         SHT_CUDA_INFO => check_info(elf, i, s, symtab),
         SHT_CUDA_COMPAT => walk_records(elf.data(i, s)?)
-            .map_err(|(at, byte, why)| info_refusal(elf, i, s, symtab, None, at, byte, why)),
-        _ => {
-            if !matches!(s.entsize(), 0 | 8) || !s.size().is_multiple_of(8) {
-                return Err(in_section(format!(
-                    "entry size {} and size {}: a call graph has whole 8-byte entries",
-                    s.entsize(),
-                    s.size()
-                )));
-            }
-            let data = elf.data(i, s)?;
-            for (n, index) in data.chunks_exact(4).enumerate() {
-                let index = u32::from_le_bytes([index[0], index[1], index[2], index[3]]);
-                if index < CALLGRAPH_MARKERS && u64::from(index) >= symtab.count {
-                    return Err(in_section(format!(
-                        "entry {}: symbol index {index} is past the {} symbols",
-                        n / 2,
-                        symtab.count
-                    )));
-                }
-            }
-            Ok(())
+            .map_err(|(at, byte, why)| info_refusal(elf, i, s, symtab, at, byte, why)),
+        _ => check_callgraph(elf, i, s, symtab),
+    }
+}
+
+/// The call graph: pairs of symbol indexes, or markers.
+#[inline(never)]
+fn check_callgraph(elf: &Elf<'_>, i: u32, s: &Section, symtab: &Symbols<'_>) -> Check {
+    let in_section = |e: String| format!("{}: {e}", elf.label(i, s));
+    if !matches!(s.entsize(), 0 | 8) || !s.size().is_multiple_of(8) {
+        return Err(in_section(format!(
+            "entry size {} and size {}: a call graph has whole 8-byte entries",
+            s.entsize(),
+            s.size()
+        )));
+    }
+    let data = elf.data(i, s)?;
+    for (n, index) in data.chunks_exact(4).enumerate() {
+        let index = u32::from_le_bytes([index[0], index[1], index[2], index[3]]);
+        if index < CALLGRAPH_MARKERS && u64::from(index) >= symtab.count {
+            return Err(in_section(format!(
+                "entry {}: symbol index {index} is past the {} symbols",
+                n / 2,
+                symtab.count
+            )));
         }
     }
+    Ok(())
 }
 
 /// Reads the attribute records of section bytes `data` (`.nv.compat`'s, which hold nothing the
@@ -303,8 +341,8 @@ fn walk_records(data: &[u8]) -> Result<(), (usize, u8, Why)> {
     Ok(())
 }
 
-/// A kernel's parameter description (`KPARAM_INFO`), where the checks after the last record need
-/// it: the offset of its record, its ordinal, offset and size.
+/// A kernel's parameter description (`KPARAM_INFO`), for the refusals made after the last
+/// record: the offset of its record, its ordinal, offset and size.
 #[derive(Clone, Copy)]
 struct Param {
     at: usize,
@@ -314,9 +352,49 @@ struct Param {
 }
 
 impl Param {
-    fn end(&self) -> u64 {
-        self.offset.saturating_add(self.size)
+    /// The description in a `KPARAM_INFO` record at `at` whose value holds `position` and
+    /// `flags` as its second and third words.
+    #[inline(always)]
+    fn read(at: usize, position: u32, flags: u32) -> Self {
+        Self {
+            at,
+            ordinal: u64::from(position & 0xffff),
+            offset: u64::from(position >> 16),
+            size: u64::from(flags >> 18),
+        }
     }
+
+    /// Where the parameter ends: 16 bits of offset and 14 of size, so no overflow.
+    #[inline(always)]
+    fn end(&self) -> u64 {
+        self.offset + self.size
+    }
+}
+
+/// The first parameter description of the records `data` (already checked to lie inside them)
+/// that `pick` chooses: for a refusal, which names its record.
+#[cold]
+fn param_where(data: &[u8], pick: impl Fn(&Param) -> bool) -> Option<Param> {
+    let mut next = 0;
+    while let Some(&[format, attribute, h0, h1]) = data.get(next..).and_then(<[u8]>::first_chunk) {
+        let at = next;
+        next = at + 4;
+        if format != EIFMT_SVAL {
+            continue;
+        }
+        let end = next + usize::from(u16::from_le_bytes([h0, h1]));
+        let value = data.get(next..end).unwrap_or_default();
+        next = (end + 3) & !3;
+        if attribute == EIATTR_KPARAM_INFO
+            && let (Some(position), Some(flags)) = (word(value, 1), word(value, 2))
+        {
+            let param = Param::read(at, position, flags);
+            if pick(&param) {
+                return Some(param);
+            }
+        }
+    }
+    None
 }
 
 /// The 32-bit word `n` of a record's value, if it has one.
@@ -328,11 +406,18 @@ fn word(value: &[u8], n: usize) -> Option<u32> {
         .map(|w| u32::from_le_bytes(*w))
 }
 
-/// The whole 32-bit words of a record's value.
-fn words(value: &[u8]) -> impl Iterator<Item = u32> + '_ {
-    value
-        .chunks_exact(4)
-        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+/// The first of the whole 32-bit words of a record's value that `bad` says is wrong.
+#[inline(always)]
+fn find_word(value: &[u8], bad: impl Fn(u32) -> bool) -> Option<u32> {
+    let mut rest = value;
+    while let Some((w, tail)) = rest.split_first_chunk() {
+        let w = u32::from_le_bytes(*w);
+        if bad(w) {
+            return Some(w);
+        }
+        rest = tail;
+    }
+    None
 }
 
 /// Checks the attribute records of `.nv.info` or a kernel's `.nv.info.K` (section `i`): each lies
@@ -340,29 +425,31 @@ fn words(value: &[u8]) -> impl Iterator<Item = u32> + '_ {
 /// place in their constant bank, instruction offsets) points inside what it names.
 ///
 /// The loop reads every record of every cubin loaded, so it is written for speed: a record is
-/// never built as a value, and every refusal is made by a cold function from plain numbers.
+/// never built as a value, the parameter descriptions are summed up in three numbers (the one a
+/// refusal names is found again on the way out), and every refusal is made by a cold function
+/// from plain numbers.
 fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Check {
     let data = elf.data(i, s)?;
     // A kernel's attributes: its code section, when `sh_info` names one.
-    let code = match s.info() {
+    let code_size = match s.info() {
         0 => None,
-        index => Some(
-            elf.section(index)
-                .map_err(|e| format!("{}: {e}", elf.label(i, s)))?,
-        ),
+        index => {
+            let Some(code) = elf.header(index) else {
+                return Err(format!("{}: {}", elf.label(i, s), elf.not_a_section(index)));
+            };
+            code.flag(SHF_EXECINSTR).then(|| code.size())
+        }
     };
-    let code_size = code.filter(|c| c.flag(SHF_EXECINSTR)).map(|c| c.size());
     let count = symbols.count;
-    let is_symbol = |index: u32| u64::from(index) < count;
-    let refuse = |at: usize, attribute: u8, why: Why| {
-        info_refusal(elf, i, s, symbols, code.as_ref(), at, attribute, why)
+    let is_symbol = move |index: u32| u64::from(index) < count;
+    let refuse = move |at: usize, attribute: u8, why: Why| {
+        info_refusal(elf, i, s, symbols, at, attribute, why)
     };
     let mut params = 0u64;
     let mut param_bank = None;
     // The parameter descriptions are checked against the count and the bank size once all
-    // records are read: the one with the highest ordinal, and the one that ends furthest.
-    let mut highest: Option<Param> = None;
-    let mut furthest: Option<Param> = None;
+    // records are read: by the highest ordinal, and the furthest end.
+    let (mut highest, mut furthest) = (0u64, 0u64);
     // The records as `walk_records` reads them, written out: this loop runs for every record of
     // every cubin loaded.
     let mut next = 0;
@@ -400,7 +487,7 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Chec
                 }
             }
             EIATTR_EXTERNS => {
-                if let Some(index) = words(value).find(|&n| !is_symbol(n)) {
+                if let Some(index) = find_word(value, |n| !is_symbol(n)) {
                     return Err(refuse(record_at, attribute, Why::Symbol(index)));
                 }
             }
@@ -430,22 +517,13 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Chec
                     return Err(refuse(record_at, attribute, Why::ShortParam(value.len())));
                 };
                 params += 1;
-                let param = Param {
-                    at: record_at,
-                    ordinal: u64::from(position & 0xffff),
-                    offset: u64::from(position >> 16),
-                    size: u64::from(flags >> 18),
-                };
-                if highest.is_none_or(|p| param.ordinal > p.ordinal) {
-                    highest = Some(param);
-                }
-                if furthest.is_none_or(|p| param.end() > p.end()) {
-                    furthest = Some(param);
-                }
+                let param = Param::read(record_at, position, flags);
+                highest = highest.max(param.ordinal);
+                furthest = furthest.max(param.end());
             }
             EIATTR_EXIT_INSTR_OFFSETS => {
                 if let Some(size) = code_size
-                    && let Some(offset) = words(value).find(|&n| u64::from(n) >= size)
+                    && let Some(offset) = find_word(value, |n| u64::from(n) >= size)
                 {
                     return Err(refuse(record_at, attribute, Why::Exit(offset)));
                 }
@@ -453,18 +531,27 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Chec
             _ => {}
         }
     }
-    if let Some(p) = highest
-        && p.ordinal >= params
-    {
+    if params == 0 {
+        return Ok(());
+    }
+    // The refusals name the first description with the highest ordinal, or the furthest end.
+    if highest >= params {
+        let at = param_where(data, |p| p.ordinal == highest).map_or(0, |p| p.at);
         return Err(refuse(
-            p.at,
+            at,
             EIATTR_KPARAM_INFO,
-            Why::Ordinal(p.ordinal, params),
+            Why::Ordinal(highest, params),
         ));
     }
-    if let (Some(p), Some(bank)) = (furthest, param_bank)
-        && !fits(p.offset, p.size, bank)
+    if let Some(bank) = param_bank
+        && furthest > bank
     {
+        let p = param_where(data, |p| p.end() == furthest).unwrap_or(Param {
+            at: 0,
+            ordinal: 0,
+            offset: furthest,
+            size: 0,
+        });
         return Err(refuse(p.at, EIATTR_KPARAM_INFO, Why::PastParams(p, bank)));
     }
     Ok(())
@@ -500,13 +587,11 @@ enum Why {
 /// The refusal of the record at `at` (attribute `attribute`, or its format for
 /// [`Why::Format`]) of attribute section `i`.
 #[cold]
-#[allow(clippy::too_many_arguments)]
 fn info_refusal(
     elf: &Elf<'_>,
     i: u32,
     s: &Section,
     symbols: &Symbols<'_>,
-    code: Option<&Section>,
     at: usize,
     attribute: u8,
     why: Why,
@@ -552,7 +637,8 @@ fn info_refusal(
             format!("{bytes} bytes, not the 12 of a parameter description")
         }
         Why::Exit(offset) => {
-            let code = code.copied().unwrap_or_default();
+            // Only checked against a code section that `sh_info` names.
+            let code = elf.header(s.info()).unwrap_or_default();
             format!(
                 "instruction offset {offset} is past the end of {} ({} bytes)",
                 elf.label(s.info(), &code),

@@ -505,34 +505,40 @@ impl<'a> Elf<'a> {
             u64::from(self.phnum) * PROGRAM_HEADER_SIZE,
         )
         .unwrap_or_default();
-        for (i, h) in (0u64..).zip(table.chunks_exact(PROGRAM_HEADER_SIZE as usize)) {
-            let h: &[u8; PROGRAM_HEADER_SIZE as usize] = h
-                .first_chunk()
-                .unwrap_or(&[0; PROGRAM_HEADER_SIZE as usize]);
+        let (mut rest, mut i) = (table, 0u64);
+        while let Some((h, tail)) = rest.split_first_chunk::<{ PROGRAM_HEADER_SIZE as usize }>() {
+            rest = tail;
             let kind = u32::from_le_bytes(field(h, 0));
             let offset = u64::from_le_bytes(field(h, 8));
             let (file_size, memory_size) = (
                 u64::from_le_bytes(field(h, 32)),
                 u64::from_le_bytes(field(h, 40)),
             );
-            let what = || format!("program header {i} (type {kind:#x})");
-            if file_size > 0 && !fits(offset, file_size, self.b.len() as u64) {
-                return Err(past_end(
-                    &what(),
-                    offset,
-                    file_size,
-                    self.b.len(),
-                    self.whole,
-                ));
+            if (file_size > 0 && !fits(offset, file_size, self.b.len() as u64))
+                || (kind == PT_LOAD && file_size > memory_size)
+            {
+                return Err(self.program_header_refusal(i, kind, offset, file_size, memory_size));
             }
-            if kind == PT_LOAD && file_size > memory_size {
-                return Err(format!(
-                    "{}: {file_size} bytes in the file but {memory_size} in memory",
-                    what()
-                ));
-            }
+            i += 1;
         }
         Ok(())
+    }
+
+    /// Why program header `i` is refused (see `check_program_headers`).
+    #[cold]
+    fn program_header_refusal(
+        &self,
+        i: u64,
+        kind: u32,
+        offset: u64,
+        file_size: u64,
+        memory_size: u64,
+    ) -> String {
+        let what = format!("program header {i} (type {kind:#x})");
+        if file_size > 0 && !fits(offset, file_size, self.b.len() as u64) {
+            return past_end(&what, offset, file_size, self.b.len(), self.whole);
+        }
+        format!("{what}: {file_size} bytes in the file but {memory_size} in memory")
     }
 
     fn check_sections(&self) -> Check {
@@ -540,12 +546,12 @@ impl<'a> Elf<'a> {
             return Ok(());
         }
         // Extended numbering keeps counts in section 0; without it section 0 is all zeros.
-        let null = self
+        let (null, headers) = self
             .headers
-            .get(..SECTION_HEADER_SIZE as usize)
-            .unwrap_or_default();
-        // A comparison with zeros is a word-at-a-time `bcmp`; the position only on the way out.
-        if null != [0; SECTION_HEADER_SIZE as usize] {
+            .split_first_chunk::<{ SECTION_HEADER_SIZE as usize }>()
+            .unwrap_or((&[0; SECTION_HEADER_SIZE as usize], &[]));
+        // An OR of the bytes is a few vector instructions; the position only on the way out.
+        if null.iter().fold(0, |any, &b| any | b) != 0 {
             let at = null.iter().position(|&b| b != 0).unwrap_or_default();
             return Err(format!(
                 "section 0 has a non-zero byte at offset {at} of its header; the first section \
@@ -555,27 +561,24 @@ impl<'a> Elf<'a> {
         // The symbol table first. In a cubin every symbol index refers to its one symbol table
         // (`symbols_of`), whatever section it is in; it is checked for shape once, here.
         let (mut symtab, mut first_table) = (None, None);
-        for (i, header) in (0..self.shnum)
-            .zip(self.headers.chunks_exact(SECTION_HEADER_SIZE as usize))
-            .skip(1)
-        {
-            let kind = header
-                .get(4..)
-                .and_then(<[u8]>::first_chunk)
-                .map_or(SHT_NULL, |k| u32::from_le_bytes(*k));
-            if self.cuda
-                && matches!(kind, SHT_SYMTAB | SHT_DYNSYM)
-                && let Some(first) = first_table.replace(i)
-            {
-                return Err(format!(
-                    "{} and {} are both symbol tables; a CUDA cubin has one",
-                    self.label_of(first),
-                    self.label_of(i)
-                ));
+        let (mut rest, mut i) = (headers, 1);
+        while let Some((header, tail)) = rest.split_first_chunk() {
+            let kind = Section::read(header).kind();
+            if matches!(kind, SHT_SYMTAB | SHT_DYNSYM) {
+                if self.cuda
+                    && let Some(first) = first_table.replace(i)
+                {
+                    return Err(format!(
+                        "{} and {} are both symbol tables; a CUDA cubin has one",
+                        self.label_of(first),
+                        self.label_of(i)
+                    ));
+                }
+                if kind == SHT_SYMTAB && symtab.is_none() {
+                    symtab = Some(i);
+                }
             }
-            if kind == SHT_SYMTAB && symtab.is_none() {
-                symtab = Some(i);
-            }
+            (rest, i) = (tail, i + 1);
         }
         let symtab = match (symtab, self.cuda) {
             (Some(index), true) => Some(self.symbols(index, &self.section(index)?, index)?),
@@ -585,12 +588,9 @@ impl<'a> Elf<'a> {
         // Then every section, in one pass: what it must be on its own, and what its links reach.
         // A check that follows a link checks what it reads there (the type of the section, its
         // bytes inside the image); the rest of that section is checked when the pass gets to it.
-        let headers = self.headers.chunks_exact(SECTION_HEADER_SIZE as usize);
-        for (i, header) in (0..self.shnum).zip(headers).skip(1) {
-            // `chunks_exact` gives whole headers.
-            let s = header
-                .first_chunk()
-                .map_or_else(Section::default, Section::read);
+        let (mut rest, mut i) = (headers, 1);
+        while let Some((header, tail)) = rest.split_first_chunk() {
+            let s = Section::read(header);
             self.check_section(i, &s)?;
             match s.kind() {
                 SHT_SYMTAB | SHT_DYNSYM => self.check_symbols(i, &s, symtab)?,
@@ -602,11 +602,15 @@ impl<'a> Elf<'a> {
                     self.strings(i, &s, s.link())?;
                 }
                 SHT_NOTE => self.check_notes(i, &s)?,
-                _ => {}
+                // NVIDIA's own sections, and the checks of a cubin's code and data (none of the
+                // types above).
+                _ => {
+                    if let Some(symtab) = &symtab {
+                        cuda::check_section(self, i, &s, symtab)?;
+                    }
+                }
             }
-            if let Some(symtab) = &symtab {
-                cuda::check_section(self, i, &s, symtab)?;
-            }
+            (rest, i) = (tail, i + 1);
         }
         Ok(())
     }
@@ -624,7 +628,9 @@ impl<'a> Elf<'a> {
             ));
         }
         let data = self.data(i, s)?;
-        if s.align() > 1 && !s.align().is_power_of_two() {
+        // 0 and 1 (no alignment) and the powers of two have no bit in common with the number
+        // below them.
+        if s.align() & s.align().wrapping_sub(1) != 0 {
             return Err(format!(
                 "{}: alignment {} is not a power of two",
                 self.label(i, s),
@@ -639,6 +645,22 @@ impl<'a> Elf<'a> {
                 self.shnum
             ));
         }
+        if s.flags() & u64::from(SHF_INFO_LINK | SHF_COMPRESSED) != 0 {
+            self.check_flagged(i, s, data)?;
+        }
+        if s.kind() == SHT_STRTAB && data.last() != Some(&0) {
+            return Err(format!(
+                "{}: the string table does not end with a NUL byte",
+                self.label(i, s)
+            ));
+        }
+        Ok(())
+    }
+
+    /// What the flags `SHF_INFO_LINK` and `SHF_COMPRESSED` of section `i` promise: an `sh_info`
+    /// that is a section, a compression header (out of line: few sections have either).
+    #[inline(never)]
+    fn check_flagged(&self, i: u32, s: &Section, data: &[u8]) -> Check {
         if s.flag(SHF_INFO_LINK) && (s.info() == 0 || s.info() >= self.shnum) {
             return Err(format!(
                 "{}: sh_info {} is flagged as a section index (SHF_INFO_LINK) but is not one \
@@ -650,12 +672,6 @@ impl<'a> Elf<'a> {
         }
         if s.flag(SHF_COMPRESSED) {
             self.check_compressed(i, s, data)?;
-        }
-        if s.kind() == SHT_STRTAB && data.last() != Some(&0) {
-            return Err(format!(
-                "{}: the string table does not end with a NUL byte",
-                self.label(i, s)
-            ));
         }
         Ok(())
     }
@@ -743,19 +759,21 @@ impl<'a> Elf<'a> {
                 table.count
             ));
         }
+        // An OR of the bytes is a few vector instructions. A table without symbol 0 fails too.
         let null = bytes_at(table.data, 0, SYMBOL_SIZE).unwrap_or_default();
-        if null != [0; SYMBOL_SIZE as usize] {
+        if null.len() != SYMBOL_SIZE as usize || null.iter().fold(0, |any, &b| any | b) != 0 {
             return Err(format!(
                 "{}: symbol 0 is not all zeros, as the undefined symbol is",
                 self.label(i, s)
             ));
         }
-        for (n, entry) in (0u64..).zip(table.data.chunks_exact(SYMBOL_SIZE as usize)) {
-            // `chunks_exact` gives whole entries.
-            let sym = Symbol::read(entry.first_chunk().unwrap_or(&[0; SYMBOL_SIZE as usize]));
-            if let Some(fault) = self.symbol_fault(&sym, strings.len()) {
-                return Err(self.symbol_refusal(i, s, n, &sym, strings, fault));
+        let (mut rest, mut n) = (table.data, 0u64);
+        while let Some((entry, tail)) = rest.split_first_chunk() {
+            let sym = Symbol::read(entry);
+            if let Some(fault) = self.symbol_fault(sym, strings.len()) {
+                return Err(self.symbol_refusal(i, s, &table, n, strings, fault));
             }
+            (rest, n) = (tail, n + 1);
         }
         Ok(())
     }
@@ -763,7 +781,7 @@ impl<'a> Elf<'a> {
     /// What is wrong with symbol `sym` of a table whose string table has `strings` bytes, if
     /// anything: the part of `check_symbols` that runs for every symbol.
     #[inline(always)]
-    fn symbol_fault(&self, sym: &Symbol, strings: usize) -> Option<SymbolFault> {
+    fn symbol_fault(&self, sym: Symbol, strings: usize) -> Option<SymbolFault> {
         if sym.name as usize >= strings {
             return Some(SymbolFault::Name);
         }
@@ -800,17 +818,26 @@ impl<'a> Elf<'a> {
         }
     }
 
-    /// The refusal for symbol `n` of section `i` (string table `strings`), for `fault`.
+    /// The refusal for symbol `n` of `table`, section `i` (string table `strings`), for `fault`.
+    /// The symbol is read again here, so that the loop over symbols keeps it in registers.
     #[cold]
     fn symbol_refusal(
         &self,
         i: u32,
         s: &Section,
+        table: &Symbols,
         n: u64,
-        sym: &Symbol,
         strings: &[u8],
         fault: SymbolFault,
     ) -> String {
+        let sym = table.get(n).unwrap_or(Symbol {
+            name: 0,
+            binding: 0,
+            kind: 0,
+            shndx: 0,
+            value: 0,
+            size: 0,
+        });
         let name = strings.get(sym.name as usize..).unwrap_or_default();
         let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
         let what = format!(
@@ -964,21 +991,26 @@ impl<'a> Elf<'a> {
 
 /// Checks that a table of `count` entries of `size` bytes at `offset` lies inside `b`, after its
 /// ELF header.
+#[inline]
 fn check_table(what: &str, offset: u64, count: u16, size: u64, b: &[u8], whole: &str) -> Check {
     let bytes = u64::from(count) * size;
-    if offset < HEADER_SIZE {
-        return Err(format!(
-            "the {what} at offset {offset} overlaps the ELF header"
-        ));
-    }
-    if !fits(offset, bytes, b.len() as u64) {
-        return Err(past_end(
-            &format!("the {what} ({count} entries)"),
-            offset,
-            bytes,
-            b.len(),
-            whole,
-        ));
+    if offset < HEADER_SIZE || !fits(offset, bytes, b.len() as u64) {
+        return Err(table_refusal(what, offset, count, bytes, b, whole));
     }
     Ok(())
+}
+
+/// Why [`check_table`] refuses the table.
+#[cold]
+fn table_refusal(what: &str, offset: u64, count: u16, bytes: u64, b: &[u8], whole: &str) -> String {
+    if offset < HEADER_SIZE {
+        return format!("the {what} at offset {offset} overlaps the ELF header");
+    }
+    past_end(
+        &format!("the {what} ({count} entries)"),
+        offset,
+        bytes,
+        b.len(),
+        whole,
+    )
 }
