@@ -2,137 +2,18 @@
 //! configurations that break one, naming it, before `cuLaunchKernel`; on a GPU, refused launches
 //! leave the data untouched and the largest legal ones work.
 //!
-//! CPU: `cargo test -p atlas-registry --test launch_limits`. GPU:
-//! `cargo test -p atlas-registry --test launch_limits -- --include-ignored`.
+//! GPU: `cargo test -p atlas-registry --test launch_limits -- --include-ignored`. The check itself
+//! is tested without a GPU next to it, in `src/launch/config.rs`.
 
 mod support;
 
 use atlas_kernels::ptx_for_model;
 use atlas_registry::{
-    AtlasError, AtlasRegistry, DeviceBuffer, DeviceLimits, LaunchConfig, LaunchRefusal,
-    device_count,
+    AtlasError, AtlasRegistry, DeviceBuffer, LaunchConfig, LaunchRefusal, device_count,
 };
-use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use support::blobs::load;
 use support::reference::scale_and_check;
 use support::rng::Rng;
-
-proptest! {
-    // Cases: 256 by default, `PROPTEST_CASES` for more. A failure is saved beside this file, in
-    // `launch_limits.proptest-regressions`, and tried first on later runs.
-    #![proptest_config(ProptestConfig {
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        ..ProptestConfig::default()
-    })]
-
-    /// Any launch configuration: the check never panics, and refuses exactly the ones that break
-    /// a limit, naming it.
-    #[test]
-    fn launch_check_refuses_exactly_what_breaks_a_limit(
-        grid in (dim(), dim(), dim()),
-        block in (dim(), dim(), dim()),
-        shared_mem_bytes in prop_oneof![Just(0u32), Just(48 * 1024), Just(232_448), Just(232_449), any::<u32>()],
-    ) {
-        let limits = h200_limits();
-        let cfg = LaunchConfig { grid, block, shared_mem_bytes };
-        match limits.check(&cfg) {
-            Ok(()) => prop_assert!(fits(&limits, &cfg), "{cfg:?} passed the check"),
-            Err(reason) => {
-                prop_assert!(!fits(&limits, &cfg), "{cfg:?} refused: {reason}");
-                prop_assert!(
-                    ["grid", "block", "shared memory"].iter().any(|w| reason.to_string().contains(w)),
-                    "the reason names no limit: {reason}"
-                );
-            }
-        }
-    }
-}
-
-/// Launch dimensions, edges included.
-fn dim() -> impl Strategy<Value = u32> {
-    prop_oneof![
-        Just(0u32),
-        Just(1),
-        Just(64),
-        Just(1024),
-        Just(1025),
-        Just(65535),
-        Just(65536),
-        1..=4096u32,
-        any::<u32>(),
-    ]
-}
-
-/// An H200's launch limits.
-fn h200_limits() -> DeviceLimits {
-    DeviceLimits {
-        max_threads_per_block: 1024,
-        max_block: (1024, 1024, 64),
-        max_grid: (i32::MAX as u32, 65535, 65535),
-        max_shared_mem_optin: 232_448,
-    }
-}
-
-/// Whether `cfg` fits `l`, written from the CUDA limits.
-fn fits(l: &DeviceLimits, cfg: &LaunchConfig) -> bool {
-    let (g, b) = (cfg.grid, cfg.block);
-    let dims = [g.0, g.1, g.2, b.0, b.1, b.2];
-    dims.iter().all(|&d| d > 0)
-        && b.0 <= l.max_block.0
-        && b.1 <= l.max_block.1
-        && b.2 <= l.max_block.2
-        && u64::from(b.0) * u64::from(b.1) * u64::from(b.2) <= u64::from(l.max_threads_per_block)
-        && g.0 <= l.max_grid.0
-        && g.1 <= l.max_grid.1
-        && g.2 <= l.max_grid.2
-        && cfg.shared_mem_bytes <= l.max_shared_mem_optin
-}
-
-#[test]
-fn bad_launch_configurations_name_the_limit() {
-    let l = h200_limits();
-    let ok = LaunchConfig::for_elements(1 << 20, 256);
-    assert_eq!(l.check(&ok), Ok(()));
-    let cases = [
-        (
-            LaunchConfig {
-                block: (2048, 1, 1),
-                ..ok
-            },
-            "largest block dimensions (1024, 1024, 64)",
-        ),
-        (
-            LaunchConfig {
-                block: (64, 32, 1),
-                ..ok
-            },
-            "2048 threads, more than the device's 1024",
-        ),
-        (
-            LaunchConfig {
-                grid: (0, 1, 1),
-                ..ok
-            },
-            "zero dimension",
-        ),
-        (
-            LaunchConfig {
-                grid: (1, 65536, 1),
-                ..ok
-            },
-            "largest grid dimensions",
-        ),
-        (
-            ok.with_shared_mem(232_449),
-            "232449 B of dynamic shared memory exceeds the device's maximum of 232448 B",
-        ),
-    ];
-    for (cfg, says) in cases {
-        let reason = l.check(&cfg).unwrap_err();
-        assert!(reason.to_string().contains(says), "{cfg:?}: {reason}");
-    }
-}
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]

@@ -76,6 +76,7 @@ impl DeviceLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn for_elements_covers_n() {
@@ -154,5 +155,75 @@ mod tests {
         );
         assert!(big.to_string().contains("232449 B"), "{big}");
         assert_eq!(l.check(&ok.with_shared_mem(96 * 1024)), Ok(()));
+    }
+
+    /// Launch dimensions, edges included.
+    fn dim() -> impl Strategy<Value = u32> {
+        prop_oneof![
+            Just(0u32),
+            Just(1),
+            Just(64),
+            Just(1024),
+            Just(1025),
+            Just(65535),
+            Just(65536),
+            1..=4096u32,
+            any::<u32>(),
+        ]
+    }
+
+    /// A configuration no larger than `cfg` in any dimension (every dimension at least 1), with
+    /// no more shared memory.
+    fn smaller(cfg: LaunchConfig, picks: [u32; 7]) -> LaunchConfig {
+        let shrink = |d: u32, pick: u32| 1 + pick % d.max(1);
+        LaunchConfig {
+            grid: (
+                shrink(cfg.grid.0, picks[0]),
+                shrink(cfg.grid.1, picks[1]),
+                shrink(cfg.grid.2, picks[2]),
+            ),
+            block: (
+                shrink(cfg.block.0, picks[3]),
+                shrink(cfg.block.1, picks[4]),
+                shrink(cfg.block.2, picks[5]),
+            ),
+            shared_mem_bytes: picks[6] % cfg.shared_mem_bytes.saturating_add(1),
+        }
+    }
+
+    proptest! {
+        /// Properties that hold whatever the check's code: it never panics; a legal launch stays
+        /// legal when made smaller in any dimension; a dimension of 0 is always refused; and each
+        /// refusal names a limit that the configuration really breaks.
+        #[test]
+        fn the_check_is_monotone_and_names_a_real_limit(
+            grid in (dim(), dim(), dim()),
+            block in (dim(), dim(), dim()),
+            shared_mem_bytes in prop_oneof![Just(0u32), Just(48 * 1024), Just(232_448), Just(232_449), any::<u32>()],
+            picks in any::<[u32; 7]>(),
+        ) {
+            let l = h200();
+            let cfg = LaunchConfig { grid, block, shared_mem_bytes };
+            match l.check(&cfg) {
+                Ok(()) => prop_assert_eq!(l.check(&smaller(cfg, picks)), Ok(())),
+                Err(LimitError::ZeroGrid(g)) => prop_assert!(g == grid && [g.0, g.1, g.2].contains(&0)),
+                Err(LimitError::ZeroBlock(b)) => prop_assert!(b == block && [b.0, b.1, b.2].contains(&0)),
+                Err(LimitError::BlockDimensions { block: b, max }) => {
+                    prop_assert!(b.0 > max.0 || b.1 > max.1 || b.2 > max.2)
+                }
+                Err(LimitError::BlockThreads { threads, max, .. }) => {
+                    prop_assert!(threads > u64::from(max));
+                    prop_assert_eq!(threads, u64::from(block.0) * u64::from(block.1) * u64::from(block.2));
+                }
+                Err(LimitError::GridDimensions { grid: g, max }) => {
+                    prop_assert!(g.0 > max.0 || g.1 > max.1 || g.2 > max.2)
+                }
+                Err(LimitError::SharedMemory { bytes, max }) => prop_assert!(bytes > max),
+                Err(other) => prop_assert!(false, "unexpected refusal {other:?}"),
+            }
+            if [grid.0, grid.1, grid.2, block.0, block.1, block.2].contains(&0) {
+                prop_assert!(l.check(&cfg).is_err());
+            }
+        }
     }
 }
