@@ -17,8 +17,8 @@ use std::sync::Barrier;
 use atlas_kernels::{MODELS, ptx_for_model};
 use atlas_registry::sys::{self, CUcontext, CUresult};
 use atlas_registry::{
-    AtlasError, AtlasLibrary, AtlasRegistry, CudaStream, DeviceBuffer, LaunchConfig, RawCudaFunc,
-    cuda_error_text,
+    AtlasError, AtlasLibrary, AtlasRegistry, CudaStream, DeviceBuffer, LaunchConfig, LaunchRefusal,
+    RawCudaFunc, cuda_error_text,
 };
 use support::child::{self, Ending};
 use support::rng::Rng;
@@ -561,11 +561,51 @@ fn raw_launch_with_a_wrong_count_is_refused() {
     let e = unsafe { registry.launch_on_stream(raw, &cfg, registry.raw_stream(), &mut params) }
         .unwrap_err();
     assert!(
-        matches!(e, AtlasError::InvalidLaunch { .. })
-            && e.to_string().contains("takes 3 parameter(s)"),
+        matches!(
+            e,
+            AtlasError::InvalidLaunch {
+                reason: LaunchRefusal::ParamCount {
+                    expected: 3,
+                    given: 2
+                },
+                ..
+            }
+        ) && e.to_string().contains("takes 3 parameter(s)"),
         "{e}"
     );
+    // Every other handle to the same kernel goes through the same door, with the same knowledge
+    // of the kernel.
+    let owning = registry.function_cached("elementwise", "scale").unwrap();
+    let borrowed = owning.as_function_ref();
+    for e in [
+        // SAFETY: refused before the driver is called, as above.
+        unsafe { registry.launch_on_stream(&owning, &cfg, registry.raw_stream(), &mut params) },
+        // SAFETY: as above.
+        unsafe { registry.launch_on_stream(borrowed, &cfg, registry.raw_stream(), &mut params) },
+        // SAFETY: as above.
+        unsafe { registry.launch_on_stream(&*owning, &cfg, registry.raw_stream(), &mut params) },
+    ] {
+        let e = e.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                AtlasError::InvalidLaunch {
+                    reason: LaunchRefusal::ParamCount { .. },
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
     assert_eq!(probe().launches(), 0);
+    assert_eq!(
+        registry
+            .resolve(raw)
+            .map(|f| f.name().to_owned())
+            .as_deref(),
+        Some("elementwise::scale")
+    );
+    assert!(registry.resolve(RawCudaFunc::from_raw(raw.raw())).is_none());
 }
 
 // ---------------------------------------------------------------------------------------------

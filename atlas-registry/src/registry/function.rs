@@ -182,6 +182,24 @@ impl RawCudaFunc {
     }
 }
 
+impl From<&Kernel> for RawCudaFunc {
+    fn from(kernel: &Kernel) -> Self {
+        Self::of(kernel)
+    }
+}
+
+impl From<&CudaFunction> for RawCudaFunc {
+    fn from(function: &CudaFunction) -> Self {
+        Self::of(function)
+    }
+}
+
+impl From<FunctionRef<'_>> for RawCudaFunc {
+    fn from(function: FunctionRef<'_>) -> Self {
+        Self::of(function.kernel)
+    }
+}
+
 impl fmt::Debug for RawCudaFunc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "RawCudaFunc({:p})", self.func)

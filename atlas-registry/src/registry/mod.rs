@@ -324,9 +324,10 @@ impl AtlasRegistry {
     /// and then `cuLaunchKernel` is called once; nothing is allocated. Parameter sizes and types are
     /// not checked: that is what the typed launches are for.
     ///
-    /// A handle of another registry, or made with [`RawCudaFunc::from_raw`], is launched without
-    /// any of this registry's knowledge of it: no parameter count check, and its shared memory limit
-    /// read from the driver when a launch needs more than 0 bytes.
+    /// `func` is a [`RawCudaFunc`], or any other function handle (`&CudaFunction`, `FunctionRef`,
+    /// `&Kernel`). A handle of another registry, or made with [`RawCudaFunc::from_raw`], is
+    /// launched without any of this registry's knowledge of it: no parameter count check, and its
+    /// shared memory limit read from the driver when a launch needs more than 0 bytes.
     ///
     /// # Safety
     ///
@@ -341,11 +342,12 @@ impl AtlasRegistry {
     #[inline]
     pub unsafe fn launch_on_stream(
         &self,
-        func: RawCudaFunc,
+        func: impl Into<RawCudaFunc>,
         cfg: &LaunchConfig,
         stream: CUstream,
         params: &mut [*mut c_void],
     ) -> Result<()> {
+        let func: RawCudaFunc = func.into();
         let host = &*self.inner.host;
         let count = params.len();
         let params = if params.is_empty() {
