@@ -105,10 +105,9 @@ pub(crate) fn check_config(
     }
 }
 
-/// The launch: makes the shared memory opt-in when needed and calls `cuLaunchKernel` once. A
-/// created stream names its context, so nothing else reaches the driver; only for the legacy
-/// default stream (null), which means "the current context's", is `host`'s context made current
-/// first. No allocation unless it fails.
+/// The launch: calls `cuLaunchKernel` once. A created stream names its context, so nothing else
+/// reaches the driver; only for the legacy default stream (null), which means "the current
+/// context's", is `host`'s context made current first. No allocation unless it fails.
 ///
 /// # Safety
 ///
@@ -116,14 +115,14 @@ pub(crate) fn check_config(
 ///    null.
 /// 2. `params` points to one pointer per kernel parameter, each to a value of that parameter's
 ///    type (or is null for a kernel without parameters).
-/// 3. `cfg` fits the device (checked by [`check_config`]).
+/// 3. `cfg` fits the device (checked by [`check_config`]), and the function may use its dynamic
+///    shared memory ([`SharedMemOptIn::ensure`] made the opt-in).
 /// 4. What the kernel reads and writes through its arguments is valid memory of `host`'s device that
 ///    stays allocated until the kernel has run.
 #[inline]
 pub(crate) unsafe fn launch_kernel(
     host: &CudaHost,
     func: CUfunction,
-    opt_in: &SharedMemOptIn,
     name: &dyn FunctionName,
     cfg: &LaunchConfig,
     stream: CUstream,
@@ -132,8 +131,6 @@ pub(crate) unsafe fn launch_kernel(
     if stream.is_null() {
         ensure_bound(host.context().raw())?;
     }
-    // SAFETY: duty 1.
-    unsafe { opt_in.ensure(host, func, cfg.shared_mem_bytes) }?;
     // SAFETY: the caller's duties 1–4; for the legacy default stream the function's context is
     // current (above).
     let launched = unsafe {

@@ -243,18 +243,10 @@ impl Kernel {
         self.preflight(cfg, &args)?;
         // SAFETY: function and stream are live and of the host's context (checked above);
         // preflight matched the array to the kernel's parameters, its buffers to that context and
-        // `cfg` to the device; what the kernel does with its arguments is the caller's duties 1
-        // and 2.
+        // `cfg` to the device, and made the shared memory opt-in; what the kernel does with its
+        // arguments is the caller's duties 1 and 2.
         args.with_params(|params| unsafe {
-            launch_kernel(
-                &self.host,
-                self.raw,
-                &self.opt_in,
-                self,
-                cfg,
-                stream.raw(),
-                params,
-            )
+            launch_kernel(&self.host, self.raw, self, cfg, stream.raw(), params)
         })
     }
 }

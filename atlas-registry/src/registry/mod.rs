@@ -362,24 +362,23 @@ impl AtlasRegistry {
             let opt_in = SharedMemOptIn::default();
             let name = UnknownFunction(func.raw());
             check_config(host, &name, cfg)?;
-            // SAFETY: the caller's duties 1–3; the configuration fits the device (above).
-            return unsafe { launch_kernel(host, func.raw(), &opt_in, &name, cfg, stream, params) };
+            // SAFETY: the caller's duty 1: a live function of this registry's context.
+            unsafe { opt_in.ensure(host, func.raw(), cfg.shared_mem_bytes) }?;
+            // SAFETY: the caller's duties 1–3; the configuration fits the device and the opt-in
+            // is made (above).
+            return unsafe { launch_kernel(host, func.raw(), &name, cfg, stream, params) };
         };
         check_config(host, kernel, cfg)?;
         kernel.check_param_count(count)?;
-        // SAFETY: the caller's duties 1–3; the configuration fits the device and the parameter
-        // count matches the kernel's, where Atlas knows it (above).
+        // SAFETY: the kernel is this registry's, so a live function of its context.
         unsafe {
-            launch_kernel(
-                host,
-                kernel.raw(),
-                kernel.opt_in(),
-                kernel,
-                cfg,
-                stream,
-                params,
-            )
-        }
+            kernel
+                .opt_in()
+                .ensure(host, kernel.raw(), cfg.shared_mem_bytes)
+        }?;
+        // SAFETY: the caller's duties 1–3; the configuration fits the device, the parameter count
+        // matches the kernel's where Atlas knows it, and the opt-in is made (above).
+        unsafe { launch_kernel(host, kernel.raw(), kernel, cfg, stream, params) }
     }
 }
 
