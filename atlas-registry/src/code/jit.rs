@@ -2,12 +2,13 @@
 //! fails is the image loaded once more with a log buffer, so that the error carries what the JIT
 //! compiler said. And the refusal of a blob that holds no code for the device.
 
+use atlas_sys::CUresult;
+
 use crate::code::blob::code_targets;
 use crate::device::host::CudaHost;
 use crate::driver;
 use crate::driver::calls::JitLog;
 use crate::error::{AtlasError, Result};
-use atlas_sys::CUresult;
 
 /// Loads `image` through `load`, with no options: the load is exactly what a raw call costs. Only
 /// when it fails is the image handed over once more, with a JIT error log buffer (see

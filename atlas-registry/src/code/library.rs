@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use atlas_sys::CUlibrary;
+use atlas_sys::{CUlibrary, CUresult};
 
 use crate::code::blob::{BlobKind, code_targets};
 use crate::code::jit::{no_binary_for, retry_with_log, with_jit_log};
@@ -11,7 +11,6 @@ use crate::code::module::{BlobLayouts, Module, layouts_if_needed};
 use crate::device::host::CudaHost;
 use crate::driver::{self, calls};
 use crate::error::{AtlasError, Result, report_cleanup};
-use atlas_sys::CUresult;
 
 /// One blob loaded as a context-independent library; unloaded when its last user goes.
 #[derive(Debug)]
