@@ -3,7 +3,7 @@
 //!
 //! The refusals and missing-feature errors run against the stand-in libcuda, in child processes
 //! (`cargo test -p atlas-registry --test stream_memory`); the GPU tests compare with the CPU on
-//! fresh random data (`-- --ignored`, on a GPU machine).
+//! fresh random data (on a GPU machine: `-- --include-ignored stream_memory_gpu`).
 
 mod support;
 
@@ -409,7 +409,7 @@ fn device_without_memory_pools_is_refused() {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
-fn high_priority_stream_computes_correctly() {
+fn stream_memory_gpu_high_priority_stream_computes_correctly() {
     let registry = demo();
     let ctx = registry.ctx();
     let (least, greatest) = ctx.stream_priorities().unwrap();
@@ -449,7 +449,7 @@ fn high_priority_stream_computes_correctly() {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
-fn stream_ordered_alloc_kernel_free_matches_cpu() {
+fn stream_memory_gpu_alloc_kernel_free_matches_cpu() {
     let registry = demo();
     let ctx = registry.ctx();
     assert!(ctx.memory_pools_supported().unwrap());
@@ -517,7 +517,7 @@ fn memory_nodes(graph: CUgraph) -> (usize, usize) {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
-fn stream_ordered_alloc_inside_a_replayed_graph() {
+fn stream_memory_gpu_alloc_inside_a_replayed_graph() {
     let demo = demo();
     let model_a = AtlasRegistry::load(0, ptx_for_model("model_a").unwrap()).unwrap();
     let ctx = demo.ctx();
@@ -573,7 +573,7 @@ fn stream_ordered_alloc_inside_a_replayed_graph() {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
-fn release_threshold_round_trips() {
+fn stream_memory_gpu_release_threshold_round_trips() {
     let host = host(0).unwrap();
     let original = host.pool_release_threshold().unwrap();
     for bytes in [64u64 << 20, u64::MAX, 0] {
@@ -585,7 +585,7 @@ fn release_threshold_round_trips() {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
-fn synchronize_during_capture_is_refused_and_the_graph_still_replays() {
+fn stream_memory_gpu_synchronize_refused_during_capture_graph_replays() {
     let registry = demo();
     let ctx = registry.ctx();
     let stream = CudaStream::new(ctx).unwrap();
