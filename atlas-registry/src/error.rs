@@ -116,6 +116,27 @@ pub enum CaptureMisuse {
     /// Capture on the legacy default stream, which the driver does not allow.
     #[error("the legacy default stream cannot be captured; use a created stream")]
     LegacyDefaultStream,
+    /// Synchronizing a stream while Atlas captures it: the driver would invalidate the capture.
+    #[error(
+        "the stream is being captured, and synchronizing it would invalidate the capture; end the \
+         capture first (the capture goes on)"
+    )]
+    SynchronizeWhileCapturing,
+    /// A `cuMemAlloc` (`DeviceBuffer::alloc`, `from_slice`) from a thread that is capturing: the
+    /// driver would refuse it and invalidate the capture.
+    #[error(
+        "this thread is capturing a stream, and `cuMemAlloc` cannot be captured; allocate before \
+         `begin_capture`, or use `DeviceBuffer::alloc_async` on the capturing stream (the capture \
+         goes on)"
+    )]
+    AllocateWhileCapturing,
+    /// A copy that waits for its stream (`copy_from`, `copy_to`, `to_vec`, `DeviceSymbol::write`
+    /// and `read`) on a stream being captured, or from a thread that is capturing.
+    #[error(
+        "a copy that waits for its stream cannot be captured; enqueue it with \
+         `copy_from_async`/`copy_to_async` instead, or copy after `end_capture` (the capture goes on)"
+    )]
+    WaitingCopyWhileCapturing,
 }
 
 /// Everything that can go wrong in Atlas. Each variant says what was being done and names the
@@ -295,6 +316,39 @@ pub enum AtlasError {
     /// Unloads that failed during an explicit release (each one listed).
     #[error("releasing the registry: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Release(Vec<AtlasError>),
+    /// A stream priority outside the device's range; nothing was created.
+    #[error(
+        "stream priority {priority} is outside device {device}'s range {greatest} (highest) to \
+         {least} (lowest); see `CudaContext::stream_priorities`"
+    )]
+    StreamPriority {
+        /// The priority asked for.
+        priority: i32,
+        /// The device's ordinal.
+        device: usize,
+        /// The device's lowest priority (the default), numerically the largest.
+        least: i32,
+        /// The device's highest priority, numerically the smallest.
+        greatest: i32,
+    },
+    /// Stream-ordered allocation asked of a device without memory pools
+    /// (`CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` is 0).
+    #[error(
+        "device {device} does not support memory pools (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED \
+         is 0), so it has no stream-ordered allocation; use `DeviceBuffer::alloc`"
+    )]
+    MemoryPoolsUnsupported {
+        /// The device's ordinal.
+        device: usize,
+    },
+    /// A stream-ordered allocation given a stream of another context than the one to allocate in.
+    #[error("the stream belongs to {}, not to device {expected} where the memory was asked for", device(*.given))]
+    ForeignStream {
+        /// The device the memory was asked for on.
+        expected: usize,
+        /// The device the stream belongs to, or `None` for a context Atlas does not manage.
+        given: Option<usize>,
+    },
 }
 
 fn on(subject: &str) -> String {

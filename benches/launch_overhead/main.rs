@@ -17,9 +17,12 @@
 //! | graph replay            | `graph_replay/noop256/{eager,replay}` (per kernel, synchronize included)           |
 //! | load everywhere         | `load_all_devices/{N}_gpus/{registry_per_device,one_library}`                      |
 //! | load everywhere, paired | `load_all_devices_paired/{N}_gpus/one_library` (× `registry_per_device`)           |
+//! | allocation, paired      | `alloc_paired/{4k,1m}/{raw,atlas_alloc,stream_ordered_raw,stream_ordered}` (× raw `cuMemAlloc`+`cuMemFree`) |
+//! | synchronize, paired     | `synchronize_paired/idle/{raw,atlas}` (× raw `cuStreamSynchronize`)                |
 //!
 //! Each bench lives in the file named after its benchmark group (`enqueue.rs`, `roundtrip.rs`,
-//! `lookup.rs`, `replaced.rs`, `model_load.rs`, `graph_replay.rs`, `load_all_devices.rs`);
+//! `lookup.rs`, `replaced.rs`, `model_load.rs`, `graph_replay.rs`, `load_all_devices.rs`;
+//! `stream_memory.rs` holds `alloc_paired` and `synchronize_paired`);
 //! `launches.rs` holds the launches that enqueue and round trip share, `paired.rs` the ratio
 //! measurement.
 //!
@@ -48,6 +51,7 @@ mod model_load;
 mod paired;
 mod replaced;
 mod roundtrip;
+mod stream_memory;
 
 use std::ffi::CStr;
 use std::ptr::null_mut;
@@ -204,6 +208,7 @@ fn main() {
     model_load::model_load(&mut c, &mut paired, &env);
     graph_replay::graph_replay(&mut c, &env);
     load_all_devices::load_all_devices(&mut c, &mut paired);
+    stream_memory::stream_memory(&mut paired, &env);
 
     c.final_summary();
     paired.final_summary();

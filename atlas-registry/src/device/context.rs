@@ -10,8 +10,11 @@
 //! Atlas leaves its context current afterwards, as `cudaSetDevice` does; code that relies on
 //! another context being current must make it current again (or push and pop it around its work).
 
-use atlas_sys::{CUcontext, CUdevice};
+use std::sync::OnceLock;
 
+use atlas_sys::{CUcontext, CUdevice, CUdevice_attribute};
+
+use crate::device::limits::attribute;
 use crate::driver::About;
 use crate::driver::calls;
 use crate::error::Result;
@@ -25,6 +28,10 @@ pub struct CudaContext {
     raw: CUcontext,
     device: CUdevice,
     ordinal: usize,
+    /// `(least, greatest)` stream priority, read on first ask.
+    priorities: OnceLock<(i32, i32)>,
+    /// Whether the device has memory pools, read on first ask.
+    memory_pools: OnceLock<bool>,
 }
 
 // SAFETY: a CUcontext is a driver handle usable from any thread (the driver API is thread-safe);
@@ -41,7 +48,37 @@ impl CudaContext {
             raw,
             device,
             ordinal,
+            priorities: OnceLock::new(),
+            memory_pools: OnceLock::new(),
         })
+    }
+
+    /// The device's stream priorities as `(least, greatest)`: numerically `greatest <= least`, a
+    /// lower number runs first (`(0, -5)` on current GPUs; `least` is the default priority).
+    /// Asked of the driver once (`cuCtxGetStreamPriorityRange`, with this context made current),
+    /// then remembered; a failed read is not remembered.
+    #[doc(alias = "cuCtxGetStreamPriorityRange")]
+    pub fn stream_priorities(&self) -> Result<(i32, i32)> {
+        if let Some(&range) = self.priorities.get() {
+            return Ok(range);
+        }
+        self.bind()?;
+        let range = calls::stream_priority_range().about(|| format!("device {}", self.ordinal))?;
+        Ok(*self.priorities.get_or_init(|| range))
+    }
+
+    /// Whether the device supports stream-ordered allocation from memory pools
+    /// (`CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`), asked of the driver once.
+    pub fn memory_pools_supported(&self) -> Result<bool> {
+        if let Some(&supported) = self.memory_pools.get() {
+            return Ok(supported);
+        }
+        let supported = attribute(
+            self.device,
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+            self.ordinal,
+        )? != 0;
+        Ok(*self.memory_pools.get_or_init(|| supported))
     }
 
     /// Makes this context current on the calling thread unless the driver says it already is

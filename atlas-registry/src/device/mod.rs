@@ -1,6 +1,8 @@
 //! The devices as the process uses them: one [`host`](host::host) per device (its primary
-//! context, one stream, its limits), binding Atlas's context on the calling thread, and streams.
+//! context, one stream, its limits), binding Atlas's context on the calling thread, streams, and
+//! Atlas's record of the captures it began.
 
+pub(crate) mod capture;
 pub(crate) mod context;
 pub(crate) mod host;
 pub(crate) mod limits;

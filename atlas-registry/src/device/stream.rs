@@ -4,9 +4,10 @@ use std::fmt;
 
 use atlas_sys::{CUcontext, CUstream, CUstream_flags};
 
+use crate::device::capture;
 use crate::device::context::{CudaContext, ensure_bound};
 use crate::driver::{About, calls};
-use crate::error::{Result, report_cleanup};
+use crate::error::{AtlasError, Result, report_cleanup};
 
 /// A CUDA stream in one context: owned (created by [`CudaStream::new`], destroyed on drop) or
 /// borrowed (a caller's raw stream, or the legacy default stream, never destroyed by Atlas).
@@ -34,6 +35,54 @@ impl CudaStream {
             context: context.raw(),
             owned: true,
         })
+    }
+
+    /// Creates a non-blocking stream with `priority`: between the two ends of
+    /// [`CudaContext::stream_priorities`], where numerically lower runs first. Work of a
+    /// higher-priority stream is scheduled ahead of pending work of lower-priority streams (blocks
+    /// already running are not preempted), which suits latency-bound work beside bulk work.
+    ///
+    /// A priority outside the device's range is refused with [`AtlasError::StreamPriority`],
+    /// naming the range (the driver would silently clamp it).
+    #[doc(alias = "cuStreamCreateWithPriority")]
+    pub fn with_priority(context: &CudaContext, priority: i32) -> Result<Self> {
+        let (least, greatest) = context.stream_priorities()?;
+        if !(greatest..=least).contains(&priority) {
+            return Err(AtlasError::StreamPriority {
+                priority,
+                device: context.ordinal(),
+                least,
+                greatest,
+            });
+        }
+        context.bind()?;
+        let flags = CUstream_flags::CU_STREAM_NON_BLOCKING.0;
+        let raw = calls::stream_create_with_priority(flags, priority)
+            .about(|| format!("device {}, priority {priority}", context.ordinal()))?;
+        Ok(Self {
+            raw,
+            context: context.raw(),
+            owned: true,
+        })
+    }
+
+    /// The stream's priority, as the driver reports it (`cuStreamGetPriority`); the device's least
+    /// priority for a stream created without one.
+    #[doc(alias = "cuStreamGetPriority")]
+    pub fn priority(&self) -> Result<i32> {
+        self.bind_if_default()?;
+        // SAFETY: the stream is valid (an invariant of this type); for the legacy default stream
+        // its context was made current above.
+        Ok(unsafe { calls::stream_priority(self.raw) }?)
+    }
+
+    /// Whether a capture is in progress on the stream, begun by Atlas or by anyone else, active
+    /// or already invalidated (`cuStreamIsCapturing`).
+    #[doc(alias = "cuStreamIsCapturing")]
+    pub fn is_capturing(&self) -> Result<bool> {
+        self.bind_if_default()?;
+        // SAFETY: as for `priority`.
+        Ok(unsafe { calls::stream_is_capturing(self.raw) }?)
     }
 
     /// Uses a stream the caller created, without taking ownership: Atlas never destroys it.
@@ -87,8 +136,22 @@ impl CudaStream {
     }
 
     /// Blocks until all work enqueued on the stream has finished.
+    ///
+    /// While Atlas captures the stream ([`begin_capture`](Self::begin_capture), on any thread),
+    /// synchronizing it would invalidate the capture; it is refused instead
+    /// ([`CaptureMisuse::SynchronizeWhileCapturing`](crate::CaptureMisuse::SynchronizeWhileCapturing)),
+    /// and the capture goes on. The check reads Atlas's own record of its captures: one atomic load
+    /// when none is in progress, no driver call.
     #[doc(alias = "cuStreamSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
+        capture::refuse_synchronize(self.raw)?;
+        self.synchronize_unchecked()
+    }
+
+    /// `cuStreamSynchronize` without the capture check: for the copies that checked before they
+    /// enqueued. Should a capture have begun in between, the driver invalidates it, and its
+    /// `end_capture` fails: no graph keeps a copy from host memory that is about to be released.
+    pub(crate) fn synchronize_unchecked(&self) -> Result<()> {
         self.bind_if_default()?;
         // SAFETY: the stream is valid (an invariant of this type); a created stream names its
         // context, and for the legacy default stream its context was made current above.
@@ -111,6 +174,8 @@ impl Drop for CudaStream {
             return;
         }
         let raw = self.raw;
+        // A capture Atlas began on it ends with it.
+        capture::ended(raw);
         // SAFETY: the stream was created by Atlas in this context and is destroyed only here.
         let result =
             ensure_bound(self.context).and_then(|()| Ok(unsafe { calls::stream_destroy(raw) }?));

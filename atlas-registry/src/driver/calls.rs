@@ -17,7 +17,8 @@ use std::ffi::{CStr, c_char, c_void};
 use atlas_sys::{
     CUDA_KERNEL_NODE_PARAMS, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUfunction,
     CUfunction_attribute, CUgraph, CUgraphExec, CUgraphNode, CUgraphNodeType, CUjit_option,
-    CUlibrary, CUmodule, CUresult, CUstream, CUstreamCaptureMode,
+    CUlibrary, CUmemPool_attribute, CUmemoryPool, CUmodule, CUresult, CUstream,
+    CUstreamCaptureMode, CUstreamCaptureStatus,
 };
 
 use super::{Error, Result, check, driver};
@@ -573,4 +574,131 @@ pub(crate) unsafe fn graph_exec_destroy(exec: CUgraphExec) -> Result<()> {
 pub(crate) unsafe fn graph_destroy(graph: CUgraph) -> Result<()> {
     // SAFETY: duty 1.
     unsafe { call!(cuGraphDestroy(graph)) }
+}
+
+// Stream priorities, stream-ordered memory and capture state.
+
+/// `cuCtxGetStreamPriorityRange` in the current context: `(least, greatest)`. Numerically
+/// `greatest <= least`: a lower number is a higher priority.
+pub(crate) fn stream_priority_range() -> Result<(i32, i32)> {
+    let (mut least, mut greatest) = (0, 0);
+    // SAFETY: both out-pointers are live; without a current context the call fails cleanly.
+    unsafe { call!(cuCtxGetStreamPriorityRange(&mut least, &mut greatest)) }?;
+    Ok((least, greatest))
+}
+
+/// `cuStreamCreateWithPriority` in the current context.
+pub(crate) fn stream_create_with_priority(flags: u32, priority: i32) -> Result<CUstream> {
+    let mut stream: CUstream = std::ptr::null_mut();
+    // SAFETY: `stream` is a live out-pointer; without a current context the call fails cleanly,
+    // and the driver clamps a priority outside the range (Atlas refuses those before).
+    unsafe { call!(cuStreamCreateWithPriority(&mut stream, flags, priority)) }?;
+    Ok(stream)
+}
+
+/// `cuStreamGetPriority`.
+///
+/// # Safety
+///
+/// 1. `stream` is live, or null (then its context is current).
+pub(crate) unsafe fn stream_priority(stream: CUstream) -> Result<i32> {
+    let mut priority = 0;
+    // SAFETY: duty 1; `priority` is a live out-pointer.
+    unsafe { call!(cuStreamGetPriority(stream, &mut priority)) }?;
+    Ok(priority)
+}
+
+/// `cuStreamIsCapturing`: whether a capture is in progress on `stream` (active, or invalidated and
+/// not yet ended).
+///
+/// # Safety
+///
+/// 1. `stream` is live, or null (then its context is current).
+pub(crate) unsafe fn stream_is_capturing(stream: CUstream) -> Result<bool> {
+    let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: duty 1; `status` is a live out-pointer.
+    unsafe { call!(cuStreamIsCapturing(stream, &mut status)) }?;
+    Ok(status != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
+/// `Ok` when the driver has every entry point of stream-ordered allocation and of the default
+/// memory pool (CUDA 11.2+), else the first one it lacks.
+pub(crate) fn require_memory_pool_entry_points() -> Result<()> {
+    let cuda = driver()?.cuda;
+    let missing = |r: std::result::Result<(), atlas_sys::MissingSymbol>| r.map_err(Error::Missing);
+    missing(atlas_sys::entry!(cuda, cuMemAllocAsync).map(drop))?;
+    missing(atlas_sys::entry!(cuda, cuMemFreeAsync).map(drop))?;
+    missing(atlas_sys::entry!(cuda, cuDeviceGetDefaultMemPool).map(drop))?;
+    missing(atlas_sys::entry!(cuda, cuMemPoolSetAttribute).map(drop))?;
+    missing(atlas_sys::entry!(cuda, cuMemPoolGetAttribute).map(drop))
+}
+
+/// `cuMemAllocAsync`: `bytes` (more than 0) from the default memory pool of the stream's device,
+/// usable in stream order after this point of `stream`.
+///
+/// # Safety
+///
+/// 1. `stream` is live, or null (then the context to allocate in is current).
+pub(crate) unsafe fn mem_alloc_async(bytes: usize, stream: CUstream) -> Result<CUdeviceptr> {
+    let mut ptr: CUdeviceptr = 0;
+    // SAFETY: duty 1; `ptr` is a live out-pointer.
+    unsafe { call!(cuMemAllocAsync(&mut ptr, bytes, stream)) }?;
+    Ok(ptr)
+}
+
+/// `cuMemFreeAsync`: frees `ptr` at this point of `stream`'s order.
+///
+/// # Safety
+///
+/// 1. `ptr` was allocated by [`mem_alloc_async`] and is freed once.
+/// 2. `stream` is live, or null (then the allocation's context is current).
+/// 3. Every use of the memory is ordered before this point of `stream`, or complete.
+pub(crate) unsafe fn mem_free_async(ptr: CUdeviceptr, stream: CUstream) -> Result<()> {
+    // SAFETY: duties 1–3.
+    unsafe { call!(cuMemFreeAsync(ptr, stream)) }
+}
+
+/// `cuDeviceGetDefaultMemPool`.
+pub(crate) fn default_mem_pool(device: CUdevice) -> Result<CUmemoryPool> {
+    let mut pool: CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: `pool` is a live out-pointer; a bad device is refused with a status.
+    unsafe { call!(cuDeviceGetDefaultMemPool(&mut pool, device)) }?;
+    Ok(pool)
+}
+
+/// `cuMemPoolSetAttribute(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)`.
+///
+/// # Safety
+///
+/// 1. `pool` is live (a device's default pool lives as long as the driver).
+pub(crate) unsafe fn set_pool_release_threshold(pool: CUmemoryPool, bytes: u64) -> Result<()> {
+    let mut value: u64 = bytes;
+    let attribute = CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+    // SAFETY: duty 1; the attribute's value is a cuuint64_t, which `value` is, read during the call.
+    unsafe {
+        call!(cuMemPoolSetAttribute(
+            pool,
+            attribute,
+            (&raw mut value).cast()
+        ))
+    }
+}
+
+/// `cuMemPoolGetAttribute(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)`.
+///
+/// # Safety
+///
+/// 1. `pool` is live.
+pub(crate) unsafe fn pool_release_threshold(pool: CUmemoryPool) -> Result<u64> {
+    let mut value: u64 = 0;
+    let attribute = CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+    // SAFETY: duty 1; the attribute's value is a cuuint64_t, which `value` has room for.
+    unsafe {
+        call!(cuMemPoolGetAttribute(
+            pool,
+            attribute,
+            (&raw mut value).cast()
+        ))
+    }?;
+    Ok(value)
 }

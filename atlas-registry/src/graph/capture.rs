@@ -5,6 +5,7 @@ use std::fmt;
 
 use atlas_sys::{CUcontext, CUgraph, CUgraphNode, CUgraphNodeType, CUstreamCaptureMode};
 
+use crate::device::capture;
 use crate::device::context::ensure_bound;
 use crate::device::stream::CudaStream;
 use crate::driver::calls;
@@ -34,15 +35,30 @@ impl CudaStream {
         ensure_bound(self.context())?;
         let mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
         // SAFETY: the stream is live and not the legacy default stream; its context is current.
-        Ok(unsafe { calls::begin_capture(self.raw(), mode) }?)
+        unsafe { calls::begin_capture(self.raw(), mode) }?;
+        capture::began(self.raw());
+        Ok(())
     }
 
     /// Ends the capture begun by [`begin_capture`](Self::begin_capture) and returns the graph.
+    ///
+    /// Until then, calls that would break the capture are refused with [`AtlasError::Capture`]
+    /// and leave it intact: [`synchronize`](CudaStream::synchronize) of this stream (from any
+    /// thread), and from this thread [`DeviceBuffer::alloc`](crate::DeviceBuffer::alloc),
+    /// `from_slice` and the copies that wait for their stream. Stream-ordered allocations
+    /// ([`DeviceBuffer::alloc_async`](crate::DeviceBuffer::alloc_async)) are captured as graph
+    /// nodes.
     #[doc(alias = "cuStreamEndCapture")]
     pub fn end_capture(&self) -> Result<CudaGraph> {
         ensure_bound(self.context())?;
         // SAFETY: the stream is live; its context is current.
-        let raw = unsafe { calls::end_capture(self.raw()) }?;
+        let ended = unsafe { calls::end_capture(self.raw()) };
+        // A failed end (an invalidated capture) usually ends the capture too: ask the driver.
+        // SAFETY: the stream is live; its context is current.
+        if ended.is_ok() || !unsafe { calls::stream_is_capturing(self.raw()) }.unwrap_or(false) {
+            capture::ended(self.raw());
+        }
+        let raw = ended?;
         Ok(CudaGraph {
             raw,
             context: self.context(),

@@ -4,13 +4,16 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use atlas_sys::{CUcontext, CUdeviceptr};
+use atlas_sys::{CUcontext, CUdeviceptr, CUstream};
 
+use crate::device::capture;
 use crate::device::context::{CudaContext, ensure_bound};
+use crate::device::host::ordinal_of;
 use crate::device::stream::CudaStream;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, Result, report_cleanup};
 use crate::memory::copy::{dtoh, htod};
+use crate::memory::pool::require_memory_pools;
 
 /// Plain data that can be copied to and from the device byte for byte.
 ///
@@ -33,35 +36,45 @@ device_copy!(
 // SAFETY: an array of DeviceCopy values has no padding between elements and no other bytes.
 unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 
-/// A typed allocation of device memory in one context, freed on drop.
+/// A typed allocation of device memory in one context, freed on drop (or by [`free`](Self::free),
+/// which returns what went wrong).
 ///
-/// Allocation is not stream-ordered (`cuMemAlloc`), and neither is freeing: the driver *may*
-/// synchronize in `cuMemFree`, but does not promise to. Atlas relies on nothing more than this: a
-/// buffer can only be dropped when no borrow of it is alive, and a kernel that uses it through a
-/// launch is the launch's [safety contract](crate#safety-model) — the caller keeps the buffer alive
-/// until the work that uses it has finished (synchronize the stream first).
+/// Two kinds, one type (so both are kernel arguments alike):
+/// - [`alloc`](Self::alloc) (`cuMemAlloc`) is not stream-ordered, and neither is its free: the
+///   driver *may* synchronize in `cuMemFree`, but does not promise to. Atlas relies on nothing more
+///   than this: a buffer can only be dropped when no borrow of it is alive, and a kernel that uses
+///   it through a launch is the launch's [safety contract](crate#safety-model) — the caller keeps
+///   the buffer alive until the work that uses it has finished (synchronize the stream first).
+/// - [`alloc_async`](Self::alloc_async) (`cuMemAllocAsync`) is stream-ordered: the memory exists
+///   from that point of the stream's order, and the buffer remembers the stream and frees itself
+///   there with `cuMemFreeAsync`, in the same order. Both can be captured into a graph.
 pub struct DeviceBuffer<T: DeviceCopy> {
     ptr: CUdeviceptr,
     len: usize,
     context: CUcontext,
+    /// For a stream-ordered allocation, the stream it was allocated on and is freed on.
+    free_on: Option<CUstream>,
     _elements: PhantomData<T>,
 }
 
 // SAFETY: the buffer owns device memory, reachable from any thread through the driver; T is Send.
+// The stream of a stream-ordered buffer is a driver handle usable from any thread, which the
+// caller of `alloc_async` keeps alive while the buffer lives (its duty 1).
 unsafe impl<T: DeviceCopy> Send for DeviceBuffer<T> {}
 // SAFETY: shared references only read the pointer and length, or enqueue reads of the memory.
 unsafe impl<T: DeviceCopy> Sync for DeviceBuffer<T> {}
 
 impl<T: DeviceCopy> DeviceBuffer<T> {
     /// Allocates room for `len` elements, contents unspecified. `len == 0` allocates nothing.
+    ///
+    /// Refused ([`CaptureMisuse::AllocateWhileCapturing`](crate::CaptureMisuse::AllocateWhileCapturing))
+    /// while the calling thread captures a stream through Atlas: the driver would refuse
+    /// `cuMemAlloc` and invalidate the capture. Allocate before the capture, or use
+    /// [`alloc_async`](Self::alloc_async) on the capturing stream.
     #[doc(alias = "cuMemAlloc_v2")]
     pub fn alloc(context: &CudaContext, len: usize) -> Result<Self> {
-        let bytes = len
-            .checked_mul(size_of::<T>())
-            .ok_or(AtlasError::AllocationTooLarge {
-                len,
-                element_size: size_of::<T>(),
-            })?;
+        capture::refuse_allocation()?;
+        let bytes = Self::bytes(len)?;
         let mut ptr: CUdeviceptr = 0;
         if bytes > 0 {
             context.bind()?;
@@ -72,8 +85,114 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             ptr,
             len,
             context: context.raw(),
+            free_on: None,
             _elements: PhantomData,
         })
+    }
+
+    /// Allocates room for `len` elements in stream order on `stream` (`cuMemAllocAsync`), from the
+    /// default memory pool of `context`'s device; contents unspecified. `len == 0` allocates
+    /// nothing. The buffer frees itself on `stream` (`cuMemFreeAsync`) when dropped or
+    /// [`free`](Self::free)d, so a temporary that lives for a few kernels costs no
+    /// synchronization, and reuses the pool's memory (see
+    /// [`CudaHost::set_pool_release_threshold`](crate::CudaHost::set_pool_release_threshold)).
+    ///
+    /// Capturable: on a stream that is being captured, the allocation becomes a graph node, and so
+    /// does the free when the buffer is freed in the same capture; each replay of the graph then
+    /// allocates and frees it.
+    ///
+    /// Refused before the driver is called: a stream of another context
+    /// ([`AtlasError::ForeignStream`]), a device without memory pools
+    /// ([`AtlasError::MemoryPoolsUnsupported`]), a driver without the entry points
+    /// ([`AtlasError::MissingSymbol`], naming the first one missing).
+    ///
+    /// # Safety
+    ///
+    /// 1. `stream` stays valid (is not destroyed) until the buffer has been freed: dropped, or
+    ///    [`free`](Self::free)d.
+    /// 2. The memory is used only after the allocation in stream order: on `stream`, or on
+    ///    another stream only once that stream waits for `stream` (an event recorded on `stream`
+    ///    after this call) or `stream` has been synchronized since. Atlas's safe copies
+    ///    ([`copy_from`](Self::copy_from), [`copy_to`](Self::copy_to), [`to_vec`](Self::to_vec))
+    ///    on another stream are such uses.
+    /// 3. When the buffer is freed, every use of it on other streams has finished or is ordered
+    ///    before that point of `stream` (the free takes effect in `stream`'s order, not at once).
+    /// 4. An allocation made while `stream` is being captured is freed in the same capture (the
+    ///    buffer dropped or freed before `end_capture`); one made outside a capture is freed
+    ///    outside any capture.
+    #[doc(alias = "cuMemAllocAsync")]
+    pub unsafe fn alloc_async(
+        context: &CudaContext,
+        stream: &CudaStream,
+        len: usize,
+    ) -> Result<Self> {
+        if stream.context() != context.raw() {
+            return Err(AtlasError::ForeignStream {
+                expected: context.ordinal(),
+                given: ordinal_of(stream.context()),
+            });
+        }
+        require_memory_pools(context)?;
+        let bytes = Self::bytes(len)?;
+        let mut ptr: CUdeviceptr = 0;
+        if bytes > 0 {
+            stream.bind_if_default()?;
+            // SAFETY: the stream is live (an invariant of CudaStream) and of `context` (checked
+            // above); for the legacy default stream, `context` was made current above.
+            ptr = unsafe { calls::mem_alloc_async(bytes, stream.raw()) }
+                .about(|| format!("{bytes} bytes on device {}", context.ordinal()))?;
+        }
+        Ok(Self {
+            ptr,
+            len,
+            context: context.raw(),
+            free_on: Some(stream.raw()),
+            _elements: PhantomData,
+        })
+    }
+
+    /// Frees the memory now, returning what went wrong (dropping the buffer frees it too, but can
+    /// only print a failure): `cuMemFree` for a buffer of [`alloc`](Self::alloc), `cuMemFreeAsync`
+    /// on its stream for one of [`alloc_async`](Self::alloc_async) (released in that stream's
+    /// order; captured as a graph node while the stream is being captured).
+    #[doc(alias = "cuMemFree_v2")]
+    #[doc(alias = "cuMemFreeAsync")]
+    pub fn free(mut self) -> Result<()> {
+        self.release()
+    }
+
+    /// Whether the buffer was allocated in stream order ([`alloc_async`](Self::alloc_async)) and
+    /// is freed on its stream.
+    pub fn is_stream_ordered(&self) -> bool {
+        self.free_on.is_some()
+    }
+
+    /// Bytes of `len` elements, or the error saying they do not fit.
+    fn bytes(len: usize) -> Result<usize> {
+        len.checked_mul(size_of::<T>())
+            .ok_or(AtlasError::AllocationTooLarge {
+                len,
+                element_size: size_of::<T>(),
+            })
+    }
+
+    /// Frees the memory once: the pointer is cleared first, so a second call (the drop after
+    /// [`free`](Self::free)) does nothing.
+    fn release(&mut self) -> Result<()> {
+        let ptr = std::mem::replace(&mut self.ptr, 0);
+        if ptr == 0 {
+            return Ok(());
+        }
+        ensure_bound(self.context)?;
+        match self.free_on {
+            // SAFETY: allocated by `alloc` in this context (now current), freed only here (the
+            // pointer was cleared above); the caller keeps it until its work is done (type docs).
+            None => unsafe { calls::mem_free(ptr) }?,
+            // SAFETY: allocated by `alloc_async` on `stream`, which its caller keeps alive and after
+            // whose point every other use is ordered (duties 1 and 3); freed only here.
+            Some(stream) => unsafe { calls::mem_free_async(ptr, stream) }?,
+        }
+        Ok(())
     }
 
     /// A new buffer holding a copy of `data`, in the stream's context; waits for the copy.
@@ -110,25 +229,35 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     }
 
     /// Copies `src` into the buffer on `stream` and waits for the copy to finish.
+    ///
+    /// Refused before anything is enqueued
+    /// ([`CaptureMisuse::WaitingCopyWhileCapturing`](crate::CaptureMisuse::WaitingCopyWhileCapturing))
+    /// while Atlas captures `stream` or the calling thread captures: a copy that waits cannot be
+    /// captured. The same holds for [`copy_to`](Self::copy_to) and [`to_vec`](Self::to_vec).
     pub fn copy_from(&mut self, stream: &CudaStream, src: &[T]) -> Result<()> {
-        // SAFETY: the stream is synchronized before `src` is released.
+        capture::refuse_waiting_copy(stream.raw())?;
+        // SAFETY: the stream is synchronized before `src` is released; should a capture of it have
+        // begun since the check, the synchronize invalidates it, so no graph keeps this copy.
         unsafe { self.copy_from_async(stream, src) }?;
-        stream.synchronize()
+        stream.synchronize_unchecked()
     }
 
     /// Copies the buffer into `dst` on `stream` and waits for the copy to finish.
     pub fn copy_to(&self, stream: &CudaStream, dst: &mut [T]) -> Result<()> {
-        // SAFETY: the stream is synchronized before `dst` is released.
+        capture::refuse_waiting_copy(stream.raw())?;
+        // SAFETY: as for `copy_from`, with `dst`.
         unsafe { self.copy_to_async(stream, dst) }?;
-        stream.synchronize()
+        stream.synchronize_unchecked()
     }
 
     /// The buffer's contents in a new `Vec`, after the stream's earlier work.
     pub fn to_vec(&self, stream: &CudaStream) -> Result<Vec<T>> {
+        capture::refuse_waiting_copy(stream.raw())?;
         let mut out: Vec<T> = Vec::with_capacity(self.len);
         let bytes = self.len * size_of::<T>();
-        // SAFETY: `out` has room for `len` elements; the copy is complete (synchronized) before
-        // set_len, and every bit pattern is a valid T (DeviceCopy).
+        // SAFETY: `out` has room for `len` elements; the copy is complete (synchronized, and a
+        // capture begun since the check is invalidated, not kept) before set_len, and every bit
+        // pattern is a valid T (DeviceCopy).
         unsafe {
             dtoh(
                 self.context,
@@ -137,7 +266,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
                 bytes,
                 stream.raw(),
             )?;
-            stream.synchronize()?;
+            stream.synchronize_unchecked()?;
             out.set_len(self.len);
         }
         Ok(out)
@@ -216,12 +345,7 @@ impl<T: DeviceCopy> fmt::Debug for DeviceBuffer<T> {
 
 impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
-        if self.ptr == 0 {
-            return;
-        }
-        let ptr = self.ptr;
-        // SAFETY: the memory was allocated by this buffer in this context and is freed only here.
-        let result = ensure_bound(self.context).and_then(|()| Ok(unsafe { calls::mem_free(ptr) }?));
+        let result = self.release();
         report_cleanup("freeing a device buffer", result);
     }
 }

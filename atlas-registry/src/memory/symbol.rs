@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use atlas_sys::CUdeviceptr;
 
+use crate::device::capture;
 use crate::device::host::CudaHost;
 use crate::error::{AtlasError, Result};
 use crate::memory::buffer::DeviceCopy;
@@ -63,13 +64,15 @@ impl DeviceSymbol {
     }
 
     /// Writes `value` into the variable on its device's stream and waits for the copy. The bytes
-    /// must fill the variable exactly.
+    /// must fill the variable exactly. Refused while the calling thread captures, as
+    /// [`DeviceBuffer::copy_from`](crate::DeviceBuffer::copy_from) is.
     pub fn write<T: DeviceCopy>(&self, value: &[T]) -> Result<()> {
         self.check_size("writing", size_of_val(value))?;
         let stream = self.host.stream();
+        capture::refuse_waiting_copy(stream.raw())?;
         // SAFETY: the variable is `size` bytes of device memory of the stream's context, kept
         // loaded by `_module`; `value` holds as many bytes and the stream is synchronized before
-        // it is released.
+        // it is released (a capture begun since the check is invalidated, so no graph keeps it).
         unsafe {
             htod(
                 stream.context(),
@@ -79,13 +82,14 @@ impl DeviceSymbol {
                 stream.raw(),
             )
         }?;
-        stream.synchronize()
+        stream.synchronize_unchecked()
     }
 
     /// Reads the variable into `out` after its device stream's earlier work.
     pub fn read<T: DeviceCopy>(&self, out: &mut [T]) -> Result<()> {
         self.check_size("reading", size_of_val(out))?;
         let stream = self.host.stream();
+        capture::refuse_waiting_copy(stream.raw())?;
         // SAFETY: as for `write`; every bit pattern is a valid T (DeviceCopy).
         unsafe {
             dtoh(
@@ -96,7 +100,7 @@ impl DeviceSymbol {
                 stream.raw(),
             )
         }?;
-        stream.synchronize()
+        stream.synchronize_unchecked()
     }
 
     fn check_size(&self, what: &str, given: usize) -> Result<()> {

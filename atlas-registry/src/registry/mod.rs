@@ -311,7 +311,8 @@ impl AtlasRegistry {
     }
 
     /// Waits for all work on `stream` (this registry's [`stream`](Self::stream), or any other,
-    /// a wrapped caller's stream included).
+    /// a wrapped caller's stream included). Refused, leaving the capture intact, while Atlas
+    /// captures `stream` (see [`CudaStream::synchronize`]).
     #[doc(alias = "cuStreamSynchronize")]
     pub fn stream_synchronize(&self, stream: &CudaStream) -> Result<()> {
         stream.synchronize()

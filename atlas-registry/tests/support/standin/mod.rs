@@ -27,7 +27,8 @@
 //! [`run`] asserts that the child passed; [`run_any`] returns how it ended
 //! ([`Ending`](super::child::Ending)), for tests that tell a crash from a refusal or read what the
 //! child printed. Variants are `-D` switches of `standin.c` (its header lists them):
-//! `-DSTANDIN_DEVICES=2`, `-DSTANDIN_NO_PARAM_INFO`, `-DSTANDIN_NO_LIBRARY`. Inside a child,
+//! `-DSTANDIN_DEVICES=2`, `-DSTANDIN_NO_PARAM_INFO`, `-DSTANDIN_NO_LIBRARY`,
+//! `-DSTANDIN_NO_MEMORY_POOLS`, `-DSTANDIN_NO_MEMORY_POOL_API`. Inside a child,
 //! [`probe`] reads what the stand-in saw (calls, contexts, limits) and injects failures.
 
 use std::any::type_name;

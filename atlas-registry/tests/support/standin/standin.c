@@ -12,6 +12,13 @@
  *   STANDIN_DEVICES=N        how many devices (default 1).
  *   STANDIN_NO_PARAM_INFO    no cuFuncGetParamInfo export (a driver older than CUDA 12.4).
  *   STANDIN_NO_LIBRARY       no cuLibrary* exports (a driver older than CUDA 12.0).
+ *   STANDIN_NO_MEMORY_POOLS  the device reports CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0.
+ *   STANDIN_NO_MEMORY_POOL_API  no cuMemAllocAsync, cuMemFreeAsync, cuDeviceGetDefaultMemPool,
+ *                           cuMemPoolSetAttribute, cuMemPoolGetAttribute exports (older than 11.2).
+ *
+ * Stream capture is modelled as a state only (begin, end, is-capturing, invalidation by calls the
+ * driver refuses while capturing: cuStreamSynchronize of the capturing stream, cuMemAlloc_v2 from
+ * the capturing thread); work enqueued during a capture still runs at once.
  *
  * Blob markers: a blob containing STANDIN_JIT_ERROR fails to JIT (CUDA_ERROR_INVALID_PTX) with a
  * log; one containing STANDIN_EARLY_FAIL fails the same way before touching any JIT option. Through
@@ -45,11 +52,14 @@ enum {
     INVALID_CONTEXT = 201,
     INVALID_PTX = 218,
     INVALID_HANDLE = 400,
+    ILLEGAL_STATE = 401,
     NOT_FOUND = 500,
     ILLEGAL_ADDRESS = 700,
     CONTEXT_IS_DESTROYED = 709,
     LAUNCH_FAILED = 719,
     NOT_SUPPORTED = 801,
+    STREAM_CAPTURE_UNSUPPORTED = 900,
+    STREAM_CAPTURE_INVALIDATED = 901,
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -71,11 +81,16 @@ static const struct {
     {INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "no usable context is current"},
     {INVALID_PTX, "CUDA_ERROR_INVALID_PTX", "the PTX failed to JIT-compile"},
     {INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "the handle is not valid"},
+    {ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE", "the call is not valid in this state"},
     {NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "no such name"},
     {ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "a kernel accessed memory it may not"},
     {CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "the context was destroyed"},
     {LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "a kernel failed (trap or fault)"},
     {NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "the stand-in does not model this"},
+    {STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+     "the operation is not permitted when the stream is capturing"},
+    {STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+     "the capture was invalidated by an earlier error"},
     {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
@@ -103,7 +118,11 @@ static CUresult status_string(CUresult error, const char **out, int want_name) {
     X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoHAsync_v2) X(cuModuleLoadData) X(cuModuleLoadDataEx)   \
     X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal_v2) X(cuLaunchKernel)          \
     X(cuFuncGetParamInfo) X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLibraryLoadData)      \
-    X(cuLibraryGetModule) X(cuLibraryUnload)
+    X(cuLibraryGetModule) X(cuLibraryUnload) X(cuCtxGetStreamPriorityRange)                    \
+    X(cuStreamCreateWithPriority) X(cuStreamGetPriority) X(cuStreamBeginCapture_v2)             \
+    X(cuStreamEndCapture) X(cuStreamIsCapturing) X(cuGraphDestroy) X(cuMemAllocAsync)          \
+    X(cuMemFreeAsync) X(cuDeviceGetDefaultMemPool) X(cuMemPoolSetAttribute)                     \
+    X(cuMemPoolGetAttribute)
 
 /* Things that happen inside calls, counted for tests. */
 #define EVENTS(X) X(stale_handle) X(context_mismatch) X(fault)
@@ -317,7 +336,7 @@ static const struct kernel kernels[] = {
 /* Handles                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
-enum kind { K_NONE, K_CONTEXT, K_STREAM, K_MODULE, K_FUNCTION, K_LIBRARY };
+enum kind { K_NONE, K_CONTEXT, K_STREAM, K_MODULE, K_FUNCTION, K_LIBRARY, K_GRAPH, K_POOL };
 
 #define LIBRARY_CONTEXTS 8
 #define DEFAULT_DYNAMIC_SHARED 49152
@@ -334,7 +353,12 @@ struct object {
         } ctx;
         struct {
             struct object *ctx;
+            int priority;
+            int capture; /* 0 none, 1 active, 2 invalidated */
         } stream;
+        struct {
+            unsigned long long release_threshold;
+        } pool;
         struct {
             struct object *ctx;
             struct object *library; /* set for a module of a library */
@@ -638,6 +662,11 @@ CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device) {
     case 75: *value = 9; break;             /* COMPUTE_CAPABILITY_MAJOR */
     case 76: *value = 0; break;             /* COMPUTE_CAPABILITY_MINOR */
     case 97: *value = SHARED_OPTIN; break;  /* MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
+#ifdef STANDIN_NO_MEMORY_POOLS
+    case 115: *value = 0; break;            /* MEMORY_POOLS_SUPPORTED */
+#else
+    case 115: *value = 1; break;            /* MEMORY_POOLS_SUPPORTED */
+#endif
     default:
         if (attribute <= 0 || attribute > 200) return INVALID_VALUE;
         *value = 0;
@@ -807,6 +836,11 @@ CUresult cuStreamSynchronize(void *stream) {
     pthread_mutex_lock(&lock);
     struct object *ctx = NULL;
     CUresult status = stream_context(stream, "cuStreamSynchronize", &ctx);
+    struct object *s = as(stream, K_STREAM);
+    if (status == SUCCESS && s != NULL && s->u.stream.capture != 0) {
+        s->u.stream.capture = 2;
+        status = STREAM_CAPTURE_UNSUPPORTED;
+    }
     if (status == SUCCESS) status = usable(ctx);
     pthread_mutex_unlock(&lock);
     return status;
@@ -816,8 +850,12 @@ CUresult cuStreamSynchronize(void *stream) {
 /* Memory                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
+static CUresult refuse_while_thread_captures(void);
+
 CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
     ENTER(cuMemAlloc_v2);
+    CUresult refused = refuse_while_thread_captures();
+    if (refused != SUCCESS) return refused;
     if (ptr == NULL || bytes == 0) return INVALID_VALUE;
     pthread_mutex_lock(&lock);
     struct object *ctx = current();
@@ -1178,6 +1216,210 @@ CUresult cuLibraryUnload(void *library) {
     }
     pthread_mutex_unlock(&lock);
     return status;
+}
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Stream priorities, stream capture and stream-ordered memory                                */
+/* ------------------------------------------------------------------------------------------ */
+
+#define LEAST_PRIORITY 0
+#define GREATEST_PRIORITY (-5)
+
+/* The stream this thread captures (thread-local mode), or NULL. */
+static __thread struct object *thread_capture;
+
+/* What a call the driver forbids during a thread-local capture answers: the capture is
+ * invalidated and the call refused. */
+static CUresult refuse_while_thread_captures(void) {
+    pthread_mutex_lock(&lock);
+    struct object *s = thread_capture;
+    int capturing = s != NULL && !s->dead && s->u.stream.capture != 0;
+    if (capturing) s->u.stream.capture = 2;
+    pthread_mutex_unlock(&lock);
+    return capturing ? STREAM_CAPTURE_UNSUPPORTED : SUCCESS;
+}
+
+CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) {
+    ENTER(cuCtxGetStreamPriorityRange);
+    pthread_mutex_lock(&lock);
+    CUresult status = usable(current());
+    pthread_mutex_unlock(&lock);
+    if (status != SUCCESS) return status;
+    if (least) *least = LEAST_PRIORITY;
+    if (greatest) *greatest = GREATEST_PRIORITY;
+    return SUCCESS;
+}
+
+/* As the driver does, a priority outside the range is clamped into it. */
+CUresult cuStreamCreateWithPriority(void **stream, unsigned int flags, int priority) {
+    ENTER(cuStreamCreateWithPriority);
+    if (stream == NULL || (flags & ~1u) != 0) return INVALID_VALUE;
+    if (priority > LEAST_PRIORITY) priority = LEAST_PRIORITY;
+    if (priority < GREATEST_PRIORITY) priority = GREATEST_PRIORITY;
+    pthread_mutex_lock(&lock);
+    struct object *ctx = current();
+    CUresult status = usable(ctx);
+    struct object *s = NULL;
+    if (status == SUCCESS) {
+        s = new_object(K_STREAM);
+        if (s == NULL) status = OUT_OF_MEMORY;
+        else {
+            s->u.stream.ctx = ctx;
+            s->u.stream.priority = priority;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS) *stream = s;
+    return status;
+}
+
+CUresult cuStreamGetPriority(void *stream, int *priority) {
+    ENTER(cuStreamGetPriority);
+    if (priority == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *ctx = NULL;
+    CUresult status = stream_context(stream, "cuStreamGetPriority", &ctx);
+    if (status == SUCCESS) status = usable(ctx);
+    struct object *s = as(stream, K_STREAM);
+    if (status == SUCCESS) *priority = s != NULL ? s->u.stream.priority : LEAST_PRIORITY;
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuStreamBeginCapture_v2(void *stream, int mode) {
+    ENTER(cuStreamBeginCapture_v2);
+    (void)mode;
+    pthread_mutex_lock(&lock);
+    struct object *s = as(stream, K_STREAM);
+    CUresult status = (uintptr_t)stream <= 2 ? NOT_SUPPORTED : live(s, "cuStreamBeginCapture_v2");
+    if (status == SUCCESS) status = usable(s->u.stream.ctx);
+    if (status == SUCCESS && s->u.stream.capture != 0) status = ILLEGAL_STATE;
+    if (status == SUCCESS) {
+        s->u.stream.capture = 1;
+        thread_capture = s;
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* Ends the capture: a new graph, or NULL and CUDA_ERROR_STREAM_CAPTURE_INVALIDATED for a capture
+ * that was invalidated; either way the stream is no longer capturing. */
+CUresult cuStreamEndCapture(void *stream, void **graph) {
+    ENTER(cuStreamEndCapture);
+    if (graph == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *s = as(stream, K_STREAM);
+    CUresult status = live(s, "cuStreamEndCapture");
+    if (status == SUCCESS && s->u.stream.capture == 0) status = ILLEGAL_STATE;
+    if (status == SUCCESS) {
+        int invalidated = s->u.stream.capture == 2;
+        s->u.stream.capture = 0;
+        if (thread_capture == s) thread_capture = NULL;
+        *graph = NULL;
+        if (invalidated) {
+            status = STREAM_CAPTURE_INVALIDATED;
+        } else {
+            struct object *g = new_object(K_GRAPH);
+            if (g == NULL) status = OUT_OF_MEMORY;
+            else *graph = g;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* Writes CU_STREAM_CAPTURE_STATUS_NONE (0), _ACTIVE (1) or _INVALIDATED (2). */
+CUresult cuStreamIsCapturing(void *stream, int *capture_status) {
+    ENTER(cuStreamIsCapturing);
+    if (capture_status == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *ctx = NULL;
+    CUresult status = stream_context(stream, "cuStreamIsCapturing", &ctx);
+    struct object *s = as(stream, K_STREAM);
+    if (status == SUCCESS) *capture_status = s != NULL ? s->u.stream.capture : 0;
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuGraphDestroy(void *graph) {
+    ENTER(cuGraphDestroy);
+    pthread_mutex_lock(&lock);
+    struct object *g = as(graph, K_GRAPH);
+    CUresult status = live(g, "cuGraphDestroy");
+    if (status == SUCCESS) g->dead = 1;
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+#ifndef STANDIN_NO_MEMORY_POOL_API
+static struct object *pools[STANDIN_DEVICES];
+
+/* Allocates at once, in the stream's context (a capture does not defer it here). */
+CUresult cuMemAllocAsync(CUdeviceptr *ptr, size_t bytes, void *stream) {
+    ENTER(cuMemAllocAsync);
+    if (ptr == NULL || bytes == 0) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *ctx = NULL;
+    CUresult status = stream_context(stream, "cuMemAllocAsync", &ctx);
+    if (status == SUCCESS) status = usable(ctx);
+    char *base = NULL;
+    if (status == SUCCESS) status = add_allocation(bytes, ctx, 1, &base);
+    if (status == SUCCESS) last_alloc_ctx = ctx;
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS) *ptr = (CUdeviceptr)(uintptr_t)base;
+    return status;
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr ptr, void *stream) {
+    ENTER(cuMemFreeAsync);
+    pthread_mutex_lock(&lock);
+    struct object *ctx = NULL;
+    CUresult status = stream_context(stream, "cuMemFreeAsync", &ctx);
+    struct allocation *a = find_allocation((void *)(uintptr_t)ptr, 1);
+    if (status == SUCCESS && (a == NULL || a->base != (char *)(uintptr_t)ptr || !a->user))
+        status = INVALID_VALUE;
+    if (status == SUCCESS && (status = usable(a->ctx)) == SUCCESS) remove_allocation(a);
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuDeviceGetDefaultMemPool(void **pool, CUdevice device) {
+    ENTER(cuDeviceGetDefaultMemPool);
+    if (pool == NULL) return INVALID_VALUE;
+    if (device < 0 || device >= STANDIN_DEVICES) return INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    if (pools[device] == NULL) pools[device] = new_object(K_POOL);
+    struct object *p = pools[device];
+    pthread_mutex_unlock(&lock);
+    if (p == NULL) return OUT_OF_MEMORY;
+    *pool = p;
+    return SUCCESS;
+}
+
+/* Models CU_MEMPOOL_ATTR_RELEASE_THRESHOLD (4) only. */
+static CUresult pool_attribute(void *pool, int attribute, void *value, int set, const char *call) {
+    if (value == NULL) return INVALID_VALUE;
+    if (attribute != 4) return NOT_SUPPORTED;
+    pthread_mutex_lock(&lock);
+    struct object *p = as(pool, K_POOL);
+    CUresult status = live(p, call);
+    if (status == SUCCESS) {
+        if (set) memcpy(&p->u.pool.release_threshold, value, 8);
+        else memcpy(value, &p->u.pool.release_threshold, 8);
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuMemPoolSetAttribute(void *pool, int attribute, void *value) {
+    ENTER(cuMemPoolSetAttribute);
+    return pool_attribute(pool, attribute, value, 1, "cuMemPoolSetAttribute");
+}
+
+CUresult cuMemPoolGetAttribute(void *pool, int attribute, void *value) {
+    ENTER(cuMemPoolGetAttribute);
+    return pool_attribute(pool, attribute, value, 0, "cuMemPoolGetAttribute");
 }
 #endif
 
