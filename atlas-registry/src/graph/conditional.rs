@@ -27,7 +27,7 @@ use crate::device::host::{host, ordinal_of};
 use crate::device::stream::CudaStream;
 use crate::driver::calls;
 use crate::error::{AtlasError, CaptureMisuse, GraphFeature, Result};
-use crate::graph::update::require;
+use crate::graph::features::require;
 use crate::launch::args::KernelParam;
 
 /// The value of a conditional node, set on the device by `cudaGraphSetConditional`. Passed to a

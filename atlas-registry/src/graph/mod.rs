@@ -11,4 +11,5 @@
 pub(crate) mod capture;
 pub(crate) mod conditional;
 pub(crate) mod exec;
+pub(crate) mod features;
 pub(crate) mod update;

@@ -13,6 +13,7 @@ use crate::driver::calls;
 use crate::error::{AtlasError, GraphFeature, Result, UpdateRefusal, report_cleanup};
 use crate::graph::capture::CudaGraph;
 use crate::graph::exec::GraphExec;
+use crate::graph::features::require;
 
 /// What [`GraphExec::update`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,20 +28,6 @@ pub enum GraphUpdate {
         /// Why the driver refused the update.
         reason: UpdateRefusal,
     },
-}
-
-/// `Ok` when the driver has every entry point `feature` needs, else the error naming the ones it
-/// lacks.
-pub(crate) fn require(feature: GraphFeature) -> Result<()> {
-    let missing = match feature {
-        GraphFeature::Update => calls::missing_graph_update()?,
-        GraphFeature::Conditional => calls::missing_conditional()?,
-    };
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(AtlasError::GraphFeatureUnavailable { feature, missing })
-    }
 }
 
 impl GraphExec {
