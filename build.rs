@@ -17,6 +17,7 @@ const SOURCES: &[&str] = &[
     "kernels/device_global.cu",
     "kernels/model_tagged.cu",
     "kernels/faults.cu",
+    "kernels/conditional.cu",
     "kernels/regen.sh",
 ];
 
@@ -38,6 +39,12 @@ fn main() {
         None => committed,
     };
     println!("cargo:rustc-env=ATLAS_KERNEL_DIR={}", dir.display());
+    // The conditional module's sm_90 cubin comes from nvcc 12.3+ (NVRTC 12.0 cannot make it): it
+    // is embedded when it is there.
+    println!("cargo:rustc-check-cfg=cfg(atlas_conditional_sm90)");
+    if dir.join("conditional.sm_90.cubin").is_file() {
+        println!("cargo:rustc-cfg=atlas_conditional_sm90");
+    }
 }
 
 fn rebuild(nvcc: &Path) -> Result<PathBuf, String> {

@@ -11,8 +11,15 @@
 //! | `model_a` | `model` (`transform`: `out = in * 2 + 1`)                 |
 //! | `model_b` | `model` (`transform`: `out = in * -3 + 0.5`)              |
 //! | `faults`  | `faults` (`trap`, `write_far`: kernels that fail on purpose) |
+//! | `conditional` | `conditional` (`loop_step`, `host_step`, `reset_counter`, `set_condition`: conditional graph nodes) |
 //!
-//! Every model comes as PTX and as cubins for each architecture in [`CUBIN_ARCHS`]:
+//! Every model of [`MODELS`] comes as PTX and as cubins for each architecture in
+//! [`CUBIN_ARCHS`]; [`PARTIAL_MODELS`] do not. `conditional` calls the CUDA 12.3 device function `cudaGraphSetConditional`:
+//! its PTX (NVRTC 12.0, the call left extern) loads on drivers of CUDA 12.3 or newer, which resolve
+//! the call when they JIT-compile it; NVRTC 12.0 cannot make its cubins, so its only cubin is
+//! `sm_90`, built by nvcc 12.3+ (`kernels/regen.sh`) and embedded when `kernels/gen/` holds it
+//! ([`CONDITIONAL_SM_90`] says whether this build has it; a cubin of nvcc 13 loads on CUDA 13+
+//! drivers only).
 //!
 //! | blob | built for | needs |
 //! |------|-----------|-------|
@@ -31,8 +38,17 @@
 //! # Ok::<(), atlas_registry::AtlasError>(())
 //! ```
 
-/// Names of every model, in the order of the table above.
+/// Names of every model with PTX and a cubin for every architecture of [`CUBIN_ARCHS`], in the
+/// order of the table above.
 pub const MODELS: &[&str] = &["demo", "model_a", "model_b", "faults"];
+
+/// Models that are not in [`MODELS`] because they lack cubins for most architectures: PTX, and
+/// cubins only where nvcc built them (`conditional`: `sm_90`, see [`CONDITIONAL_SM_90`]).
+pub const PARTIAL_MODELS: &[&str] = &["conditional"];
+
+/// Whether this build embeds the `sm_90` cubin of the `conditional` model (built by nvcc 12.3+,
+/// committed as `kernels/gen/conditional.sm_90.cubin`); without it, that model is PTX only.
+pub const CONDITIONAL_SM_90: bool = cfg!(atlas_conditional_sm90);
 
 /// The architectures every model has a cubin for, as `10 * major + minor` of the compute
 /// capability: Turing (T4, RTX 20), A100, RTX 30 / A10 / A40, Ada (L4, L40, RTX 40), Hopper (H100,
@@ -107,7 +123,18 @@ const TABLE: &[Model] = &[
     model!("model_a": "model" => "model_a"),
     model!("model_b": "model" => "model_b"),
     model!("faults": "faults" => "faults"),
+    Model {
+        name: "conditional",
+        ptx: &[("conditional", ptx!("conditional"))],
+        cubins: [&[], &[], &[], &[], CONDITIONAL_SM_90_CUBIN],
+    },
 ];
+
+/// The nvcc-built `sm_90` cubin of the `conditional` model, when there is one (no cubin: empty).
+#[cfg(atlas_conditional_sm90)]
+const CONDITIONAL_SM_90_CUBIN: Blobs = &[("conditional", cubin!("conditional", 90))];
+#[cfg(not(atlas_conditional_sm90))]
+const CONDITIONAL_SM_90_CUBIN: Blobs = &[];
 
 fn model(name: &str) -> Option<&'static Model> {
     TABLE.iter().find(|m| m.name == name)
@@ -121,13 +148,16 @@ pub fn ptx_for_model(model_name: &str) -> Option<Blobs> {
 }
 
 /// The same modules as [`ptx_for_model`], as cubins for `sm` (`10 * major + minor`, one of
-/// [`CUBIN_ARCHS`]); `None` for an unknown model or an architecture without cubins.
+/// [`CUBIN_ARCHS`]); `None` for an unknown model or an architecture without cubins (for
+/// `conditional`, every architecture but `sm_90`, and `sm_90` too without [`CONDITIONAL_SM_90`]).
 ///
 /// SASS runs only on GPUs of the same major compute capability with an equal or higher minor:
 /// loading an `sm_80` cubin on an sm_90 device fails. [`blobs_for_device`] picks for a device.
 pub fn cubin_for_model(model_name: &str, sm: u32) -> Option<Blobs> {
     let arch = CUBIN_ARCHS.iter().position(|&a| a == sm)?;
-    model(model_name).map(|m| m.cubins[arch])
+    model(model_name)
+        .map(|m| m.cubins[arch])
+        .filter(|cubins| !cubins.is_empty())
 }
 
 /// The best blobs of `model` for a device of `compute_capability` (`(major, minor)`, as
@@ -171,14 +201,53 @@ mod tests {
         u32::from(elf[48])
     }
 
+    /// The models NVRTC 12.0 makes cubins of, for every architecture.
+    fn full_models() -> impl Iterator<Item = &'static str> {
+        MODELS.iter().copied()
+    }
+
     #[test]
     fn models_lists_the_table() {
-        assert_eq!(MODELS, TABLE.iter().map(|m| m.name).collect::<Vec<_>>());
+        let listed: Vec<_> = MODELS.iter().chain(PARTIAL_MODELS).copied().collect();
+        assert_eq!(listed, TABLE.iter().map(|m| m.name).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn conditional_is_ptx_with_an_extern_set_conditional_and_at_most_an_sm_90_cubin() {
+        let ptx = ptx_for_model("conditional").unwrap();
+        assert_eq!(names(ptx), ["conditional"]);
+        let text = ptx_text(ptx[0].1);
+        assert!(
+            text.contains(".extern .func cudaGraphSetConditional"),
+            "the device call stays extern, for the driver's JIT to resolve"
+        );
+        for entry in ["loop_step", "host_step", "reset_counter", "set_condition"] {
+            assert!(text.contains(&format!(".entry {entry}(")), "{entry}");
+        }
+        for &sm in &CUBIN_ARCHS[..CUBIN_ARCHS.len() - 1] {
+            assert!(cubin_for_model("conditional", sm).is_none(), "sm_{sm}");
+        }
+        let sm90 = cubin_for_model("conditional", 90);
+        assert_eq!(sm90.is_some(), CONDITIONAL_SM_90);
+        if let Some(cubin) = sm90 {
+            assert_eq!(names(cubin), ["conditional"]);
+            let elf = cubin[0].1;
+            assert_eq!(&elf[..4], b"\x7fELF");
+            // ABI version 7 (CUDA 12) keeps the SM number in e_flags' low byte, 8 (CUDA 13) in the
+            // next one.
+            let flags = u32::from_le_bytes(elf[48..52].try_into().unwrap());
+            let sm = match elf[8] {
+                7 => flags & 0xff,
+                8 => (flags >> 8) & 0xff,
+                abi => panic!("conditional.sm_90.cubin: ELF ABI version {abi}"),
+            };
+            assert_eq!(sm, 90, "conditional.sm_90.cubin is built for sm_{sm}");
+        }
     }
 
     #[test]
     fn every_model_has_a_cubin_for_every_arch_with_the_ptx_modules() {
-        for model in MODELS {
+        for model in full_models() {
             let ptx = ptx_for_model(model).expect("listed model has PTX");
             for (name, text) in ptx {
                 assert!(
@@ -203,7 +272,7 @@ mod tests {
 
     #[test]
     fn every_ptx_is_isa_8_0_for_sm_75() {
-        for model in MODELS {
+        for model in MODELS.iter().chain(PARTIAL_MODELS) {
             for (name, blob) in ptx_for_model(model).unwrap() {
                 let text = ptx_text(blob);
                 assert!(text.starts_with("//"), "{model}/{name}: no comment header");
@@ -226,7 +295,7 @@ mod tests {
 
     #[test]
     fn blobs_for_device_takes_the_exact_cubin_else_the_ptx() {
-        for model in MODELS {
+        for model in full_models() {
             let ptx = ptx_for_model(model).unwrap();
             for &sm in CUBIN_ARCHS {
                 let got = blobs_for_device(model, (sm / 10, sm % 10)).unwrap();

@@ -20,7 +20,8 @@ through its C API (nvrtcCreateProgram, nvrtcCompileProgram, nvrtcGetPTX, nvrtcGe
 nvrtcGetProgramLog).
 
 What it writes, per module: NAME.ptx (compute_75, PTX ISA 8.0) and NAME.sm_XY.cubin for each of
-sm_75, sm_80, sm_86, sm_89 and sm_90; elementwise.fatbin; NVRTC_VERSION. The output depends only on
+sm_75, sm_80, sm_86, sm_89 and sm_90 (PTX only for the modules in PTX_ONLY); elementwise.fatbin;
+NVRTC_VERSION. The blobs in NVCC_BLOBS come from nvcc and are left alone. The output depends only on
 the inputs: two runs write the same bytes (--check relies on it).
 
 Options: -std=c++17 and the module's defines; NVRTC optimises at -O3 by default. One addition:
@@ -75,7 +76,17 @@ MODULES = (
     ("faults", "faults.cu", ()),
     ("model_a", "model_tagged.cu", ("-DMODEL_SCALE=2", "-DMODEL_OFFSET=1")),
     ("model_b", "model_tagged.cu", ("-DMODEL_SCALE=-3", "-DMODEL_OFFSET=0.5")),
+    ("conditional", "conditional.cu", ()),
 )
+# Modules NVRTC 12.0 compiles to PTX only. conditional.cu calls cudaGraphSetConditional, a device
+# function of CUDA 12.3+ that the PTX keeps as an extern call: a CUDA 12.3+ driver resolves it when
+# it JIT-compiles the PTX, but NVRTC 12.0's own assembler cannot ("Unresolved extern function"), so
+# it makes no cubins of it. Its sm_90 cubin comes from nvcc 12.3+ (kernels/regen.sh, see NVCC_BLOBS).
+PTX_ONLY = ("conditional",)
+# Blobs in kernels/gen/ that nvcc builds, not this script (nvcc 13.0 on the GPU machine:
+#   nvcc -O3 -std=c++17 -cubin -arch=sm_90 -o kernels/gen/conditional.sm_90.cubin kernels/conditional.cu
+# ): --check does not compare them and a rebuild does not remove them.
+NVCC_BLOBS = ("conditional.sm_90.cubin",)
 FATBIN_MODULE = "elementwise"
 BLOB_SUFFIXES = (".ptx", ".cubin", ".fatbin", "_VERSION")
 
@@ -267,7 +278,8 @@ def build(out):
     jobs = [
         (name, source_name, defines, target)
         for name, source_name, defines in MODULES
-        for target in [f"compute_{PTX_ARCH}"] + [f"sm_{arch}" for arch in CUBIN_ARCHS]
+        for target in [f"compute_{PTX_ARCH}"]
+        + ([] if name in PTX_ONLY else [f"sm_{arch}" for arch in CUBIN_ARCHS])
     ]
 
     def run(job):
@@ -282,6 +294,8 @@ def build(out):
         ptx = blobs[(name, f"compute_{PTX_ARCH}")]
         check_ptx(name, ptx)
         written[f"{name}.ptx"] = ptx
+        if name in PTX_ONLY:
+            continue
         cubins = []
         for arch in CUBIN_ARCHS:
             elf = blobs[(name, f"sm_{arch}")]
@@ -306,7 +320,7 @@ def build(out):
 def summarize(committed, fresh, names):
     """One line per file that differs; a few diff lines for text."""
     problems = []
-    for name in sorted(names | {p.name for p in committed.iterdir()}):
+    for name in sorted(names | {p.name for p in committed.iterdir()} - set(NVCC_BLOBS)):
         old, new = committed / name, fresh / name
         if not new.exists():
             problems.append(f"  {name}: committed, but no longer generated")
@@ -342,7 +356,10 @@ def main():
             return 0
         names = build(args.out)
         # Blobs this build no longer makes (a module removed, an architecture dropped) go too.
-        stale = [p for p in args.out.iterdir() if p.name not in names and p.name.endswith(BLOB_SUFFIXES)]
+        stale = [
+            p for p in args.out.iterdir()
+            if p.name not in names and p.name not in NVCC_BLOBS and p.name.endswith(BLOB_SUFFIXES)
+        ]
         for path in stale:
             path.unlink()
         removed = f", removed {', '.join(p.name for p in stale)}" if stale else ""

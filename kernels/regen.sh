@@ -7,7 +7,8 @@
 #
 # For every module: PTX for compute_75, cubins for sm_75, sm_80, sm_86, sm_89 and sm_90; the
 # elementwise module also gets a fatbin (those cubins and the PTX). model_tagged.cu is built twice,
-# as model_a and model_b, with different constants. NVCC (or ATLAS_NVCC) names the compiler.
+# as model_a and model_b, with different constants; conditional.cu gets PTX and an sm_90 cubin only,
+# and needs nvcc 12.3 or newer. NVCC (or ATLAS_NVCC) names the compiler.
 #
 # The PTX ISA version follows the nvcc: 12.0 writes 8.0, as committed; nvcc 13 writes 9.0, which
 # only CUDA 13+ drivers JIT. The tests of atlas-kernels check what the committed blobs promise
@@ -36,6 +37,11 @@ build device_global device_global.cu
 build faults faults.cu
 build model_a model_tagged.cu -DMODEL_SCALE=2 -DMODEL_OFFSET=1
 build model_b model_tagged.cu -DMODEL_SCALE=-3 -DMODEL_OFFSET=0.5
+# conditional.cu calls cudaGraphSetConditional, which only the assemblers of CUDA 12.3 and newer
+# resolve: this needs nvcc 12.3+. Its PTX and its sm_90 cubin are what kernels/lib.rs embeds (the
+# committed PTX comes from NVRTC 12.0, the committed sm_90 cubin from this line with nvcc 13.0).
+"$nvcc" "${flags[@]}" -ptx -arch=compute_75 -o "$out/conditional.ptx" "$here/conditional.cu"
+"$nvcc" "${flags[@]}" -cubin -arch=sm_90 -o "$out/conditional.sm_90.cubin" "$here/conditional.cu"
 gencode=(-gencode arch=compute_75,code=compute_75)
 for sm in "${archs[@]}"; do gencode+=(-gencode "arch=compute_$sm,code=sm_$sm"); done
 "$nvcc" "${flags[@]}" -fatbin "${gencode[@]}" -o "$out/elementwise.fatbin" "$here/elementwise.cu"

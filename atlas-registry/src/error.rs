@@ -137,6 +137,25 @@ pub enum CaptureMisuse {
          `copy_from_async`/`copy_to_async` instead, or copy after `end_capture` (the capture goes on)"
     )]
     WaitingCopyWhileCapturing,
+    /// A conditional node asked of a stream that is not capturing: conditional nodes are added to
+    /// the graph a stream is capturing into.
+    #[error("the stream is not capturing; begin a capture before adding a conditional node")]
+    NotCapturing,
+    /// A conditional node given a handle made for another graph than the one the stream is
+    /// capturing into.
+    #[error(
+        "the conditional handle belongs to another graph than the one the stream is capturing \
+         into; make it with `conditional_handle` on this capture"
+    )]
+    ForeignConditionalHandle,
+    /// `end_capture` on a stream capturing a conditional node's body, or on the stream whose
+    /// capture that body belongs to while it is captured: the body graph belongs to its node, and
+    /// the capture ends when the body closure returns.
+    #[error(
+        "the stream is capturing a conditional node's body (or waits for one); the capture ends \
+         when the body closure returns"
+    )]
+    ConditionalBody,
 }
 
 /// Everything that can go wrong in Atlas. Each variant says what was being done and names the
@@ -349,6 +368,120 @@ pub enum AtlasError {
         /// The device the stream belongs to, or `None` for a context Atlas does not manage.
         given: Option<usize>,
     },
+    /// A graph feature whose driver entry points this driver lacks (an older driver, or an
+    /// injection library that does not forward them); nothing was changed.
+    #[error(
+        "{feature} need {}, which this driver lacks (drivers of CUDA {} or newer have them)",
+        .missing.join(", "),
+        .feature.min_cuda()
+    )]
+    GraphFeatureUnavailable {
+        /// The feature asked for.
+        feature: GraphFeature,
+        /// The entry points the driver lacks.
+        missing: Vec<&'static str>,
+    },
+    /// A graph operation given a graph or stream of another context than the executable graph's;
+    /// nothing reached the driver.
+    #[error("{what} belongs to {}, the executable graph to {}", device(*.given), device(*.expected))]
+    ForeignGraphPart {
+        /// What is foreign (`the new graph`, `the stream`).
+        what: String,
+        /// The device of the executable graph, or `None` for a context Atlas does not manage.
+        expected: Option<usize>,
+        /// The device `what` belongs to, or `None` for a context Atlas does not manage.
+        given: Option<usize>,
+    },
+}
+
+/// A graph feature that needs driver entry points older drivers lack
+/// ([`AtlasError::GraphFeatureUnavailable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GraphFeature {
+    /// Whole-graph update and upload of an executable graph (CUDA 12.0).
+    Update,
+    /// Conditional (IF / WHILE) nodes decided on the device (CUDA 12.3).
+    Conditional,
+}
+
+impl GraphFeature {
+    fn what(self) -> &'static str {
+        match self {
+            Self::Update => "whole-graph update and upload",
+            Self::Conditional => "conditional graph nodes",
+        }
+    }
+
+    fn min_cuda(self) -> &'static str {
+        match self {
+            Self::Update => "12.0",
+            Self::Conditional => "12.3",
+        }
+    }
+}
+
+impl fmt::Display for GraphFeature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.what())
+    }
+}
+
+/// Why the driver could not update an executable graph in place from a new graph
+/// (`CUgraphExecUpdateResult`): the graph was instantiated again instead
+/// ([`GraphUpdate::Reinstantiated`](crate::GraphUpdate::Reinstantiated)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpdateRefusal {
+    /// No reason given (`CU_GRAPH_EXEC_UPDATE_ERROR`), e.g. a graph with more than one root or
+    /// leaf changed in a way the driver does not pair.
+    #[error("the driver refused the update without a reason")]
+    Unspecified,
+    /// Nodes or edges were added or removed (`..._TOPOLOGY_CHANGED`).
+    #[error("the graph's topology changed (nodes or edges added or removed)")]
+    TopologyChanged,
+    /// A node's type changed (`..._NODE_TYPE_CHANGED`).
+    #[error("a node's type changed")]
+    NodeTypeChanged,
+    /// A kernel node's function changed in a way that cannot be updated, e.g. to another context
+    /// (`..._FUNCTION_CHANGED`).
+    #[error("a kernel node's function changed context")]
+    FunctionChanged,
+    /// Parameters changed in a way that cannot be updated (`..._PARAMETERS_CHANGED`), e.g. a copy
+    /// between other kinds of memory.
+    #[error("a node's parameters changed in a way that cannot be updated")]
+    ParametersChanged,
+    /// Something about the graph cannot be updated at all (`..._NOT_SUPPORTED`).
+    #[error("the graph holds something the driver cannot update")]
+    NotSupported,
+    /// A kernel node's function changed to one with other requirements (`..._UNSUPPORTED_FUNCTION_CHANGE`).
+    #[error("a kernel node's function changed in an unsupported way")]
+    UnsupportedFunctionChange,
+    /// A node's attributes changed in a way that cannot be updated (`..._ATTRIBUTES_CHANGED`).
+    #[error("a node's attributes changed in a way that cannot be updated")]
+    AttributesChanged,
+    /// A result code this version of Atlas does not know.
+    #[error("the driver refused the update (result {0})")]
+    Other(u32),
+}
+
+impl UpdateRefusal {
+    /// The refusal a `CUgraphExecUpdateResult` code stands for; `None` for
+    /// `CU_GRAPH_EXEC_UPDATE_SUCCESS` (0).
+    pub fn from_result(code: u32) -> Option<Self> {
+        Some(match code {
+            0 => return None,
+            1 => Self::Unspecified,
+            2 => Self::TopologyChanged,
+            3 => Self::NodeTypeChanged,
+            4 => Self::FunctionChanged,
+            5 => Self::ParametersChanged,
+            6 => Self::NotSupported,
+            7 => Self::UnsupportedFunctionChange,
+            8 => Self::AttributesChanged,
+            other => Self::Other(other),
+        })
+    }
 }
 
 fn on(subject: &str) -> String {
@@ -466,6 +599,79 @@ mod tests {
                 && text.contains("(218)")
                 && text.contains("line 7; error"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn update_results_map_to_refusals() {
+        use atlas_sys::CUgraphExecUpdateResult as R;
+        assert_eq!(
+            UpdateRefusal::from_result(R::CU_GRAPH_EXEC_UPDATE_SUCCESS.0),
+            None
+        );
+        let named = [
+            (R::CU_GRAPH_EXEC_UPDATE_ERROR, UpdateRefusal::Unspecified),
+            (
+                R::CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED,
+                UpdateRefusal::TopologyChanged,
+            ),
+            (
+                R::CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED,
+                UpdateRefusal::NodeTypeChanged,
+            ),
+            (
+                R::CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED,
+                UpdateRefusal::FunctionChanged,
+            ),
+            (
+                R::CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED,
+                UpdateRefusal::ParametersChanged,
+            ),
+            (
+                R::CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED,
+                UpdateRefusal::NotSupported,
+            ),
+            (
+                R::CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE,
+                UpdateRefusal::UnsupportedFunctionChange,
+            ),
+            (
+                R::CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED,
+                UpdateRefusal::AttributesChanged,
+            ),
+        ];
+        for (code, refusal) in named {
+            assert_eq!(
+                UpdateRefusal::from_result(code.0),
+                Some(refusal),
+                "{code:?}"
+            );
+        }
+        assert_eq!(
+            UpdateRefusal::from_result(77),
+            Some(UpdateRefusal::Other(77))
+        );
+        assert!(
+            UpdateRefusal::TopologyChanged
+                .to_string()
+                .contains("topology")
+        );
+    }
+
+    #[test]
+    fn missing_graph_features_name_every_entry_point() {
+        let e = AtlasError::GraphFeatureUnavailable {
+            feature: GraphFeature::Conditional,
+            missing: vec![
+                "cuGraphConditionalHandleCreate",
+                "cuStreamBeginCaptureToGraph",
+            ],
+        };
+        assert_eq!(
+            e.to_string(),
+            "conditional graph nodes need cuGraphConditionalHandleCreate, \
+             cuStreamBeginCaptureToGraph, which this driver lacks (drivers of CUDA 12.3 or newer \
+             have them)"
         );
     }
 

@@ -159,8 +159,11 @@ pub use device::stream::CudaStream;
 pub use driver::DriverFailure;
 pub use driver::status::{CUDA_ERROR_DEINITIALIZED, cuda_error_text, is_teardown_noop};
 pub use error::{AtlasError, CaptureMisuse, LaunchRefusal, LimitError, NotFoundKind, Result};
+pub use error::{GraphFeature, UpdateRefusal};
 pub use graph::capture::CudaGraph;
+pub use graph::conditional::ConditionalHandle;
 pub use graph::exec::GraphExec;
+pub use graph::update::GraphUpdate;
 pub use launch::args::{KernelArgs, KernelParam};
 pub use launch::config::LaunchConfig;
 pub use launch::kernel::Kernel;
@@ -196,6 +199,8 @@ mod send_sync {
         send_sync::<Kernel>();
         send_sync::<DeviceSymbol>();
         send_only::<GraphExec>();
+        send_sync::<ConditionalHandle>();
+        send_sync::<GraphUpdate>();
     };
 }
 

@@ -15,6 +15,8 @@
 //! | model load              | `model_load/{demo_ptx,demo_cubin}/{raw,atlas}` (time per load)                     |
 //! | model load, paired      | `model_load_paired/{demo_ptx,demo_cubin}/atlas` (× raw)                            |
 //! | graph replay            | `graph_replay/noop256/{eager,replay}` (per kernel, synchronize included)           |
+//! | graph update            | `graph_update/chain64/{update,reinstantiate}` (per update)                         |
+//! | conditional loop        | `while_loop/steps64/{graph,host}` (per 64-step loop, synchronize included)         |
 //! | load everywhere         | `load_all_devices/{N}_gpus/{registry_per_device,one_library}`                      |
 //! | load everywhere, paired | `load_all_devices_paired/{N}_gpus/one_library` (× `registry_per_device`)           |
 //! | allocation, paired      | `alloc_paired/{4k,1m}/{raw,atlas_alloc,stream_ordered_raw,stream_ordered}` (× raw `cuMemAlloc`+`cuMemFree`) |
@@ -44,6 +46,7 @@
 
 mod enqueue;
 mod graph_replay;
+mod graph_update;
 mod launches;
 mod load_all_devices;
 mod lookup;
@@ -207,6 +210,7 @@ fn main() {
     replaced::replaced(&mut c, &env);
     model_load::model_load(&mut c, &mut paired, &env);
     graph_replay::graph_replay(&mut c, &env);
+    graph_update::graph_update(&mut c, &env);
     load_all_devices::load_all_devices(&mut c, &mut paired);
     stream_memory::stream_memory(&mut paired, &env);
 

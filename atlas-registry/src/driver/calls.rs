@@ -15,10 +15,12 @@
 use std::ffi::{CStr, c_char, c_void};
 
 use atlas_sys::{
-    CUDA_KERNEL_NODE_PARAMS, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUfunction,
-    CUfunction_attribute, CUgraph, CUgraphExec, CUgraphNode, CUgraphNodeType, CUjit_option,
+    CUDA_CONDITIONAL_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUcontext, CUdevice, CUdevice_attribute,
+    CUdeviceptr, CUfunction, CUfunction_attribute, CUgraph, CUgraphConditionalHandle,
+    CUgraphConditionalNodeType, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResult,
+    CUgraphExecUpdateResultInfo, CUgraphNode, CUgraphNodeParams, CUgraphNodeType, CUjit_option,
     CUlibrary, CUmemPool_attribute, CUmemoryPool, CUmodule, CUresult, CUstream,
-    CUstreamCaptureMode, CUstreamCaptureStatus,
+    CUstreamCaptureMode, CUstreamCaptureStatus, CUstreamUpdateCaptureDependencies_flags,
 };
 
 use super::{Error, Result, check, driver};
@@ -574,6 +576,294 @@ pub(crate) unsafe fn graph_exec_destroy(exec: CUgraphExec) -> Result<()> {
 pub(crate) unsafe fn graph_destroy(graph: CUgraph) -> Result<()> {
     // SAFETY: duty 1.
     unsafe { call!(cuGraphDestroy(graph)) }
+}
+
+// Graph updates and conditional nodes.
+
+/// The entry points of whole-graph update and upload that this driver lacks (all present from
+/// CUDA 12.0 on).
+pub(crate) fn missing_graph_update() -> Result<Vec<&'static str>> {
+    let cuda = driver()?.cuda;
+    Ok(missing(&[
+        ("cuGraphExecUpdate_v2", cuda.cuGraphExecUpdate_v2.is_ok()),
+        ("cuGraphUpload", cuda.cuGraphUpload.is_ok()),
+    ]))
+}
+
+/// The entry points of conditional graph nodes that this driver lacks (all present from CUDA
+/// 12.3 on).
+pub(crate) fn missing_conditional() -> Result<Vec<&'static str>> {
+    let cuda = driver()?.cuda;
+    Ok(missing(&[
+        (
+            "cuGraphConditionalHandleCreate",
+            cuda.cuGraphConditionalHandleCreate.is_ok(),
+        ),
+        ("cuGraphAddNode_v2", cuda.cuGraphAddNode_v2.is_ok()),
+        (
+            "cuStreamGetCaptureInfo_v3",
+            cuda.cuStreamGetCaptureInfo_v3.is_ok(),
+        ),
+        (
+            "cuStreamUpdateCaptureDependencies_v2",
+            cuda.cuStreamUpdateCaptureDependencies_v2.is_ok(),
+        ),
+        (
+            "cuStreamBeginCaptureToGraph",
+            cuda.cuStreamBeginCaptureToGraph.is_ok(),
+        ),
+    ]))
+}
+
+fn missing(entries: &[(&'static str, bool)]) -> Vec<&'static str> {
+    entries
+        .iter()
+        .filter(|(_, present)| !present)
+        .map(|(name, _)| *name)
+        .collect()
+}
+
+/// `cuGraphExecUpdate_v2`: `Ok(SUCCESS)` when `exec` now runs `graph`'s parameters, or the
+/// driver's reason (`CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE`) when it cannot be updated and was
+/// left as it was; any other failure is an error.
+///
+/// # Safety
+///
+/// 1. `exec` and `graph` are live, of one context, which is current.
+pub(crate) unsafe fn graph_exec_update(
+    exec: CUgraphExec,
+    graph: CUgraph,
+) -> Result<CUgraphExecUpdateResult> {
+    let f = atlas_sys::resolve(&driver()?.cuda.cuGraphExecUpdate_v2, "cuGraphExecUpdate_v2")
+        .map_err(Error::Missing)?;
+    let mut info = CUgraphExecUpdateResultInfo {
+        result: CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
+        errorNode: std::ptr::null_mut(),
+        errorFromNode: std::ptr::null_mut(),
+    };
+    // SAFETY: duty 1; `info` is a live out-pointer.
+    let status = unsafe { f(exec, graph, &mut info) };
+    if status == CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE {
+        return Ok(info.result);
+    }
+    check(status, "cuGraphExecUpdate_v2")?;
+    Ok(CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS)
+}
+
+/// `cuGraphUpload`.
+///
+/// # Safety
+///
+/// 1. `exec` is live, and `stream` a live stream of its context or null (then that context is
+///    current).
+pub(crate) unsafe fn graph_upload(exec: CUgraphExec, stream: CUstream) -> Result<()> {
+    // SAFETY: duty 1.
+    unsafe { call!(cuGraphUpload(exec, stream)) }
+}
+
+/// What `cuStreamGetCaptureInfo_v3` says of a stream: `None` when it is not capturing, else
+/// the graph being built and the nodes the next captured work will depend on (copied out, with
+/// their edge data).
+pub(crate) struct CaptureState {
+    /// The driver's id of the capture, unique in the process.
+    pub(crate) id: u64,
+    /// The graph under construction.
+    pub(crate) graph: CUgraph,
+    /// The current dependency set.
+    pub(crate) dependencies: Vec<CUgraphNode>,
+    /// One edge record per dependency, or empty when the driver gave none (default edges).
+    pub(crate) edges: Vec<CUgraphEdgeData>,
+}
+
+/// `cuStreamGetCaptureInfo_v3`: the capture `stream` is in, if any. An invalidated capture is an
+/// error (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`).
+///
+/// # Safety
+///
+/// 1. `stream` is live and not null; its context is current.
+pub(crate) unsafe fn capture_state(stream: CUstream) -> Result<Option<CaptureState>> {
+    let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id = 0u64;
+    let mut graph: CUgraph = std::ptr::null_mut();
+    let mut deps: *const CUgraphNode = std::ptr::null();
+    let mut edges: *const CUgraphEdgeData = std::ptr::null();
+    let mut count = 0usize;
+    // SAFETY: duty 1; every out-pointer is live.
+    unsafe {
+        call!(cuStreamGetCaptureInfo_v3(
+            stream,
+            &mut status,
+            &mut id,
+            &mut graph,
+            &mut deps,
+            &mut edges,
+            &mut count
+        ))
+    }?;
+    match status {
+        CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => {}
+        CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED => {
+            return Err(Error::Failed(super::DriverFailure {
+                call: "cuStreamGetCaptureInfo_v3",
+                subject: "the stream's capture".into(),
+                code: CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.0,
+            }));
+        }
+        _ => return Ok(None),
+    }
+    // SAFETY: the driver's arrays hold `count` entries (or are null) and stay valid until the next
+    // call on the stream; they are copied out at once.
+    let (dependencies, edges) = unsafe { (copy_out(deps, count), copy_out(edges, count)) };
+    Ok(Some(CaptureState {
+        id,
+        graph,
+        dependencies,
+        edges,
+    }))
+}
+
+/// The `n` values at `p`, or none when `p` is null.
+///
+/// # Safety
+///
+/// 1. `p` is null or points to `n` initialised values, valid during the call.
+unsafe fn copy_out<T: Copy>(p: *const T, n: usize) -> Vec<T> {
+    if p.is_null() || n == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: duty 1.
+        unsafe { std::slice::from_raw_parts(p, n) }.to_vec()
+    }
+}
+
+/// `cuGraphConditionalHandleCreate`: a handle of `graph` whose value is set to `default` at the
+/// start of every launch of a graph instantiated from it (`CU_GRAPH_COND_ASSIGN_DEFAULT`).
+///
+/// # Safety
+///
+/// 1. `graph` is live; `context` is live and the graph's.
+pub(crate) unsafe fn conditional_handle_create(
+    graph: CUgraph,
+    context: CUcontext,
+    default: u32,
+) -> Result<CUgraphConditionalHandle> {
+    let mut handle: CUgraphConditionalHandle = 0;
+    // SAFETY: duty 1; `handle` is a live out-pointer.
+    unsafe {
+        call!(cuGraphConditionalHandleCreate(
+            &mut handle,
+            graph,
+            context,
+            default,
+            atlas_sys::CU_GRAPH_COND_ASSIGN_DEFAULT
+        ))
+    }?;
+    Ok(handle)
+}
+
+/// `cuGraphAddNode_v2` of a conditional node with one body graph: the node and the body, which
+/// the node owns (the driver destroys it with the node's graph; it must never be destroyed on its
+/// own).
+///
+/// # Safety
+///
+/// 1. `graph` is live and `context` its context; `handle` was created for `graph`.
+/// 2. `dependencies` are nodes of `graph`; `edges` is empty or holds one record per dependency.
+pub(crate) unsafe fn add_conditional_node(
+    graph: CUgraph,
+    dependencies: &[CUgraphNode],
+    edges: &[CUgraphEdgeData],
+    handle: CUgraphConditionalHandle,
+    kind: CUgraphConditionalNodeType,
+    context: CUcontext,
+) -> Result<(CUgraphNode, CUgraph)> {
+    // SAFETY: CUgraphNodeParams is plain C data (integers, pointers, unions of them), for which all
+    // zero bytes are a valid value: null pointers and zero counts, as the driver asks for unused
+    // fields.
+    let mut params: CUgraphNodeParams = unsafe { std::mem::zeroed() };
+    params.type_ = CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    params.__bindgen_anon_1.conditional = CUDA_CONDITIONAL_NODE_PARAMS {
+        handle,
+        type_: kind,
+        size: 1,
+        phGraph_out: std::ptr::null_mut(),
+        ctx: context,
+    };
+    let edge_data = if edges.len() == dependencies.len() && !edges.is_empty() {
+        edges.as_ptr()
+    } else {
+        std::ptr::null()
+    };
+    let mut node: CUgraphNode = std::ptr::null_mut();
+    // SAFETY: duties 1 and 2; `node` and `params` are live; the driver fills `phGraph_out` with an
+    // array it owns.
+    unsafe {
+        call!(cuGraphAddNode_v2(
+            &mut node,
+            graph,
+            dependencies.as_ptr(),
+            edge_data,
+            dependencies.len(),
+            &mut params
+        ))
+    }?;
+    // SAFETY: the union holds the conditional parameters written above, which the call filled.
+    let bodies = unsafe { params.__bindgen_anon_1.conditional.phGraph_out };
+    if bodies.is_null() {
+        return Err(Error::Failed(super::DriverFailure {
+            call: "cuGraphAddNode_v2",
+            subject: "a conditional node without a body graph".into(),
+            code: CUresult::CUDA_ERROR_UNKNOWN.0,
+        }));
+    }
+    // SAFETY: a node of size 1 has one body graph in the driver's array, valid for the node's life.
+    Ok((node, unsafe { *bodies }))
+}
+
+/// `cuStreamUpdateCaptureDependencies_v2` with `CU_STREAM_SET_CAPTURE_DEPENDENCIES`: the next
+/// work captured on `stream` depends on `node` alone.
+///
+/// # Safety
+///
+/// 1. `stream` is live and capturing into the graph `node` belongs to; its context is current.
+pub(crate) unsafe fn set_capture_dependency(stream: CUstream, node: CUgraphNode) -> Result<()> {
+    let mut nodes = [node];
+    let flags = CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES.0;
+    // SAFETY: duty 1; one node, default edge.
+    unsafe {
+        call!(cuStreamUpdateCaptureDependencies_v2(
+            stream,
+            nodes.as_mut_ptr(),
+            std::ptr::null(),
+            1,
+            flags
+        ))
+    }
+}
+
+/// `cuStreamBeginCaptureToGraph`: captures `stream`'s work into the existing `graph`, from its
+/// roots.
+///
+/// # Safety
+///
+/// 1. `stream` is live, not null and not capturing; `graph` is live, of the stream's context,
+///    which is current.
+pub(crate) unsafe fn begin_capture_to_graph(
+    stream: CUstream,
+    graph: CUgraph,
+    mode: CUstreamCaptureMode,
+) -> Result<()> {
+    // SAFETY: duty 1; no dependencies.
+    unsafe {
+        call!(cuStreamBeginCaptureToGraph(
+            stream,
+            graph,
+            std::ptr::null(),
+            std::ptr::null(),
+            0,
+            mode
+        ))
+    }
 }
 
 // Stream priorities, stream-ordered memory and capture state.

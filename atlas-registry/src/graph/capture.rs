@@ -10,6 +10,7 @@ use crate::device::context::ensure_bound;
 use crate::device::stream::CudaStream;
 use crate::driver::calls;
 use crate::error::{AtlasError, CaptureMisuse, Result, report_cleanup};
+use crate::graph::conditional::in_conditional_body;
 
 /// A captured graph, not yet instantiated.
 pub struct CudaGraph {
@@ -50,6 +51,9 @@ impl CudaStream {
     /// nodes.
     #[doc(alias = "cuStreamEndCapture")]
     pub fn end_capture(&self) -> Result<CudaGraph> {
+        if in_conditional_body(self.raw()) {
+            return Err(AtlasError::Capture(CaptureMisuse::ConditionalBody));
+        }
         ensure_bound(self.context())?;
         // SAFETY: the stream is live; its context is current.
         let ended = unsafe { calls::end_capture(self.raw()) };

@@ -24,9 +24,13 @@ use crate::launch::kernel::Kernel;
 /// shared_across_threads::<atlas_registry::GraphExec>();
 /// ```
 pub struct GraphExec {
-    raw: CUgraphExec,
-    kernel_nodes: Vec<CUgraphNode>,
-    graph: CudaGraph,
+    /// The executable graph.
+    pub(super) raw: CUgraphExec,
+    /// The kernel nodes of `graph`, in launch order: the handles that name this executable
+    /// graph's kernel nodes to the driver.
+    pub(super) kernel_nodes: Vec<CUgraphNode>,
+    /// The graph `raw` was instantiated from.
+    pub(super) graph: CudaGraph,
 }
 
 // SAFETY: usable from any thread, one at a time, which ownership guarantees. Deliberately not

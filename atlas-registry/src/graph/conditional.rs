@@ -1,0 +1,223 @@
+//! Conditional graph nodes (CUDA 12.3+): an IF or WHILE node whose body graph runs, once or over
+//! and over, as long as a value on the device says so, with no host in the loop.
+//!
+//! A conditional node is added to the graph a stream is capturing into, where the capture stands:
+//!
+//! 1. [`CudaStream::conditional_handle`] makes the node's [`ConditionalHandle`] in that graph,
+//!    with the value every replay starts with.
+//! 2. [`CudaStream::capture_while`] / [`CudaStream::capture_if`] add the node and capture its body:
+//!    the closure's launches, on the body stream it is given, become the body graph.
+//! 3. A kernel given the handle as an argument sets the value with the CUDA device function
+//!    `cudaGraphSetConditional(handle, value)` (see `kernels/conditional.cu`): 0 ends a WHILE loop
+//!    after the current iteration, or skips an IF body.
+//!
+//! The body graph belongs to its node, and so to the captured graph: the driver destroys it with
+//! that graph. Atlas never wraps it in a [`CudaGraph`](crate::CudaGraph), and refuses
+//! [`end_capture`](CudaStream::end_capture) on the body stream and on the capturing stream while
+//! the body is being captured (either would hand out a graph that is not the caller's to own).
+
+use std::sync::{Mutex, PoisonError};
+
+use atlas_sys::{
+    CUgraphConditionalHandle, CUgraphConditionalNodeType, CUstream, CUstreamCaptureMode,
+};
+
+use crate::device::context::ensure_bound;
+use crate::device::host::{host, ordinal_of};
+use crate::device::stream::CudaStream;
+use crate::driver::calls;
+use crate::error::{AtlasError, CaptureMisuse, GraphFeature, Result};
+use crate::graph::features::require;
+use crate::launch::args::KernelParam;
+
+/// The value of a conditional node, set on the device by `cudaGraphSetConditional`. Passed to a
+/// kernel as an argument (8 bytes, the CUDA type `cudaGraphConditionalHandle`).
+///
+/// Made by [`CudaStream::conditional_handle`] for the graph that stream is capturing into, and
+/// valid for one conditional node of that graph. A kernel may set it only while it runs inside a
+/// replay of that graph (that is part of the launch contract of the kernel it is given to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConditionalHandle {
+    raw: CUgraphConditionalHandle,
+    /// The driver's id of the capture the handle was made in: unique for the process, so a handle
+    /// is matched with its graph without keeping a graph pointer that could be reused.
+    capture: u64,
+}
+
+impl ConditionalHandle {
+    /// The raw handle, as a kernel receives it.
+    pub fn raw(&self) -> u64 {
+        self.raw
+    }
+}
+
+// SAFETY: the parameter is the handle's 8 bytes, stored in the value itself, which the borrow
+// keeps unchanged (duty 1); it is not an address of device memory (duty 2).
+unsafe impl KernelParam for ConditionalHandle {
+    const SIZE: usize = size_of::<CUgraphConditionalHandle>();
+    #[inline]
+    fn param_ptr(&self) -> *mut std::ffi::c_void {
+        (&self.raw as *const CUgraphConditionalHandle)
+            .cast_mut()
+            .cast()
+    }
+}
+
+/// Streams on which `end_capture` is refused: body streams while they capture, and the streams
+/// whose capture a body is being added to. Short-lived entries, looked up only by `end_capture`.
+static OPEN_BODIES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// Whether `stream` captures a conditional body, or waits for one to be captured.
+pub(crate) fn in_conditional_body(stream: CUstream) -> bool {
+    let open = OPEN_BODIES.lock().unwrap_or_else(PoisonError::into_inner);
+    open.contains(&(stream as usize))
+}
+
+/// Removes its streams from [`OPEN_BODIES`] when the body's capture is over, however it ends.
+struct BodyGuard([usize; 2]);
+
+impl BodyGuard {
+    fn open(streams: [CUstream; 2]) -> Self {
+        let streams = streams.map(|s| s as usize);
+        OPEN_BODIES
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(streams);
+        Self(streams)
+    }
+}
+
+impl Drop for BodyGuard {
+    fn drop(&mut self) {
+        let mut open = OPEN_BODIES.lock().unwrap_or_else(PoisonError::into_inner);
+        for stream in self.0 {
+            if let Some(at) = open.iter().position(|&s| s == stream) {
+                open.swap_remove(at);
+            }
+        }
+    }
+}
+
+impl CudaStream {
+    /// Makes a conditional handle in the graph this stream is capturing into; every replay of that
+    /// graph starts with the handle's value set to `initial` (1 for `true`, 0 for `false`).
+    ///
+    /// # Errors
+    ///
+    /// [`AtlasError::GraphFeatureUnavailable`] on a driver without conditional nodes (older than
+    /// CUDA 12.3), naming the entry points it lacks; [`CaptureMisuse::NotCapturing`] when the
+    /// stream is not capturing.
+    #[doc(alias = "cuGraphConditionalHandleCreate")]
+    pub fn conditional_handle(&self, initial: bool) -> Result<ConditionalHandle> {
+        let capture = self.capture_for_conditional()?;
+        // SAFETY: the capture's graph is live while the stream captures into it; the stream's
+        // context is its context.
+        let raw = unsafe {
+            calls::conditional_handle_create(capture.graph, self.context(), u32::from(initial))
+        }?;
+        Ok(ConditionalHandle {
+            raw,
+            capture: capture.id,
+        })
+    }
+
+    /// Adds a WHILE node where this stream's capture stands and captures its body: `body` is given
+    /// a stream capturing into the body graph, and the launches it makes there run, at every
+    /// replay, for as long as `handle`'s value is not 0 when an iteration ends (and not at all
+    /// when it is 0 as the node is reached). A kernel of the body sets the value to 0 to stop.
+    /// Work captured on this stream afterwards runs after the loop.
+    ///
+    /// # Errors
+    ///
+    /// As [`conditional_handle`](Self::conditional_handle);
+    /// [`CaptureMisuse::ForeignConditionalHandle`] when `handle` was made for another capture; any
+    /// error `body` returns (the body's capture is ended first).
+    #[doc(alias = "CU_GRAPH_COND_TYPE_WHILE")]
+    pub fn capture_while(
+        &self,
+        handle: ConditionalHandle,
+        body: impl FnOnce(&CudaStream) -> Result<()>,
+    ) -> Result<()> {
+        let kind = CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE;
+        self.capture_conditional(handle, kind, body)
+    }
+
+    /// Adds an IF node where this stream's capture stands and captures its body: `body` is given a
+    /// stream capturing into the body graph, whose launches run at a replay when `handle`'s value
+    /// is not 0 as the node is reached, and are skipped otherwise. Work captured on this stream
+    /// afterwards runs after the node.
+    ///
+    /// # Errors
+    ///
+    /// As [`capture_while`](Self::capture_while).
+    #[doc(alias = "CU_GRAPH_COND_TYPE_IF")]
+    pub fn capture_if(
+        &self,
+        handle: ConditionalHandle,
+        body: impl FnOnce(&CudaStream) -> Result<()>,
+    ) -> Result<()> {
+        let kind = CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF;
+        self.capture_conditional(handle, kind, body)
+    }
+
+    fn capture_conditional(
+        &self,
+        handle: ConditionalHandle,
+        kind: CUgraphConditionalNodeType,
+        body: impl FnOnce(&CudaStream) -> Result<()>,
+    ) -> Result<()> {
+        let capture = self.capture_for_conditional()?;
+        if capture.id != handle.capture {
+            return Err(AtlasError::Capture(CaptureMisuse::ForeignConditionalHandle));
+        }
+        let Some(ordinal) = ordinal_of(self.context()) else {
+            // Every CudaStream is made with a CudaContext, which is some host's primary context.
+            return Err(AtlasError::ForeignGraphPart {
+                what: "the capturing stream".into(),
+                expected: None,
+                given: None,
+            });
+        };
+        let body_stream = CudaStream::new(host(ordinal)?.context())?;
+        // SAFETY: the capture's graph is live while the stream captures into it, the stream's
+        // context is its context (and current: `capture_for_conditional`), the handle was made in
+        // this capture (checked above), and the dependencies are the capture's own, just read.
+        let (node, body_graph) = unsafe {
+            calls::add_conditional_node(
+                capture.graph,
+                &capture.dependencies,
+                &capture.edges,
+                handle.raw,
+                kind,
+                self.context(),
+            )
+        }?;
+        // SAFETY: the stream is live and capturing into the graph `node` was just added to.
+        unsafe { calls::set_capture_dependency(self.raw(), node) }?;
+        let _open = BodyGuard::open([self.raw(), body_stream.raw()]);
+        let mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        // SAFETY: the body stream was just created (live, not null, not capturing) in the graph's
+        // context, which is current; the body graph lives as long as its node's graph.
+        unsafe { calls::begin_capture_to_graph(body_stream.raw(), body_graph, mode) }?;
+        let captured = body(&body_stream);
+        // SAFETY: the body stream is live and capturing (begun above); its context is current
+        // unless `body` changed it, which `ensure_bound` undoes. The graph it returns is the body
+        // graph, owned by the node: it is dropped here as a raw handle, never destroyed.
+        let ended = ensure_bound(self.context())
+            .and_then(|()| Ok(unsafe { calls::end_capture(body_stream.raw()) }?));
+        captured?;
+        ended.map(|_body_graph| ())
+    }
+
+    /// The capture this stream is in, checked to be one a conditional node can be added to.
+    fn capture_for_conditional(&self) -> Result<calls::CaptureState> {
+        require(GraphFeature::Conditional)?;
+        if self.raw().is_null() {
+            return Err(AtlasError::Capture(CaptureMisuse::LegacyDefaultStream));
+        }
+        ensure_bound(self.context())?;
+        // SAFETY: the stream is live and not null; its context is current.
+        let state = unsafe { calls::capture_state(self.raw()) }?;
+        state.ok_or(AtlasError::Capture(CaptureMisuse::NotCapturing))
+    }
+}

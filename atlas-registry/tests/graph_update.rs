@@ -1,0 +1,380 @@
+//! Whole-graph update of an instantiated graph (in place, or instantiated again when the topology
+//! changed), upload, and conditional WHILE / IF nodes decided on the device; on a GPU, against CPU
+//! references on fresh random data. The error paths that need no GPU run against the stand-in.
+
+mod support;
+
+use atlas_kernels::{blobs_for_device, cubin_for_model, ptx_for_model};
+use atlas_registry::{
+    AtlasError, AtlasRegistry, CaptureMisuse, CudaStream, DeviceBuffer, GraphFeature, GraphUpdate,
+    LaunchConfig, UpdateRefusal,
+};
+use support::reference::assert_close;
+use support::rng::Rng;
+use support::{child, standin};
+
+fn demo() -> AtlasRegistry {
+    AtlasRegistry::load(0, ptx_for_model("demo").unwrap()).unwrap()
+}
+
+/// The blobs of the conditional model to test: its PTX (JIT-compiled by the driver, which resolves
+/// `cudaGraphSetConditional`) and, when this build has it, its sm_90 cubin on an sm_90 device.
+fn conditional_registries() -> Vec<(&'static str, AtlasRegistry)> {
+    let mut out = vec![(
+        "PTX",
+        AtlasRegistry::load(0, ptx_for_model("conditional").unwrap()).unwrap(),
+    )];
+    let cc = atlas_registry::host(0).unwrap().compute_capability();
+    if let Some(cubin) = cubin_for_model("conditional", 90).filter(|_| cc == (9, 0)) {
+        out.push(("sm_90 cubin", AtlasRegistry::load(0, cubin).unwrap()));
+    }
+    assert!(blobs_for_device("conditional", cc).is_some());
+    out
+}
+
+/// Captures one `scale` launch per factor on `x`, in order.
+fn capture_scales(
+    registry: &AtlasRegistry,
+    stream: &CudaStream,
+    x: &mut DeviceBuffer<f32>,
+    factors: &[f32],
+) -> atlas_registry::CudaGraph {
+    let scale = registry.function_cached("elementwise", "scale").unwrap();
+    let n = x.len() as u32;
+    let cfg = LaunchConfig::for_elements(n, 256);
+    stream.begin_capture().unwrap();
+    for &f in factors {
+        // SAFETY: captured, not run: at each replay `scale` touches the `n` floats of `x`; every
+        // test keeps `x` alive (declared before the executable graph) while it replays.
+        unsafe { scale.launch(stream, &cfg, (&mut *x, f, n)) }.unwrap();
+    }
+    stream.end_capture().unwrap()
+}
+
+fn factors(rng: &mut Rng, count: usize) -> Vec<f32> {
+    (0..count).map(|_| rng.f32_in(0.5, 1.5)).collect()
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn same_topology_updates_in_place_and_node_updates_still_work() {
+    let registry = demo();
+    let stream = CudaStream::new(registry.ctx()).unwrap();
+    let mut rng = Rng::new();
+    let n = 40_000;
+    let (input_x, input_y) = (rng.vec(n), rng.vec(n));
+    let mut x = DeviceBuffer::from_slice(registry.ctx(), &stream, &input_x).unwrap();
+    let mut y = DeviceBuffer::from_slice(registry.ctx(), &stream, &input_y).unwrap();
+    let first = factors(&mut rng, 3);
+    let mut exec = capture_scales(&registry, &stream, &mut x, &first)
+        .instantiate()
+        .unwrap();
+    exec.upload(&stream).unwrap();
+    // SAFETY: `x`, all the graph touches, outlives `exec`.
+    unsafe { exec.launch(&stream) }.unwrap();
+    let mut want_x = input_x.clone();
+    want_x
+        .iter_mut()
+        .for_each(|v| *v *= first.iter().product::<f32>());
+    assert_close(&x.to_vec(&stream).unwrap(), &want_x, 1e-5, "first graph");
+
+    // Same three launches, on another buffer, with other factors.
+    let second = factors(&mut rng, 3);
+    let graph = capture_scales(&registry, &stream, &mut y, &second);
+    // SAFETY: the new graph touches the `n` floats of `y`, which outlives `exec`.
+    let outcome = unsafe { exec.update(graph) }.unwrap();
+    assert_eq!(outcome, GraphUpdate::Updated);
+    assert_eq!(exec.kernel_count(), 3);
+    // SAFETY: as above.
+    unsafe { exec.launch(&stream) }.unwrap();
+    let mut want_y = input_y.clone();
+    want_y
+        .iter_mut()
+        .for_each(|v| *v *= second.iter().product::<f32>());
+    assert_close(
+        &y.to_vec(&stream).unwrap(),
+        &want_y,
+        1e-5,
+        "after the update",
+    );
+    assert_close(
+        &x.to_vec(&stream).unwrap(),
+        &want_x,
+        0.0,
+        "x after the update",
+    );
+
+    // Kernel nodes are still addressable after an in-place update.
+    let scale = registry.function_cached("elementwise", "scale").unwrap();
+    let cfg = LaunchConfig::for_elements(n as u32, 256);
+    let replacement = rng.f32_in(0.5, 1.5);
+    // SAFETY: node 1 touches the `n` floats of `y`, which outlives `exec`.
+    unsafe { exec.set_kernel_args(1, &scale, &cfg, (&mut y, replacement, n as u32)) }.unwrap();
+    // SAFETY: as above.
+    unsafe { exec.launch(&stream) }.unwrap();
+    let product = second[0] * replacement * second[2];
+    want_y.iter_mut().for_each(|v| *v *= product);
+    assert_close(
+        &y.to_vec(&stream).unwrap(),
+        &want_y,
+        1e-5,
+        "node update after update",
+    );
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn another_topology_is_instantiated_again() {
+    let registry = demo();
+    let stream = CudaStream::new(registry.ctx()).unwrap();
+    let mut rng = Rng::new();
+    let n = 30_000;
+    let input = rng.vec(n);
+    let mut x = DeviceBuffer::from_slice(registry.ctx(), &stream, &input).unwrap();
+    let first = factors(&mut rng, 2);
+    let mut exec = capture_scales(&registry, &stream, &mut x, &first)
+        .instantiate()
+        .unwrap();
+    let second = factors(&mut rng, 5);
+    let graph = capture_scales(&registry, &stream, &mut x, &second);
+    // SAFETY: the new graph touches the `n` floats of `x`, which outlives `exec`.
+    let outcome = unsafe { exec.update(graph) }.unwrap();
+    assert!(
+        matches!(outcome, GraphUpdate::Reinstantiated { .. }),
+        "{outcome:?}"
+    );
+    if let GraphUpdate::Reinstantiated { reason } = outcome {
+        assert_eq!(reason, UpdateRefusal::TopologyChanged, "{reason}");
+    }
+    assert_eq!(exec.kernel_count(), 5);
+    exec.upload(&stream).unwrap();
+    // SAFETY: as above.
+    unsafe { exec.launch(&stream) }.unwrap();
+    let mut want = input.clone();
+    want.iter_mut()
+        .for_each(|v| *v *= second.iter().product::<f32>());
+    assert_close(
+        &x.to_vec(&stream).unwrap(),
+        &want,
+        1e-5,
+        "re-instantiated graph",
+    );
+
+    // Its kernel nodes are the new graph's.
+    let scale = registry.function_cached("elementwise", "scale").unwrap();
+    let cfg = LaunchConfig::for_elements(n as u32, 256);
+    // SAFETY: node 4 touches the `n` floats of `x`, which outlives `exec`.
+    unsafe { exec.set_kernel_args(4, &scale, &cfg, (&mut x, 1.0f32, n as u32)) }.unwrap();
+    // SAFETY: as above.
+    unsafe { exec.launch(&stream) }.unwrap();
+    let product: f32 = second[..4].iter().product();
+    want.iter_mut().for_each(|v| *v *= product);
+    assert_close(
+        &x.to_vec(&stream).unwrap(),
+        &want,
+        1e-5,
+        "after a node update",
+    );
+}
+
+/// `loop_step` on the CPU: `steps` times x = x * 0.5 + 1.
+fn loop_reference(input: &[f32], steps: usize) -> Vec<f32> {
+    input
+        .iter()
+        .map(|&v| (0..steps).fold(v, |v, _| v * 0.5 + 1.0))
+        .collect()
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn while_loop_runs_as_many_iterations_as_the_device_decides() {
+    let mut rng = Rng::new();
+    for (blob, registry) in conditional_registries() {
+        let stream = CudaStream::new(registry.ctx()).unwrap();
+        let step = registry
+            .function_cached("conditional", "loop_step")
+            .unwrap();
+        let reset = registry
+            .function_cached("conditional", "reset_counter")
+            .unwrap();
+        let n = 10_000 + rng.index(5_000);
+        let input = rng.vec(n);
+        let mut x = DeviceBuffer::from_slice(registry.ctx(), &stream, &input).unwrap();
+        let mut counter = DeviceBuffer::from_slice(registry.ctx(), &stream, &[-7i32]).unwrap();
+        let limit = 1 + rng.index(20) as i32;
+        let cfg = LaunchConfig::for_elements(n as u32, 256);
+        stream.begin_capture().unwrap();
+        // SAFETY: captured, not run: at each replay it writes the one int of `counter`, which
+        // outlives `exec`.
+        unsafe { reset.launch(&stream, &LaunchConfig::for_elements(1, 1), (&mut counter,)) }
+            .unwrap();
+        let cond = stream.conditional_handle(true).unwrap();
+        stream
+            .capture_while(cond, |body| {
+                // SAFETY: captured, not run: at each iteration `loop_step` touches the `n` floats
+                // of `x` and the int of `counter` (both outlive `exec`) and sets `cond`, a handle
+                // of this graph, while running in it.
+                unsafe { step.launch(body, &cfg, (&mut x, n as u32, cond, &mut counter, limit)) }
+            })
+            .unwrap();
+        let exec = stream.end_capture().unwrap().instantiate().unwrap();
+        let mut want = input.clone();
+        for replay in 0..2 {
+            // SAFETY: `x` and `counter` outlive `exec`.
+            unsafe { exec.launch(&stream) }.unwrap();
+            want = loop_reference(&want, limit as usize);
+            assert_close(
+                &x.to_vec(&stream).unwrap(),
+                &want,
+                1e-5,
+                &format!("{blob}: replay {replay} of a {limit}-iteration loop"),
+            );
+            assert_eq!(counter.to_vec(&stream).unwrap(), [limit], "{blob}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn if_node_runs_its_body_when_the_device_flag_says_so() {
+    let mut rng = Rng::new();
+    for (blob, registry) in conditional_registries() {
+        let stream = CudaStream::new(registry.ctx()).unwrap();
+        let set = registry
+            .function_cached("conditional", "set_condition")
+            .unwrap();
+        let step = registry
+            .function_cached("conditional", "host_step")
+            .unwrap();
+        let n = 5_000 + rng.index(5_000);
+        let input = rng.vec(n);
+        let mut x = DeviceBuffer::from_slice(registry.ctx(), &stream, &input).unwrap();
+        let mut counter = DeviceBuffer::from_slice(registry.ctx(), &stream, &[0i32]).unwrap();
+        let mut flag = DeviceBuffer::from_slice(registry.ctx(), &stream, &[0i32]).unwrap();
+        let cfg = LaunchConfig::for_elements(n as u32, 256);
+        stream.begin_capture().unwrap();
+        // The handle starts at 1: only the kernel's write can skip the body.
+        let cond = stream.conditional_handle(true).unwrap();
+        // SAFETY: captured, not run: reads the int of `flag` (outlives `exec`) and sets `cond`, a
+        // handle of this graph, while running in it.
+        unsafe { set.launch(&stream, &LaunchConfig::for_elements(1, 1), (cond, &flag)) }.unwrap();
+        stream
+            .capture_if(cond, |body| {
+                // SAFETY: captured, not run: touches the `n` floats of `x` and the int of
+                // `counter`, which outlive `exec`.
+                unsafe { step.launch(body, &cfg, (&mut x, n as u32, &mut counter)) }
+            })
+            .unwrap();
+        let exec = stream.end_capture().unwrap().instantiate().unwrap();
+        let mut want = input.clone();
+        let mut runs = 0;
+        for _ in 0..6 {
+            let run = rng.chance(50);
+            flag.copy_from(&stream, &[if run { rng.below(1000) as i32 + 1 } else { 0 }])
+                .unwrap();
+            // SAFETY: `x`, `counter` and `flag` outlive `exec`.
+            unsafe { exec.launch(&stream) }.unwrap();
+            if run {
+                want = loop_reference(&want, 1);
+                runs += 1;
+            }
+            assert_close(&x.to_vec(&stream).unwrap(), &want, 1e-5, blob);
+            assert_eq!(counter.to_vec(&stream).unwrap(), [runs], "{blob}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn conditional_misuse_is_refused() {
+    let (_, registry) = conditional_registries().remove(0);
+    let stream = CudaStream::new(registry.ctx()).unwrap();
+    let not_capturing = stream.conditional_handle(true).unwrap_err();
+    assert!(
+        matches!(
+            not_capturing,
+            AtlasError::Capture(CaptureMisuse::NotCapturing)
+        ),
+        "{not_capturing}"
+    );
+    let legacy = CudaStream::legacy_default(registry.ctx());
+    assert!(matches!(
+        legacy.conditional_handle(true).unwrap_err(),
+        AtlasError::Capture(CaptureMisuse::LegacyDefaultStream)
+    ));
+
+    let step = registry
+        .function_cached("conditional", "host_step")
+        .unwrap();
+    let mut x = DeviceBuffer::from_slice(registry.ctx(), &stream, &[1.0f32; 32]).unwrap();
+    let mut counter = DeviceBuffer::from_slice(registry.ctx(), &stream, &[0i32]).unwrap();
+    let cfg = LaunchConfig::for_elements(32, 32);
+    // A handle of one capture is refused by another.
+    stream.begin_capture().unwrap();
+    let foreign = stream.conditional_handle(true).unwrap();
+    drop(stream.end_capture().unwrap());
+    stream.begin_capture().unwrap();
+    let err = stream.capture_while(foreign, |_| Ok(())).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            AtlasError::Capture(CaptureMisuse::ForeignConditionalHandle)
+        ),
+        "{err}"
+    );
+    // Neither the body's stream nor the capturing one can end its capture inside the body.
+    let cond = stream.conditional_handle(false).unwrap();
+    stream
+        .capture_if(cond, |body| {
+            for what in [body, &stream] {
+                let err = what.end_capture().unwrap_err();
+                assert!(
+                    matches!(err, AtlasError::Capture(CaptureMisuse::ConditionalBody)),
+                    "{err}"
+                );
+            }
+            // SAFETY: captured, not run (the condition starts at 0 and nothing sets it): it would
+            // touch the 32 floats of `x` and the int of `counter`, which outlive the graph.
+            unsafe { step.launch(body, &cfg, (&mut x, 32u32, &mut counter)) }
+        })
+        .unwrap();
+    let exec = stream.end_capture().unwrap().instantiate().unwrap();
+    // SAFETY: as above.
+    unsafe { exec.launch(&stream) }.unwrap();
+    assert_eq!(x.to_vec(&stream).unwrap(), [1.0f32; 32], "body skipped");
+    assert_eq!(counter.to_vec(&stream).unwrap(), [0]);
+}
+
+// Stand-in (no GPU): a driver without the entry points of a feature refuses it by name.
+
+child::bodies!(conditional_nodes_need_their_entry_points);
+
+#[test]
+fn a_driver_without_conditional_nodes_names_what_it_lacks() {
+    standin::run(conditional_nodes_need_their_entry_points, &[]);
+}
+
+fn conditional_nodes_need_their_entry_points() {
+    let host = atlas_registry::host(0).unwrap();
+    let stream = CudaStream::new(host.context()).unwrap();
+    let err = stream.conditional_handle(true).unwrap_err();
+    let AtlasError::GraphFeatureUnavailable { feature, missing } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(*feature, GraphFeature::Conditional);
+    assert_eq!(
+        missing,
+        &[
+            "cuGraphConditionalHandleCreate",
+            "cuGraphAddNode_v2",
+            "cuStreamGetCaptureInfo_v3",
+            "cuStreamUpdateCaptureDependencies_v2",
+            "cuStreamBeginCaptureToGraph",
+        ]
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("CUDA 12.3") && text.contains("cuStreamBeginCaptureToGraph"),
+        "{text}"
+    );
+}
