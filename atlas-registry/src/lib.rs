@@ -158,10 +158,12 @@ pub use device::limits::DeviceLimits;
 pub use device::stream::CudaStream;
 pub use driver::DriverFailure;
 pub use driver::status::{CUDA_ERROR_DEINITIALIZED, cuda_error_text, is_teardown_noop};
+pub use error::AttributeRefusal;
 pub use error::{AtlasError, CaptureMisuse, LaunchRefusal, LimitError, NotFoundKind, Result};
 pub use graph::capture::CudaGraph;
 pub use graph::exec::GraphExec;
 pub use launch::args::{KernelArgs, KernelParam};
+pub use launch::attributes::{LaunchAttributes, MemSyncDomain, PORTABLE_CLUSTER_BLOCKS};
 pub use launch::config::LaunchConfig;
 pub use launch::kernel::Kernel;
 pub use memory::buffer::{DeviceBuffer, DeviceCopy};
@@ -195,6 +197,7 @@ mod send_sync {
         send_sync::<AtlasLibrary>();
         send_sync::<Kernel>();
         send_sync::<DeviceSymbol>();
+        send_sync::<LaunchAttributes>();
         send_only::<GraphExec>();
     };
 }

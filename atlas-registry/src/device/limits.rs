@@ -1,8 +1,9 @@
 //! [`DeviceLimits`]: what one launch may ask of a device, read once per device. A launch is checked
-//! against them in `launch::config`.
+//! against them in `launch::config`, its attributes in `launch::attributes`.
 
 use atlas_sys::{CUdevice, CUdevice_attribute as Attr};
 
+use crate::device::context::CudaContext;
 use crate::driver::{About, calls};
 use crate::error::Result;
 
@@ -17,6 +18,15 @@ pub struct DeviceLimits {
     pub max_grid: (u32, u32, u32),
     /// Most dynamic shared memory one block can get with the opt-in, in bytes.
     pub max_shared_mem_optin: u32,
+    /// Streaming multiprocessors (SMs) of the device.
+    pub multiprocessors: u32,
+    /// Whether the device launches thread block clusters (`CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH`).
+    pub cluster_launch: bool,
+    /// Whether the device makes cooperative launches (`CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH`).
+    pub cooperative_launch: bool,
+    /// Launch and stream priorities as `(least, greatest)` (`cuCtxGetStreamPriorityRange`):
+    /// numerically `greatest <= least`, and lower numbers run first.
+    pub stream_priorities: (i32, i32),
 }
 
 /// One device attribute, as a count (a negative answer reads as 0).
@@ -27,8 +37,14 @@ pub(crate) fn attribute(device: CUdevice, attribute: Attr, ordinal: usize) -> Re
 }
 
 impl DeviceLimits {
-    pub(crate) fn read(device: CUdevice, ordinal: usize) -> Result<Self> {
+    /// Reads the limits of `context`'s device; makes `context` current (the priority range is
+    /// asked of the current context).
+    pub(crate) fn read(context: &CudaContext) -> Result<Self> {
+        let (device, ordinal) = (context.device(), context.ordinal());
         let get = |a| attribute(device, a, ordinal);
+        context.bind()?;
+        let stream_priorities =
+            calls::stream_priority_range().about(|| format!("device {ordinal}"))?;
         Ok(Self {
             max_threads_per_block: get(Attr::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
             max_block: (
@@ -42,6 +58,10 @@ impl DeviceLimits {
                 get(Attr::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
             ),
             max_shared_mem_optin: get(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+            multiprocessors: get(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            cluster_launch: get(Attr::CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH)? == 1,
+            cooperative_launch: get(Attr::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)? == 1,
+            stream_priorities,
         })
     }
 }
