@@ -17,6 +17,9 @@ const SOURCES: &[&str] = &[
     "kernels/device_global.cu",
     "kernels/model_tagged.cu",
     "kernels/faults.cu",
+    "kernels/pdl.cu",
+    "kernels/cluster.cu",
+    "kernels/cooperative.cu",
     "kernels/regen.sh",
 ];
 

@@ -11,6 +11,7 @@
 //! | `model_a` | `model` (`transform`: `out = in * 2 + 1`)                 |
 //! | `model_b` | `model` (`transform`: `out = in * -3 + 0.5`)              |
 //! | `faults`  | `faults` (`trap`, `write_far`: kernels that fail on purpose) |
+//! | `launch`  | `pdl` (`pdl_step`), `cluster` (`cluster_shape`, `cluster_shape_pair`), `cooperative` (`coop_sum`): kernels for launch attributes; their Hopper instructions are in the `sm_90` cubin only |
 //!
 //! Every model comes as PTX and as cubins for each architecture in [`CUBIN_ARCHS`]:
 //!
@@ -32,7 +33,7 @@
 //! ```
 
 /// Names of every model, in the order of the table above.
-pub const MODELS: &[&str] = &["demo", "model_a", "model_b", "faults"];
+pub const MODELS: &[&str] = &["demo", "model_a", "model_b", "faults", "launch"];
 
 /// The architectures every model has a cubin for, as `10 * major + minor` of the compute
 /// capability: Turing (T4, RTX 20), A100, RTX 30 / A10 / A40, Ada (L4, L40, RTX 40), Hopper (H100,
@@ -107,6 +108,10 @@ const TABLE: &[Model] = &[
     model!("model_a": "model" => "model_a"),
     model!("model_b": "model" => "model_b"),
     model!("faults": "faults" => "faults"),
+    model!("launch":
+        "pdl" => "pdl",
+        "cluster" => "cluster",
+        "cooperative" => "cooperative"),
 ];
 
 fn model(name: &str) -> Option<&'static Model> {

@@ -73,6 +73,9 @@ MODULES = (
     ("block_reduce", "block_reduce.cu", ()),
     ("device_global", "device_global.cu", ()),
     ("faults", "faults.cu", ()),
+    ("pdl", "pdl.cu", ()),
+    ("cluster", "cluster.cu", ()),
+    ("cooperative", "cooperative.cu", ()),
     ("model_a", "model_tagged.cu", ("-DMODEL_SCALE=2", "-DMODEL_OFFSET=1")),
     ("model_b", "model_tagged.cu", ("-DMODEL_SCALE=-3", "-DMODEL_OFFSET=0.5")),
 )
