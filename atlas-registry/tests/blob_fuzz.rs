@@ -68,8 +68,8 @@ fn committed_blobs_pass_validation() {
     let corpus = corpus();
     assert_eq!(
         corpus.len(),
-        7 * 5 + 7 + 1 + 2,
-        "7 modules' cubins for 5 architectures, 7 PTX modules, the fatbin, its PTX entry alone \
+        10 * 5 + 10 + 1 + 2,
+        "10 modules' cubins for 5 architectures, 10 PTX modules, the fatbin, its PTX entry alone \
          (plain and zstd-compressed) in fatbins made by the test"
     );
     for source in &corpus {

@@ -46,6 +46,7 @@ mod load_all_devices;
 mod lookup;
 mod model_load;
 mod paired;
+mod pdl;
 mod replaced;
 mod roundtrip;
 
@@ -204,6 +205,7 @@ fn main() {
     model_load::model_load(&mut c, &mut paired, &env);
     graph_replay::graph_replay(&mut c, &env);
     load_all_devices::load_all_devices(&mut c, &mut paired);
+    pdl::pdl(&mut c, &mut paired, &env);
 
     c.final_summary();
     paired.final_summary();
