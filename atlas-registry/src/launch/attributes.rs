@@ -1,18 +1,21 @@
 //! [`LaunchAttributes`]: what a launch asks of the driver beyond grid, block and shared memory
 //! (programmatic dependent launch, thread block clusters, cooperative launch, priority, memory
 //! synchronization domain); their checks against the device and the kernel before the driver is
-//! called; and the attribute array that `cuLaunchKernelEx` takes, built on the stack.
+//! called; the attribute array that `cuLaunchKernelEx` takes, built on the stack; and the launch
+//! with them.
 //!
 //! A launch without attributes stays one `cuLaunchKernel`; only a launch that is given attributes
 //! ([`Kernel::launch_with`](crate::Kernel::launch_with),
 //! [`AtlasRegistry::launch_on_stream_with`](crate::AtlasRegistry::launch_on_stream_with)) goes
 //! through `cuLaunchKernelEx` (CUDA 12.0+).
 
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use atlas_sys::{
     CUevent, CUfunction, CUfunction_attribute as FuncAttr, CUlaunchAttribute,
-    CUlaunchAttributeID as Id, CUlaunchAttributeValue, CUlaunchMemSyncDomain,
+    CUlaunchAttributeID as Id, CUlaunchAttributeValue, CUlaunchConfig, CUlaunchMemSyncDomain,
+    CUstream,
 };
 
 use crate::device::context::ensure_bound;
@@ -20,7 +23,7 @@ use crate::device::host::CudaHost;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, AttributeRefusal, Result};
 use crate::launch::config::LaunchConfig;
-use crate::launch::enqueue::FunctionName;
+use crate::launch::enqueue::{FunctionName, SharedMemOptIn, launch_error};
 
 /// The most attributes one launch can carry: one of each kind [`LaunchAttributes`] has.
 pub(crate) const MAX_ATTRIBUTES: usize = 6;
@@ -330,6 +333,55 @@ impl LaunchAttributes {
             }
         }
         Ok(())
+    }
+}
+
+/// As [`launch_kernel`](crate::launch::enqueue::launch_kernel), with attributes: builds the driver's attribute array from `attrs` on the
+/// stack and calls `cuLaunchKernelEx` once (CUDA 12.0+; an older driver is an
+/// [`AtlasError::MissingSymbol`] naming it). No allocation unless it fails.
+///
+/// # Safety
+///
+/// 1–4. As [`launch_kernel`](crate::launch::enqueue::launch_kernel).
+/// 5. `attrs` passed [`LaunchAttributes::check`] for `func` and `cfg`; an event it names is live
+///    and of `host`'s context.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn launch_kernel_ex(
+    host: &CudaHost,
+    func: CUfunction,
+    opt_in: &SharedMemOptIn,
+    name: &dyn FunctionName,
+    cfg: &LaunchConfig,
+    attrs: &LaunchAttributes,
+    stream: CUstream,
+    params: *mut *mut c_void,
+) -> Result<()> {
+    if stream.is_null() {
+        ensure_bound(host.context().raw())?;
+    }
+    // SAFETY: duty 1.
+    unsafe { opt_in.ensure(host, func, cfg.shared_mem_bytes) }?;
+    let (mut array, count) = attrs.driver_array();
+    let config = CUlaunchConfig {
+        gridDimX: cfg.grid.0,
+        gridDimY: cfg.grid.1,
+        gridDimZ: cfg.grid.2,
+        blockDimX: cfg.block.0,
+        blockDimY: cfg.block.1,
+        blockDimZ: cfg.block.2,
+        sharedMemBytes: cfg.shared_mem_bytes,
+        hStream: stream,
+        attrs: array.as_mut_ptr(),
+        numAttrs: count,
+    };
+    // SAFETY: the caller's duties 1–5; `config` names `count` initialised entries of `array`,
+    // which lives through the call; for the legacy default stream the function's context is
+    // current (above).
+    let launched = unsafe { calls::launch_kernel_ex(&config, func, params) };
+    match launched {
+        Ok(()) => Ok(()),
+        Err(e) => Err(launch_error(name, cfg, e)),
     }
 }
 

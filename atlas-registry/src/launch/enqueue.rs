@@ -1,18 +1,17 @@
-//! The launch functions that every path ends in (typed, raw): `cuLaunchKernel` for a plain launch,
-//! `cuLaunchKernelEx` for one with attributes; and the dynamic shared memory opt-in they make
-//! first when a launch needs more than a function is allowed.
+//! The launch function that every plain path ends in (typed, raw), `cuLaunchKernel`, and the
+//! dynamic shared memory opt-in it (and a launch with attributes) makes first when a launch needs
+//! more than a function is allowed.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use atlas_sys::{CUfunction, CUfunction_attribute, CUlaunchConfig, CUstream};
+use atlas_sys::{CUfunction, CUfunction_attribute, CUstream};
 
 use crate::device::context::ensure_bound;
 use crate::device::host::CudaHost;
 use crate::driver::{self, About, calls};
 use crate::error::{AtlasError, Result};
-use crate::launch::attributes::LaunchAttributes;
 use crate::launch::config::LaunchConfig;
 
 /// Per-function state the launch path keeps: the dynamic shared memory the function may use.
@@ -154,57 +153,14 @@ pub(crate) unsafe fn launch_kernel(
     }
 }
 
-/// As [`launch_kernel`], with attributes: builds the driver's attribute array from `attrs` on the
-/// stack and calls `cuLaunchKernelEx` once (CUDA 12.0+; an older driver is an
-/// [`AtlasError::MissingSymbol`] naming it). No allocation unless it fails.
-///
-/// # Safety
-///
-/// 1–4. As [`launch_kernel`].
-/// 5. `attrs` passed [`LaunchAttributes::check`] for `func` and `cfg`; an event it names is live
-///    and of `host`'s context.
-#[inline]
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn launch_kernel_ex(
-    host: &CudaHost,
-    func: CUfunction,
-    opt_in: &SharedMemOptIn,
+/// The error of a launch the driver refused: an [`AtlasError::Launch`] naming the function and
+/// configuration, or the context lost.
+#[cold]
+pub(crate) fn launch_error(
     name: &dyn FunctionName,
     cfg: &LaunchConfig,
-    attrs: &LaunchAttributes,
-    stream: CUstream,
-    params: *mut *mut c_void,
-) -> Result<()> {
-    if stream.is_null() {
-        ensure_bound(host.context().raw())?;
-    }
-    // SAFETY: duty 1.
-    unsafe { opt_in.ensure(host, func, cfg.shared_mem_bytes) }?;
-    let (mut array, count) = attrs.driver_array();
-    let config = CUlaunchConfig {
-        gridDimX: cfg.grid.0,
-        gridDimY: cfg.grid.1,
-        gridDimZ: cfg.grid.2,
-        blockDimX: cfg.block.0,
-        blockDimY: cfg.block.1,
-        blockDimZ: cfg.block.2,
-        sharedMemBytes: cfg.shared_mem_bytes,
-        hStream: stream,
-        attrs: array.as_mut_ptr(),
-        numAttrs: count,
-    };
-    // SAFETY: the caller's duties 1–5; `config` names `count` initialised entries of `array`,
-    // which lives through the call; for the legacy default stream the function's context is
-    // current (above).
-    let launched = unsafe { calls::launch_kernel_ex(&config, func, params) };
-    match launched {
-        Ok(()) => Ok(()),
-        Err(e) => Err(launch_error(name, cfg, e)),
-    }
-}
-
-#[cold]
-fn launch_error(name: &dyn FunctionName, cfg: &LaunchConfig, error: driver::Error) -> AtlasError {
+    error: driver::Error,
+) -> AtlasError {
     match error {
         driver::Error::Failed(failure) if !failure.is_sticky() => AtlasError::Launch {
             function: name.function_name(),

@@ -18,11 +18,9 @@ use crate::device::stream::CudaStream;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, LaunchRefusal, Result};
 use crate::launch::args::KernelArgs;
-use crate::launch::attributes::{LaunchAttributes, LaunchFacts};
+use crate::launch::attributes::{LaunchAttributes, LaunchFacts, launch_kernel_ex};
 use crate::launch::config::LaunchConfig;
-use crate::launch::enqueue::{
-    FunctionName, SharedMemOptIn, check_config, launch_kernel, launch_kernel_ex,
-};
+use crate::launch::enqueue::{FunctionName, SharedMemOptIn, check_config, launch_kernel};
 
 /// A kernel of a loaded module: what every function handle points to. It lives as long as its
 /// registry; handles borrow it ([`FunctionRef`](crate::FunctionRef)) or keep the registry alive

@@ -26,11 +26,9 @@ use crate::device::context::CudaContext;
 use crate::device::host::{CudaHost, host, ordinal_of};
 use crate::device::stream::CudaStream;
 use crate::error::{AtlasError, NotFoundKind, Result};
-use crate::launch::attributes::{LaunchAttributes, LaunchFacts};
+use crate::launch::attributes::{LaunchAttributes, LaunchFacts, launch_kernel_ex};
 use crate::launch::config::LaunchConfig;
-use crate::launch::enqueue::{
-    SharedMemOptIn, UnknownFunction, check_config, launch_kernel, launch_kernel_ex,
-};
+use crate::launch::enqueue::{SharedMemOptIn, UnknownFunction, check_config, launch_kernel};
 use crate::launch::kernel::Kernel;
 use crate::memory::copy::{copy_to_device_async, copy_to_host_async};
 use crate::memory::symbol::DeviceSymbol;
