@@ -140,7 +140,10 @@ fn launch_ex_paired(
     let launch_ex = sym!(env.cuda, cuLaunchKernelEx);
     let synchronize = sym!(env.cuda, cuStreamSynchronize);
     let raw_stream = stream.raw();
-    let sync = || check(unsafe { synchronize(raw_stream) }, "cuStreamSynchronize");
+    let sync = || {
+        // SAFETY: the stream is live (`stream` is borrowed for this whole function).
+        check(unsafe { synchronize(raw_stream) }, "cuStreamSynchronize")
+    };
     let mut value = CUlaunchAttributeValue { pad: [0; 64] };
     value.programmaticStreamSerializationAllowed = 1;
     let mut attribute = [CUlaunchAttribute {
