@@ -18,6 +18,9 @@ const SOURCES: &[&str] = &[
     "kernels/model_tagged.cu",
     "kernels/faults.cu",
     "kernels/conditional.cu",
+    "kernels/pdl.cu",
+    "kernels/cluster.cu",
+    "kernels/cooperative.cu",
     "kernels/regen.sh",
 ];
 

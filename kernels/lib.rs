@@ -11,6 +11,7 @@
 //! | `model_a` | `model` (`transform`: `out = in * 2 + 1`)                 |
 //! | `model_b` | `model` (`transform`: `out = in * -3 + 0.5`)              |
 //! | `faults`  | `faults` (`trap`, `write_far`: kernels that fail on purpose) |
+//! | `launch`  | `pdl` (`pdl_step`), `cluster` (`cluster_shape`, `cluster_shape_pair`), `cooperative` (`coop_sum`): kernels for launch attributes; their Hopper instructions are in the `sm_90` cubin only |
 //! | `conditional` | `conditional` (`loop_step`, `host_step`, `reset_counter`, `set_condition`: conditional graph nodes) |
 //!
 //! Every model of [`MODELS`] comes as PTX and as cubins for each architecture in
@@ -40,7 +41,7 @@
 
 /// Names of every model with PTX and a cubin for every architecture of [`CUBIN_ARCHS`], in the
 /// order of the table above.
-pub const MODELS: &[&str] = &["demo", "model_a", "model_b", "faults"];
+pub const MODELS: &[&str] = &["demo", "model_a", "model_b", "faults", "launch"];
 
 /// Models that are not in [`MODELS`] because they lack cubins for most architectures: PTX, and
 /// cubins only where nvcc built them (`conditional`: `sm_90`, see [`CONDITIONAL_SM_90`]).
@@ -123,6 +124,10 @@ const TABLE: &[Model] = &[
     model!("model_a": "model" => "model_a"),
     model!("model_b": "model" => "model_b"),
     model!("faults": "faults" => "faults"),
+    model!("launch":
+        "pdl" => "pdl",
+        "cluster" => "cluster",
+        "cooperative" => "cooperative"),
     Model {
         name: "conditional",
         ptx: &[("conditional", ptx!("conditional"))],

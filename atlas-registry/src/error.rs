@@ -107,6 +107,10 @@ pub enum LaunchRefusal {
         /// The pointers given.
         given: usize,
     },
+    /// A launch attribute ([`LaunchAttributes`](crate::LaunchAttributes)) that the device, the
+    /// kernel or the configuration cannot take.
+    #[error(transparent)]
+    Attribute(#[from] AttributeRefusal),
 }
 
 /// A use of stream capture that cannot work.
@@ -482,6 +486,102 @@ impl UpdateRefusal {
             other => Self::Other(other),
         })
     }
+}
+
+/// Why a launch's attributes ([`LaunchAttributes`](crate::LaunchAttributes)) were refused before
+/// `cuLaunchKernelEx` was called: what the device, the kernel or the grid does not allow.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AttributeRefusal {
+    /// Programmatic dependent launch (stream serialization or event) on a device older than
+    /// compute capability 9.0.
+    #[error(
+        "programmatic dependent launch needs compute capability 9.0 or newer; the device is {}.{}",
+        .compute_capability.0, .compute_capability.1
+    )]
+    ProgrammaticUnsupported {
+        /// The device's compute capability.
+        compute_capability: (u32, u32),
+    },
+    /// Thread block clusters on a device that cannot launch them
+    /// (`CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH` is 0).
+    #[error(
+        "the device does not support thread block clusters (compute capability {}.{}; clusters \
+         need 9.0 or newer)",
+        .compute_capability.0, .compute_capability.1
+    )]
+    ClustersUnsupported {
+        /// The device's compute capability.
+        compute_capability: (u32, u32),
+    },
+    /// A cluster dimension of 0.
+    #[error("cluster {0:?} has a zero dimension")]
+    ZeroCluster((u32, u32, u32)),
+    /// A grid dimension that is not a multiple of the cluster's.
+    #[error("grid {grid:?} is not a whole number of clusters {cluster:?} in every dimension")]
+    GridNotDivisible {
+        /// The grid asked for.
+        grid: (u32, u32, u32),
+        /// The cluster asked for.
+        cluster: (u32, u32, u32),
+    },
+    /// More blocks in a cluster than the portable maximum, for a kernel that does not allow
+    /// non-portable sizes.
+    #[error(
+        "cluster {cluster:?} has {blocks} blocks, more than the portable maximum of {max}; set \
+         CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED on the kernel to go beyond it"
+    )]
+    ClusterTooLarge {
+        /// The cluster asked for.
+        cluster: (u32, u32, u32),
+        /// Its block count.
+        blocks: u64,
+        /// The portable maximum.
+        max: u32,
+    },
+    /// A kernel compiled with `__cluster_dims__` launched with other cluster dimensions.
+    #[error(
+        "the kernel was compiled for clusters of {required:?} (__cluster_dims__); the launch asks \
+         for {given:?}: give those dimensions or none"
+    )]
+    ClusterMismatch {
+        /// The dimensions the kernel was compiled with.
+        required: (u32, u32, u32),
+        /// The dimensions the launch asks for.
+        given: (u32, u32, u32),
+    },
+    /// A cooperative launch on a device that cannot make one
+    /// (`CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH` is 0).
+    #[error("the device does not support cooperative launches")]
+    CooperativeUnsupported,
+    /// A cooperative grid with more blocks than the device holds at once.
+    #[error(
+        "a cooperative launch needs every block resident at once: the grid has {blocks} blocks, \
+         the device holds at most {max} of this kernel and configuration ({per_multiprocessor} \
+         per multiprocessor × {multiprocessors} multiprocessors)"
+    )]
+    CooperativeGridTooLarge {
+        /// Blocks in the grid.
+        blocks: u64,
+        /// The most blocks resident at once.
+        max: u64,
+        /// Blocks one multiprocessor holds (`cuOccupancyMaxActiveBlocksPerMultiprocessor`).
+        per_multiprocessor: u32,
+        /// The device's multiprocessors.
+        multiprocessors: u32,
+    },
+    /// A priority outside the device's range (`cuCtxGetStreamPriorityRange`).
+    #[error(
+        "priority {priority} is outside the device's range {greatest} (runs first) ..= {least}"
+    )]
+    PriorityOutOfRange {
+        /// The priority asked for.
+        priority: i32,
+        /// The numerically lowest priority, which runs first.
+        greatest: i32,
+        /// The numerically highest priority, the default.
+        least: i32,
+    },
 }
 
 fn on(subject: &str) -> String {

@@ -52,6 +52,7 @@ mod load_all_devices;
 mod lookup;
 mod model_load;
 mod paired;
+mod pdl;
 mod replaced;
 mod roundtrip;
 mod stream_memory;
@@ -213,6 +214,7 @@ fn main() {
     graph_update::graph_update(&mut c, &env);
     load_all_devices::load_all_devices(&mut c, &mut paired);
     stream_memory::stream_memory(&mut paired, &env);
+    pdl::pdl(&mut c, &mut paired, &env);
 
     c.final_summary();
     paired.final_summary();

@@ -64,13 +64,13 @@ impl CudaHost {
         let about = || format!("device {ordinal}");
         let device = calls::device_get(ordinal_c).about(about)?;
         let name = calls::device_name(device).about(about)?;
-        let limits = DeviceLimits::read(device, ordinal)?;
         let capability = |a| attribute(device, a, ordinal);
         let compute_capability = (
             capability(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             capability(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
         );
         let context = CudaContext::retain_primary(device, ordinal)?;
+        let limits = DeviceLimits::read(device, ordinal)?;
         let stream = CudaStream::new(&context)?;
         Ok(Self {
             ordinal,

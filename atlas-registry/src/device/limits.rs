@@ -1,5 +1,5 @@
 //! [`DeviceLimits`]: what one launch may ask of a device, read once per device. A launch is checked
-//! against them in `launch::config`.
+//! against them in `launch::config`, its attributes in `launch::attributes`.
 
 use atlas_sys::{CUdevice, CUdevice_attribute as Attr};
 
@@ -17,6 +17,12 @@ pub struct DeviceLimits {
     pub max_grid: (u32, u32, u32),
     /// Most dynamic shared memory one block can get with the opt-in, in bytes.
     pub max_shared_mem_optin: u32,
+    /// Streaming multiprocessors (SMs) of the device.
+    pub multiprocessors: u32,
+    /// Whether the device launches thread block clusters (`CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH`).
+    pub cluster_launch: bool,
+    /// Whether the device makes cooperative launches (`CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH`).
+    pub cooperative_launch: bool,
 }
 
 /// One device attribute, as a count (a negative answer reads as 0).
@@ -27,6 +33,8 @@ pub(crate) fn attribute(device: CUdevice, attribute: Attr, ordinal: usize) -> Re
 }
 
 impl DeviceLimits {
+    /// Reads the limits of `device` (ordinal `ordinal`). Its stream and launch priorities are its
+    /// context's: [`CudaContext::stream_priorities`](crate::CudaContext::stream_priorities).
     pub(crate) fn read(device: CUdevice, ordinal: usize) -> Result<Self> {
         let get = |a| attribute(device, a, ordinal);
         Ok(Self {
@@ -42,6 +50,9 @@ impl DeviceLimits {
                 get(Attr::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
             ),
             max_shared_mem_optin: get(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+            multiprocessors: get(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            cluster_launch: get(Attr::CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH)? == 1,
+            cooperative_launch: get(Attr::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)? == 1,
         })
     }
 }

@@ -992,3 +992,60 @@ pub(crate) unsafe fn pool_release_threshold(pool: CUmemoryPool) -> Result<u64> {
     }?;
     Ok(value)
 }
+
+// Launch attributes.
+
+/// `cuLaunchKernelEx`: a launch with attributes (CUDA 12.0+; a missing entry point is
+/// [`Error::Missing`] naming it). `config` carries grid, block, shared memory, stream and the
+/// attribute array.
+///
+/// # Safety
+///
+/// 1. `function` is live, and `config.hStream` is a live stream of its context or null (then the
+///    function's context is current).
+/// 2. `config.attrs` points to `config.numAttrs` initialised attributes (or is null with 0), valid
+///    during the call; an event an attribute names is live and of the function's context.
+/// 3. `params` points to one pointer per kernel parameter, each to a value of that parameter's
+///    type, valid during the call (or is null for a kernel without parameters).
+/// 4. What the kernel reads and writes through its arguments is valid memory of the function's
+///    device that stays allocated until the kernel has run.
+#[inline]
+pub(crate) unsafe fn launch_kernel_ex(
+    config: &atlas_sys::CUlaunchConfig,
+    function: CUfunction,
+    params: *mut *mut c_void,
+) -> Result<()> {
+    // SAFETY: duties 1–4; no `extra` array.
+    unsafe {
+        call!(cuLaunchKernelEx(
+            config,
+            function,
+            params,
+            std::ptr::null_mut()
+        ))
+    }
+}
+
+/// `cuOccupancyMaxActiveBlocksPerMultiprocessor`: how many blocks of `block_threads` threads
+/// and `shared_mem_bytes` of dynamic shared memory one multiprocessor holds at once.
+///
+/// # Safety
+///
+/// 1. `function` is live; its context is current.
+pub(crate) unsafe fn max_active_blocks_per_multiprocessor(
+    function: CUfunction,
+    block_threads: i32,
+    shared_mem_bytes: usize,
+) -> Result<i32> {
+    let mut blocks = 0;
+    // SAFETY: duty 1; `blocks` is a live out-pointer.
+    unsafe {
+        call!(cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            &mut blocks,
+            function,
+            block_threads,
+            shared_mem_bytes
+        ))
+    }?;
+    Ok(blocks)
+}

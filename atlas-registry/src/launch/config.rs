@@ -92,6 +92,9 @@ mod tests {
             max_block: (1024, 1024, 64),
             max_grid: (i32::MAX as u32, 65535, 65535),
             max_shared_mem_optin: 232_448,
+            multiprocessors: 132,
+            cluster_launch: true,
+            cooperative_launch: true,
         }
     }
 

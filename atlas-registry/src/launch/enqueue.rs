@@ -1,5 +1,6 @@
-//! The one launch function that every path ends in (typed, raw), and the dynamic shared memory
-//! opt-in it makes first when a launch needs more than a function is allowed.
+//! The launch function that every plain path ends in (typed, raw), `cuLaunchKernel`, and the
+//! dynamic shared memory opt-in it (and a launch with attributes) makes first when a launch needs
+//! more than a function is allowed.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -149,8 +150,14 @@ pub(crate) unsafe fn launch_kernel(
     }
 }
 
+/// The error of a launch the driver refused: an [`AtlasError::Launch`] naming the function and
+/// configuration, or the context lost.
 #[cold]
-fn launch_error(name: &dyn FunctionName, cfg: &LaunchConfig, error: driver::Error) -> AtlasError {
+pub(crate) fn launch_error(
+    name: &dyn FunctionName,
+    cfg: &LaunchConfig,
+    error: driver::Error,
+) -> AtlasError {
     match error {
         driver::Error::Failed(failure) if !failure.is_sticky() => AtlasError::Launch {
             function: name.function_name(),

@@ -18,6 +18,7 @@ use crate::device::stream::CudaStream;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, LaunchRefusal, Result};
 use crate::launch::args::KernelArgs;
+use crate::launch::attributes::{LaunchAttributes, LaunchFacts, launch_kernel_ex};
 use crate::launch::config::LaunchConfig;
 use crate::launch::enqueue::{FunctionName, SharedMemOptIn, check_config, launch_kernel};
 
@@ -39,6 +40,9 @@ pub struct Kernel {
     from_blob: Option<ParamSizes>,
     /// The parameter sizes, read on first use: from `cuFuncGetParamInfo`, else from the blob.
     params: OnceLock<ParamSizes>,
+    /// What launches with attributes read of the function and keep (cluster dimensions,
+    /// cooperative occupancy).
+    facts: LaunchFacts,
 }
 
 // SAFETY: the CUfunction is a driver handle usable from any thread; the rest is Sync data.
@@ -70,6 +74,7 @@ impl Kernel {
             opt_in: SharedMemOptIn::default(),
             from_blob,
             params: OnceLock::new(),
+            facts: LaunchFacts::default(),
         }
     }
 
@@ -216,6 +221,11 @@ impl Kernel {
         &self.opt_in
     }
 
+    /// What launches with attributes keep of the function, for the raw launch path.
+    pub(crate) fn facts(&self) -> &LaunchFacts {
+        &self.facts
+    }
+
     /// Launches the kernel on `stream` with `args`, after checking everything Atlas can see (see
     /// the crate's [safety model](crate#safety-model)): the stream and every buffer argument belong
     /// to this function's device, the arguments match the kernel's real parameters in count and
@@ -247,6 +257,61 @@ impl Kernel {
         // arguments is the caller's duties 1 and 2.
         args.with_params(|params| unsafe {
             launch_kernel(&self.host, self.raw, self, cfg, stream.raw(), params)
+        })
+    }
+}
+
+impl Kernel {
+    /// As [`launch`](Self::launch), with launch attributes (programmatic dependent launch,
+    /// clusters, cooperative, priority, memory synchronization domain): every check of a typed
+    /// launch, then the attributes' own against the device and the kernel (see
+    /// [`LaunchAttributes`]: compute capability, cluster shape and size, co-resident blocks,
+    /// priority range); a refusal is an [`AtlasError::InvalidLaunch`] with a
+    /// [`LaunchRefusal::Attribute`] reason and nothing reaches the driver. Then one
+    /// `cuLaunchKernelEx` (CUDA 12.0+; an older driver is an [`AtlasError::MissingSymbol`]
+    /// naming it), its attribute array on the stack: no heap allocation.
+    ///
+    /// A cooperative launch reads the kernel's occupancy for its block size and shared memory
+    /// once (`cuOccupancyMaxActiveBlocksPerMultiprocessor`) and again only when they change; a
+    /// cluster launch reads the kernel's `__cluster_dims__` once.
+    ///
+    /// # Safety
+    ///
+    /// 1. Everything the kernel reads or writes through its arguments (the memory their pointers,
+    ///    sizes and indexes designate) is valid, in-bounds memory of this function's device.
+    /// 2. That memory stays allocated, and is not freed or reused by the host, until the kernel has
+    ///    run (synchronize the stream, or an event recorded after the launch).
+    #[doc(alias = "cuLaunchKernelEx")]
+    #[inline]
+    pub unsafe fn launch_with<A: KernelArgs>(
+        &self,
+        stream: &CudaStream,
+        cfg: &LaunchConfig,
+        attrs: &LaunchAttributes,
+        args: A,
+    ) -> Result<()> {
+        if stream.context() != self.host.context().raw() {
+            return Err(self.wrong_device("the stream".into(), stream.context()));
+        }
+        self.preflight(cfg, &args)?;
+        // SAFETY: the function is live and of the host's context (it is this registry's).
+        unsafe { attrs.check(&self.host, self.raw, &self.facts, self, cfg) }?;
+        // SAFETY: function and stream are live and of the host's context (checked above);
+        // preflight matched the array to the kernel's parameters, its buffers to that context and
+        // `cfg` to the device, and the attributes passed their check; an event among them is live
+        // in this context (`LaunchAttributes::programmatic_event`'s duty); what the kernel does
+        // with its arguments is the caller's duties 1 and 2.
+        args.with_params(|params| unsafe {
+            launch_kernel_ex(
+                &self.host,
+                self.raw,
+                &self.opt_in,
+                self,
+                cfg,
+                attrs,
+                stream.raw(),
+                params,
+            )
         })
     }
 }

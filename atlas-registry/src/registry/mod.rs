@@ -1,6 +1,6 @@
 //! [`AtlasRegistry`]: one model's loaded modules on one device, the one table of its kernels, and
 //! the doors onto it (`function`, `function_cached`, `raw_function_cached`, the per-call-site
-//! caches, `launch_on_stream`); [`release`].
+//! caches, `launch_on_stream`, `launch_on_stream_with`); [`release`].
 //!
 //! Every way to get a kernel ends in the registry's function table ([`function_table`]): an entry
 //! per `module::function`, made on first lookup and kept while the registry lives. The handles
@@ -26,6 +26,7 @@ use crate::device::context::CudaContext;
 use crate::device::host::{CudaHost, host, ordinal_of};
 use crate::device::stream::CudaStream;
 use crate::error::{AtlasError, NotFoundKind, Result};
+use crate::launch::attributes::{LaunchAttributes, LaunchFacts, launch_kernel_ex};
 use crate::launch::config::LaunchConfig;
 use crate::launch::enqueue::{SharedMemOptIn, UnknownFunction, check_config, launch_kernel};
 use crate::launch::kernel::Kernel;
@@ -380,6 +381,79 @@ impl AtlasRegistry {
         // SAFETY: the caller's duties 1–3; the configuration fits the device, the parameter count
         // matches the kernel's where Atlas knows it, and the opt-in is made (above).
         unsafe { launch_kernel(host, kernel.raw(), kernel, cfg, stream, params) }
+    }
+}
+
+impl AtlasRegistry {
+    /// As [`launch_on_stream`](Self::launch_on_stream), with launch attributes: the same checks,
+    /// then the attributes' own against the device and the kernel (see [`LaunchAttributes`];
+    /// refused with [`AtlasError::InvalidLaunch`] before the driver), then one `cuLaunchKernelEx`
+    /// with the attribute array on the stack; nothing is allocated.
+    ///
+    /// A handle of another registry, or made with [`RawCudaFunc::from_raw`], has its cluster
+    /// dimensions and occupancy read from the driver at each launch that needs them.
+    ///
+    /// # Safety
+    ///
+    /// 1. `func` is a function of a module that is still loaded in this registry's context (this
+    ///    registry's own, or another live one of the same context), and `stream` a live stream
+    ///    created in that context, or null.
+    /// 2. `params` holds one pointer per kernel parameter, in order, each to a value of exactly that
+    ///    parameter's type, valid until this call returns.
+    /// 3. What the kernel reads and writes through its arguments is valid, in-bounds memory of this
+    ///    registry's device that stays allocated until the kernel has run.
+    #[doc(alias = "cuLaunchKernelEx")]
+    #[inline]
+    pub unsafe fn launch_on_stream_with(
+        &self,
+        func: RawCudaFunc,
+        cfg: &LaunchConfig,
+        attrs: &LaunchAttributes,
+        stream: CUstream,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        let host = &*self.inner.host;
+        let count = params.len();
+        let params = if params.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            params.as_mut_ptr()
+        };
+        // SAFETY: `&self` keeps this registry alive for the call.
+        let Some(kernel) = (unsafe { func.kernel_of(self.inner.id) }) else {
+            // No kernel of ours to remember anything in: fresh state on the stack, nothing
+            // allocated.
+            let (opt_in, facts) = (SharedMemOptIn::default(), LaunchFacts::default());
+            let name = UnknownFunction(func.raw());
+            check_config(host, &name, cfg)?;
+            // SAFETY: the function is live and of this context (the caller's duty 1).
+            unsafe { attrs.check(host, func.raw(), &facts, &name, cfg) }?;
+            // SAFETY: the caller's duties 1–3; the configuration fits the device and the
+            // attributes passed their check (above); an event among them is live in this context
+            // (`LaunchAttributes::programmatic_event`'s duty).
+            return unsafe {
+                launch_kernel_ex(host, func.raw(), &opt_in, &name, cfg, attrs, stream, params)
+            };
+        };
+        check_config(host, kernel, cfg)?;
+        kernel.check_param_count(count)?;
+        // SAFETY: the function is this registry's, live and of its context.
+        unsafe { attrs.check(host, kernel.raw(), kernel.facts(), kernel, cfg) }?;
+        // SAFETY: the caller's duties 1–3; the configuration fits the device, the parameter count
+        // matches the kernel's where Atlas knows it, and the attributes passed their check
+        // (above); an event among them is live in this context (`programmatic_event`'s duty).
+        unsafe {
+            launch_kernel_ex(
+                host,
+                kernel.raw(),
+                kernel.opt_in(),
+                kernel,
+                cfg,
+                attrs,
+                stream,
+                params,
+            )
+        }
     }
 }
 

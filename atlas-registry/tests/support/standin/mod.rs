@@ -28,7 +28,8 @@
 //! ([`Ending`](super::child::Ending)), for tests that tell a crash from a refusal or read what the
 //! child printed. Variants are `-D` switches of `standin.c` (its header lists them):
 //! `-DSTANDIN_DEVICES=2`, `-DSTANDIN_NO_PARAM_INFO`, `-DSTANDIN_NO_LIBRARY`,
-//! `-DSTANDIN_NO_MEMORY_POOLS`, `-DSTANDIN_NO_MEMORY_POOL_API`. Inside a child,
+//! `-DSTANDIN_NO_MEMORY_POOLS`, `-DSTANDIN_NO_MEMORY_POOL_API`,
+//! `-DSTANDIN_NO_LAUNCH_EX`, `-DSTANDIN_CC_MAJOR=8`, `-DSTANDIN_NO_COOPERATIVE`. Inside a child,
 //! [`probe`] reads what the stand-in saw (calls, contexts, limits) and injects failures.
 
 use std::any::type_name;
@@ -142,6 +143,7 @@ pub struct Probe {
     init: unsafe extern "C" fn(c_uint) -> c_uint,
     ctx_create: unsafe extern "C" fn(*mut CUcontext, c_uint, c_int) -> c_uint,
     ctx_get_current: unsafe extern "C" fn(*mut CUcontext) -> c_uint,
+    last_attribute: unsafe extern "C" fn(c_int, *mut c_longlong) -> c_int,
     /// Keeps the functions above loaded; the probe lives in a static, so they always are.
     _library: libloading::Library,
 }
@@ -176,6 +178,7 @@ pub fn probe() -> &'static Probe {
             init: get(&library, "cuInit"),
             ctx_create: get(&library, "cuCtxCreate_v2"),
             ctx_get_current: get(&library, "cuCtxGetCurrent"),
+            last_attribute: get(&library, "standin_last_attribute"),
             _library: library,
         }
     })
@@ -266,6 +269,24 @@ impl Probe {
         let status = unsafe { (self.ctx_get_current)(&mut ctx) };
         assert_eq!(status, 0, "cuCtxGetCurrent");
         ctx
+    }
+
+    /// How many attributes the last `cuLaunchKernelEx` that reached a kernel carried.
+    pub fn launch_attribute_count(&self) -> u32 {
+        // SAFETY: id -1 asks for the count; no out-pointer is written.
+        let n = unsafe { (self.last_attribute)(-1, std::ptr::null_mut()) };
+        u32::try_from(n).expect("a count")
+    }
+
+    /// The value of attribute `id` (a `CUlaunchAttributeID`) of the last `cuLaunchKernelEx` that
+    /// reached a kernel, or `None` when it did not carry it: a scalar in `[0]`, a cluster's
+    /// dimensions in `[0..3]`, an event's (is set, flags, trigger at block start).
+    pub fn launch_attribute(&self, id: u32) -> Option<[i64; 3]> {
+        let mut out = [0 as c_longlong; 3];
+        let id = c_int::try_from(id).expect("an attribute id");
+        // SAFETY: `out` has room for the three values the stand-in writes.
+        let found = unsafe { (self.last_attribute)(id, out.as_mut_ptr()) };
+        (found == 1).then_some(out)
     }
 
     /// Plays another library: creates a new context on `device` and makes it current on the

@@ -19,6 +19,10 @@
  * Stream capture is modelled as a state only (begin, end, is-capturing, invalidation by calls the
  * driver refuses while capturing: cuStreamSynchronize of the capturing stream, cuMemAlloc_v2 from
  * the capturing thread); work enqueued during a capture still runs at once.
+ *   STANDIN_NO_LAUNCH_EX     no cuLaunchKernelEx export (a driver older than CUDA 12.0).
+ *   STANDIN_CC_MAJOR=N       the devices' compute capability major (default 9, minor 0); below 9
+ *                            they cannot launch clusters (CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH 0).
+ *   STANDIN_NO_COOPERATIVE   the devices cannot make cooperative launches.
  *
  * Blob markers: a blob containing STANDIN_JIT_ERROR fails to JIT (CUDA_ERROR_INVALID_PTX) with a
  * log; one containing STANDIN_EARLY_FAIL fails the same way before touching any JIT option. Through
@@ -38,6 +42,17 @@
 #ifndef STANDIN_DEVICES
 #define STANDIN_DEVICES 1
 #endif
+#ifndef STANDIN_CC_MAJOR
+#define STANDIN_CC_MAJOR 9
+#endif
+#ifdef STANDIN_NO_COOPERATIVE
+#define STANDIN_COOPERATIVE 0
+#else
+#define STANDIN_COOPERATIVE 1
+#endif
+/* Multiprocessors of a device, and the blocks of up to 64 threads one of them holds. */
+#define STANDIN_SMS 132
+#define STANDIN_BLOCKS_PER_SM 32
 
 typedef unsigned int CUresult;
 typedef int CUdevice;
@@ -122,7 +137,8 @@ static CUresult status_string(CUresult error, const char **out, int want_name) {
     X(cuStreamCreateWithPriority) X(cuStreamGetPriority) X(cuStreamBeginCapture_v2)             \
     X(cuStreamEndCapture) X(cuStreamIsCapturing) X(cuGraphDestroy) X(cuMemAllocAsync)          \
     X(cuMemFreeAsync) X(cuDeviceGetDefaultMemPool) X(cuMemPoolSetAttribute)                     \
-    X(cuMemPoolGetAttribute)
+    X(cuMemPoolGetAttribute) X(cuLaunchKernelEx)                  \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
 
 /* Things that happen inside calls, counted for tests. */
 #define EVENTS(X) X(stale_handle) X(context_mismatch) X(fault)
@@ -191,6 +207,7 @@ struct object;
 struct launch {
     void **params;
     unsigned grid_x;
+    unsigned cluster_x; /* blocks per cluster in x (1 without clusters) */
     unsigned shared_bytes;
     struct object *ctx;
     struct object *module;
@@ -206,6 +223,7 @@ struct kernel {
     size_t sizes[4];
     int static_shared; /* bytes of static shared memory */
     kernel_body run;
+    unsigned cluster[3]; /* __cluster_dims__, or zeros */
 };
 
 /* `__device__` variables: every module has them, created on first cuModuleGetGlobal. */
@@ -320,15 +338,44 @@ static CUresult run_write_far(const struct launch *l) {
     return ILLEGAL_ADDRESS;
 }
 
+/* x[i] = x[i] * a + b for i < n: one step of a dependent chain. */
+static CUresult run_pdl_step(const struct launch *l) {
+    float *x;
+    unsigned n;
+    float a, b;
+    param(l, 0, &x, 8);
+    param(l, 1, &n, 4);
+    param(l, 2, &a, 4);
+    param(l, 3, &b, 4);
+    if (n != 0 && !device_range_ok(l->ctx, x, (size_t)n * 4)) return ILLEGAL_ADDRESS;
+    for (unsigned i = 0; i < n; i++) x[i] = x[i] * a + b;
+    return SUCCESS;
+}
+
+/* out[2b] = block b's rank in its cluster, out[2b+1] = its cluster's x index (1-D grids). */
+static CUresult run_cluster_shape(const struct launch *l) {
+    unsigned *out;
+    param(l, 0, &out, 8);
+    if (!device_range_ok(l->ctx, out, (size_t)l->grid_x * 8)) return ILLEGAL_ADDRESS;
+    for (unsigned b = 0; b < l->grid_x; b++) {
+        out[2 * b] = b % l->cluster_x;
+        out[2 * b + 1] = b / l->cluster_x;
+    }
+    return SUCCESS;
+}
+
 static const struct kernel kernels[] = {
-    {"noop", 0, {0}, {0}, 0, run_noop},
-    {"scale", 3, {0, 8, 12}, {8, 4, 4}, 0, run_scale},
-    {"axpy", 4, {0, 8, 16, 20}, {8, 8, 4, 4}, 0, run_axpy},
-    {"transform", 3, {0, 8, 16}, {8, 8, 4}, 0, run_transform},
-    {"add_bias", 2, {0, 8}, {8, 4}, 0, run_add_bias},
-    {"block_sum", 4, {0, 8, 16, 20}, {8, 8, 4, 4}, 4096, run_block_sum},
-    {"trap", 0, {0}, {0}, 0, run_trap},
-    {"write_far", 1, {0}, {8}, 0, run_write_far},
+    {"noop", 0, {0}, {0}, 0, run_noop, {0, 0, 0}},
+    {"scale", 3, {0, 8, 12}, {8, 4, 4}, 0, run_scale, {0, 0, 0}},
+    {"axpy", 4, {0, 8, 16, 20}, {8, 8, 4, 4}, 0, run_axpy, {0, 0, 0}},
+    {"transform", 3, {0, 8, 16}, {8, 8, 4}, 0, run_transform, {0, 0, 0}},
+    {"add_bias", 2, {0, 8}, {8, 4}, 0, run_add_bias, {0, 0, 0}},
+    {"block_sum", 4, {0, 8, 16, 20}, {8, 8, 4, 4}, 4096, run_block_sum, {0, 0, 0}},
+    {"trap", 0, {0}, {0}, 0, run_trap, {0, 0, 0}},
+    {"write_far", 1, {0}, {8}, 0, run_write_far, {0, 0, 0}},
+    {"pdl_step", 4, {0, 8, 12, 16}, {8, 4, 4, 4}, 0, run_pdl_step, {0, 0, 0}},
+    {"cluster_shape", 1, {0}, {8}, 0, run_cluster_shape, {0, 0, 0}},
+    {"cluster_shape_pair", 1, {0}, {8}, 0, run_cluster_shape, {2, 1, 1}},
 };
 #define KERNEL_COUNT (sizeof kernels / sizeof kernels[0])
 
@@ -370,6 +417,7 @@ struct object {
             struct object *module;
             const struct kernel *kernel;
             int max_dynamic_shared;
+            int non_portable_cluster; /* NON_PORTABLE_CLUSTER_SIZE_ALLOWED */
         } function;
         struct {
             CUresult deferred; /* what cuLibraryGetModule answers, for a broken blob */
@@ -657,9 +705,11 @@ CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device) {
     case 7: *value = 65535; break;          /* MAX_GRID_DIM_Z */
     case 8: *value = DEFAULT_DYNAMIC_SHARED; break; /* MAX_SHARED_MEMORY_PER_BLOCK */
     case 10: *value = 32; break;            /* WARP_SIZE */
-    case 16: *value = 132; break;           /* MULTIPROCESSOR_COUNT */
+    case 16: *value = STANDIN_SMS; break;   /* MULTIPROCESSOR_COUNT */
     case 41: *value = 1; break;             /* UNIFIED_ADDRESSING */
-    case 75: *value = 9; break;             /* COMPUTE_CAPABILITY_MAJOR */
+    case 75: *value = STANDIN_CC_MAJOR; break; /* COMPUTE_CAPABILITY_MAJOR */
+    case 95: *value = STANDIN_COOPERATIVE; break; /* COOPERATIVE_LAUNCH */
+    case 120: *value = STANDIN_CC_MAJOR >= 9; break; /* CLUSTER_LAUNCH */
     case 76: *value = 0; break;             /* COMPUTE_CAPABILITY_MINOR */
     case 97: *value = SHARED_OPTIN; break;  /* MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
 #ifdef STANDIN_NO_MEMORY_POOLS
@@ -1075,6 +1125,10 @@ CUresult cuFuncGetAttribute(int *value, int attribute, void *function) {
         case 5: *value = 80; break;                                    /* PTX_VERSION */
         case 6: *value = 90; break;                                    /* BINARY_VERSION */
         case 8: *value = f->u.function.max_dynamic_shared; break;      /* MAX_DYNAMIC_SHARED_SIZE_BYTES */
+        case 11: case 12: case 13:                                     /* REQUIRED_CLUSTER_* */
+            *value = (int)f->u.function.kernel->cluster[attribute - 11];
+            break;
+        case 14: *value = f->u.function.non_portable_cluster; break;   /* NON_PORTABLE_CLUSTER_SIZE_ALLOWED */
         default:
             if (attribute < 0 || attribute >= 16) status = INVALID_VALUE;
             else *value = 0;
@@ -1095,6 +1149,7 @@ CUresult cuFuncSetAttribute(void *function, int attribute, int value) {
     if (status == SUCCESS && attribute == 8 &&
         (value < 0 || value > SHARED_OPTIN - f->u.function.kernel->static_shared))
         status = INVALID_VALUE;
+    if (status == SUCCESS && attribute == 14) f->u.function.non_portable_cluster = value != 0;
     pthread_mutex_unlock(&lock);
     if (status != SUCCESS || attribute != 8) return status;
     usleep(2000);
@@ -1104,16 +1159,15 @@ CUresult cuFuncSetAttribute(void *function, int attribute, int value) {
     return SUCCESS;
 }
 
-/* Runs the kernel on the host, on the stream's context. A kernel that faults leaves the launch
- * successful and the context lost: every later call in it returns the fault. */
-CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                        unsigned by, unsigned bz, unsigned shared_bytes, void *stream,
-                        void **params, void **extra) {
-    ENTER(cuLaunchKernel);
-    pthread_mutex_lock(&lock);
+/* Runs the kernel on the host, on the stream's context, in clusters of `cluster_x` blocks. A
+ * kernel that faults leaves the launch successful and the context lost: every later call in it
+ * returns the fault. Called with the lock held. */
+static CUresult launch(const char *call, void *function, unsigned gx, unsigned gy, unsigned gz,
+                       unsigned bx, unsigned by, unsigned bz, unsigned shared_bytes, void *stream,
+                       void **params, void **extra, unsigned cluster_x) {
     struct object *f = as(function, K_FUNCTION), *ctx = NULL;
-    CUresult status = live(f, "cuLaunchKernel");
-    if (status == SUCCESS) status = stream_context(stream, "cuLaunchKernel", &ctx);
+    CUresult status = live(f, call);
+    if (status == SUCCESS) status = stream_context(stream, call, &ctx);
     if (status == SUCCESS) status = usable(ctx);
     if (status == SUCCESS && ctx != f->u.function.module->u.module.ctx) {
         /* What the real driver does here is not pinned down; Atlas must not get here. */
@@ -1133,15 +1187,141 @@ CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, u
     if (status == SUCCESS && k->param_count > 0 && params == NULL) status = INVALID_VALUE;
     if (status == SUCCESS) {
         last_launch_ctx = ctx;
-        struct launch l = {params, gx, shared_bytes, ctx, f->u.function.module};
+        struct launch l = {params, gx, cluster_x, shared_bytes, ctx, f->u.function.module};
         CUresult fault = k->run(&l);
         if (fault != SUCCESS) {
             note(E_fault);
             ctx->u.ctx.lost = fault;
         }
     }
+    return status;
+}
+
+CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                        unsigned by, unsigned bz, unsigned shared_bytes, void *stream,
+                        void **params, void **extra) {
+    ENTER(cuLaunchKernel);
+    pthread_mutex_lock(&lock);
+    CUresult status = launch("cuLaunchKernel", function, gx, gy, gz, bx, by, bz, shared_bytes,
+                             stream, params, extra, 1);
     pthread_mutex_unlock(&lock);
     return status;
+}
+
+/* CUlaunchAttribute and CUlaunchConfig as cuda.h lays them out. */
+struct launch_attribute {
+    unsigned id;
+    char pad[4];
+    union {
+        char bytes[64];
+        int scalar;
+        unsigned dims[3];
+        struct {
+            void *event;
+            int flags;
+            int trigger_at_block_start;
+        } event;
+    } value;
+};
+struct launch_config {
+    unsigned grid[3], block[3], shared_bytes;
+    void *stream;
+    struct launch_attribute *attrs;
+    unsigned count;
+};
+
+/* The attributes of the last cuLaunchKernelEx that reached a kernel: values[id] for each id in
+ * present (a bit per id). */
+#define ATTRIBUTE_IDS 16
+static unsigned last_attribute_mask;
+static long long last_attribute_values[ATTRIBUTE_IDS][3];
+
+#ifndef STANDIN_NO_LAUNCH_EX
+/* As cuLaunchKernel, with attributes. Checks what the driver checks of clusters (support,
+ * nonzero, divides the grid, at most 8 blocks unless allowed, the kernel's __cluster_dims__),
+ * cooperative grids (at most what fits at once) and priorities (0 to -5); refuses with
+ * CUDA_ERROR_INVALID_VALUE, or CUDA_ERROR_NOT_SUPPORTED for what the device lacks. */
+CUresult cuLaunchKernelEx(const struct launch_config *config, void *function, void **params,
+                          void **extra) {
+    ENTER(cuLaunchKernelEx);
+    if (config == NULL || (config->count > 0 && config->attrs == NULL)) return INVALID_VALUE;
+    unsigned mask = 0, cluster[3] = {1, 1, 1};
+    long long values[ATTRIBUTE_IDS][3] = {{0}};
+    int clustered = 0, cooperative = 0;
+    for (unsigned i = 0; i < config->count; i++) {
+        const struct launch_attribute *a = &config->attrs[i];
+        if (a->id >= ATTRIBUTE_IDS) return INVALID_VALUE;
+        mask |= 1u << a->id;
+        switch (a->id) {
+        case 4: /* CLUSTER_DIMENSION */
+            for (int d = 0; d < 3; d++) values[4][d] = cluster[d] = a->value.dims[d];
+            clustered = 1;
+            break;
+        case 7: /* PROGRAMMATIC_EVENT */
+            values[7][0] = a->value.event.event != NULL;
+            values[7][1] = a->value.event.flags;
+            values[7][2] = a->value.event.trigger_at_block_start;
+            break;
+        default:
+            values[a->id][0] = a->value.scalar;
+        }
+        if (a->id == 2) cooperative = a->value.scalar != 0;
+    }
+    const unsigned *g = config->grid, *b = config->block;
+    pthread_mutex_lock(&lock);
+    struct object *f = as(function, K_FUNCTION);
+    CUresult status = live(f, "cuLaunchKernelEx");
+    if (status == SUCCESS && (mask & (1u << 6 | 1u << 7)) && STANDIN_CC_MAJOR < 9)
+        status = NOT_SUPPORTED;
+    if (status == SUCCESS && (mask & 1u << 8) && (values[8][0] > 0 || values[8][0] < -5))
+        status = INVALID_VALUE;
+    if (status == SUCCESS && clustered) {
+        const unsigned *required = f->u.function.kernel->cluster;
+        unsigned long long blocks = (unsigned long long)cluster[0] * cluster[1] * cluster[2];
+        if (STANDIN_CC_MAJOR < 9) status = NOT_SUPPORTED;
+        else if (blocks == 0 || g[0] % cluster[0] || g[1] % cluster[1] || g[2] % cluster[2])
+            status = INVALID_VALUE;
+        else if (blocks > 8 && !f->u.function.non_portable_cluster) status = INVALID_VALUE;
+        else if (required[0] != 0 && (required[0] != cluster[0] || required[1] != cluster[1] ||
+                                      required[2] != cluster[2]))
+            status = INVALID_VALUE;
+    }
+    if (status == SUCCESS && cooperative) {
+        unsigned long long threads = (unsigned long long)b[0] * b[1] * b[2];
+        unsigned long long per_sm = threads <= 64 ? STANDIN_BLOCKS_PER_SM : 2048 / threads;
+        if (!STANDIN_COOPERATIVE) status = NOT_SUPPORTED;
+        else if ((unsigned long long)g[0] * g[1] * g[2] > per_sm * STANDIN_SMS) status = INVALID_VALUE;
+    }
+    if (status == SUCCESS) {
+        status = launch("cuLaunchKernelEx", function, g[0], g[1], g[2], b[0], b[1], b[2],
+                        config->shared_bytes, config->stream, params, extra,
+                        clustered ? cluster[0] : 1);
+    }
+    if (status == SUCCESS) {
+        last_attribute_mask = mask;
+        memcpy(last_attribute_values, values, sizeof values);
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+#endif
+
+/* Launch priorities run from 0 (least, the default) to -5 (greatest), as on an H100. */
+/* STANDIN_BLOCKS_PER_SM blocks of up to 64 threads, fewer of larger ones (2048 threads an SM), and
+ * as many as the dynamic shared memory allows (SHARED_OPTIN an SM). */
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *function, int block_size,
+                                                     size_t shared_bytes) {
+    ENTER(cuOccupancyMaxActiveBlocksPerMultiprocessor);
+    if (blocks == NULL || block_size <= 0) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *f = as(function, K_FUNCTION);
+    CUresult status = live(f, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    pthread_mutex_unlock(&lock);
+    if (status != SUCCESS) return status;
+    int n = block_size <= 64 ? STANDIN_BLOCKS_PER_SM : 2048 / block_size;
+    if (shared_bytes > 0 && (size_t)n * shared_bytes > SHARED_OPTIN) n = (int)(SHARED_OPTIN / shared_bytes);
+    *blocks = n;
+    return SUCCESS;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1476,6 +1656,7 @@ void standin_reset(void) {
     }
     for (int i = 0; i < EVENT_COUNT; i++) __atomic_store_n(&event_counts[i], 0, __ATOMIC_RELAXED);
     last_alloc_ctx = last_module_ctx = last_copy_ctx = last_launch_ctx = NULL;
+    last_attribute_mask = 0;
     pthread_mutex_unlock(&lock);
 }
 
@@ -1509,6 +1690,22 @@ void *standin_pointer_context(CUdeviceptr ptr) {
     void *ctx = a ? a->ctx : NULL;
     pthread_mutex_unlock(&lock);
     return ctx;
+}
+
+/* With id -1: how many attributes the last cuLaunchKernelEx that reached a kernel had. Else
+ * whether it had attribute `id` (0 or 1), with its value in out[0] (a cluster's x, y, z in
+ * out[0..3]; an event's "is set", flags and trigger-at-block-start likewise). */
+int standin_last_attribute(int id, long long *out) {
+    pthread_mutex_lock(&lock);
+    int n = 0;
+    if (id < 0) {
+        for (int i = 0; i < ATTRIBUTE_IDS; i++) n += (last_attribute_mask >> i) & 1;
+    } else if (id < ATTRIBUTE_IDS && ((last_attribute_mask >> id) & 1)) {
+        n = 1;
+        if (out) memcpy(out, last_attribute_values[id], sizeof last_attribute_values[id]);
+    }
+    pthread_mutex_unlock(&lock);
+    return n;
 }
 
 /* The function's current MAX_DYNAMIC_SHARED_SIZE_BYTES, or -1 when `function` is not one. */
