@@ -2,7 +2,7 @@
 //! loop of the same steps.
 //!
 //! - `graph_update/{update,reinstantiate}`: an executable graph of a captured chain of
-//!   [`CHAIN`] `scale` launches is made to run a new capture of the same chain with new
+//!   [`CHAINS`] (64 or 1024) `scale` launches is made to run a new capture of the same chain with new
 //!   arguments: by [`GraphExec::update`] (in place), or by instantiating the new capture and
 //!   dropping the old executable graph. The captures are made outside the timed region; one
 //!   iteration is one update (or one instantiation).
@@ -21,7 +21,8 @@ use criterion::{BenchmarkId, Criterion};
 use crate::{Env, ok};
 
 /// Kernels in the updated chain.
-const CHAIN: usize = 64;
+/// Kernels in the captured chains: a short step and a long one.
+const CHAINS: [usize; 2] = [64, 1024];
 /// Iterations of the WHILE loop.
 const LOOP_STEPS: i32 = 64;
 /// Elements the kernels touch.
@@ -32,12 +33,13 @@ pub(crate) fn graph_update(c: &mut Criterion, env: &Env) {
     while_loop(c, env);
 }
 
-/// Captures [`CHAIN`] launches of `scale` on `x`, the factors starting at `first`.
+/// Captures `chain` launches of `scale` on `x`, the factors starting at `first`.
 fn capture_chain(
     env: &Env,
     stream: &CudaStream,
     x: &mut DeviceBuffer<f32>,
     first: f32,
+    chain: usize,
 ) -> CudaGraph {
     let scale = ok(
         env.registry.function_cached("elementwise", "scale"),
@@ -45,7 +47,7 @@ fn capture_chain(
     );
     let cfg = LaunchConfig::for_elements(ELEMENTS, 256);
     ok(stream.begin_capture(), "begin_capture");
-    for i in 0..CHAIN {
+    for i in 0..chain {
         let factor = first + i as f32 * 1e-3;
         // SAFETY: captured, not run: at a replay `scale` touches the ELEMENTS floats of `x`, which
         // outlives every executable graph of this bench (none is replayed).
@@ -58,19 +60,25 @@ fn capture_chain(
 }
 
 fn update_vs_reinstantiate(c: &mut Criterion, env: &Env) {
+    for chain in CHAINS {
+        update_vs_reinstantiate_chain(c, env, chain);
+    }
+}
+
+fn update_vs_reinstantiate_chain(c: &mut Criterion, env: &Env, chain: usize) {
     let stream = ok(CudaStream::new(env.registry.ctx()), "creating a stream");
     let mut x = ok(
         DeviceBuffer::<f32>::alloc(env.registry.ctx(), ELEMENTS as usize),
         "allocating",
     );
-    let first = capture_chain(env, &stream, &mut x, 1.0);
+    let first = capture_chain(env, &stream, &mut x, 1.0, chain);
     let exec = std::cell::RefCell::new(ok(first.instantiate(), "instantiate"));
     let mut group = c.benchmark_group("graph_update");
-    group.bench_function(BenchmarkId::new(format!("chain{CHAIN}"), "update"), |b| {
+    group.bench_function(BenchmarkId::new(format!("chain{chain}"), "update"), |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for i in 0..iters {
-                let graph = capture_chain(env, &stream, &mut x, 1.0 + (i % 7) as f32);
+                let graph = capture_chain(env, &stream, &mut x, 1.0 + (i % 7) as f32, chain);
                 let mut exec = exec.borrow_mut();
                 let start = Instant::now();
                 // SAFETY: the new chain touches the ELEMENTS floats of `x`, which outlives `exec`;
@@ -87,12 +95,12 @@ fn update_vs_reinstantiate(c: &mut Criterion, env: &Env) {
         })
     });
     group.bench_function(
-        BenchmarkId::new(format!("chain{CHAIN}"), "reinstantiate"),
+        BenchmarkId::new(format!("chain{chain}"), "reinstantiate"),
         |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for i in 0..iters {
-                    let graph = capture_chain(env, &stream, &mut x, 1.0 + (i % 7) as f32);
+                    let graph = capture_chain(env, &stream, &mut x, 1.0 + (i % 7) as f32, chain);
                     let mut exec = exec.borrow_mut();
                     let start = Instant::now();
                     let fresh: GraphExec = ok(graph.instantiate(), "instantiate");

@@ -1015,14 +1015,25 @@ pub(crate) unsafe fn launch_kernel_ex(
     function: CUfunction,
     params: *mut *mut c_void,
 ) -> Result<()> {
+    let d = driver()?;
+    let Some(launch) = d.launch_kernel_ex else {
+        return Err(missing_launch_ex(d));
+    };
     // SAFETY: duties 1–4; no `extra` array.
-    unsafe {
-        call!(cuLaunchKernelEx(
-            config,
-            function,
-            params,
-            std::ptr::null_mut()
-        ))
+    let status = unsafe { launch(config, function, params, std::ptr::null_mut()) };
+    check(status, "cuLaunchKernelEx")
+}
+
+/// The error for a driver without `cuLaunchKernelEx`, naming it.
+#[cold]
+fn missing_launch_ex(d: &super::Driver) -> Error {
+    match atlas_sys::resolve(&d.cuda.cuLaunchKernelEx, "cuLaunchKernelEx") {
+        Err(missing) => Error::Missing(missing),
+        Ok(_) => Error::Failed(super::DriverFailure {
+            call: "cuLaunchKernelEx",
+            subject: "the entry point resolved late".into(),
+            code: atlas_sys::CUresult::CUDA_ERROR_NOT_FOUND.0,
+        }),
     }
 }
 

@@ -109,6 +109,14 @@ pub(crate) type LaunchKernelFn = unsafe extern "C" fn(
     *mut *mut c_void,
 ) -> CUresult;
 
+/// `cuLaunchKernelEx`'s signature.
+pub(crate) type LaunchKernelExFn = unsafe extern "C" fn(
+    *const atlas_sys::CUlaunchConfig,
+    CUfunction,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> CUresult;
+
 /// The loaded, initialised driver and the hot entry points as plain function pointers.
 pub(crate) struct Driver {
     /// The whole table, for everything that is not hot.
@@ -117,6 +125,8 @@ pub(crate) struct Driver {
     stream_synchronize: unsafe extern "C" fn(CUstream) -> CUresult,
     ctx_get_current: unsafe extern "C" fn(*mut CUcontext) -> CUresult,
     ctx_set_current: unsafe extern "C" fn(CUcontext) -> CUresult,
+    /// `cuLaunchKernelEx`, which drivers before CUDA 12.0 lack.
+    launch_kernel_ex: Option<LaunchKernelExFn>,
 }
 
 /// The driver, loaded and `cuInit`-ed once per process; the error (no driver, no `cuInit`
@@ -138,5 +148,6 @@ fn init() -> Result<Driver> {
         stream_synchronize: entry(atlas_sys::entry!(cuda, cuStreamSynchronize))?,
         ctx_get_current: entry(atlas_sys::entry!(cuda, cuCtxGetCurrent))?,
         ctx_set_current: entry(atlas_sys::entry!(cuda, cuCtxSetCurrent))?,
+        launch_kernel_ex: atlas_sys::entry!(cuda, cuLaunchKernelEx).ok(),
     })
 }

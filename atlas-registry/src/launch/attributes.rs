@@ -23,7 +23,7 @@ use crate::device::host::CudaHost;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, AttributeRefusal, Result};
 use crate::launch::config::LaunchConfig;
-use crate::launch::enqueue::{FunctionName, SharedMemOptIn, launch_error};
+use crate::launch::enqueue::{FunctionName, launch_error};
 
 /// The most attributes one launch can carry: one of each kind [`LaunchAttributes`] has.
 pub(crate) const MAX_ATTRIBUTES: usize = 6;
@@ -350,7 +350,6 @@ impl LaunchAttributes {
 pub(crate) unsafe fn launch_kernel_ex(
     host: &CudaHost,
     func: CUfunction,
-    opt_in: &SharedMemOptIn,
     name: &dyn FunctionName,
     cfg: &LaunchConfig,
     attrs: &LaunchAttributes,
@@ -360,8 +359,6 @@ pub(crate) unsafe fn launch_kernel_ex(
     if stream.is_null() {
         ensure_bound(host.context().raw())?;
     }
-    // SAFETY: duty 1.
-    unsafe { opt_in.ensure(host, func, cfg.shared_mem_bytes) }?;
     let (mut array, count) = attrs.driver_array();
     let config = CUlaunchConfig {
         gridDimX: cfg.grid.0,

@@ -298,20 +298,12 @@ impl Kernel {
         unsafe { attrs.check(&self.host, self.raw, &self.facts, self, cfg) }?;
         // SAFETY: function and stream are live and of the host's context (checked above);
         // preflight matched the array to the kernel's parameters, its buffers to that context and
-        // `cfg` to the device, and the attributes passed their check; an event among them is live
+        // `cfg` to the device, and made the shared memory opt-in; the attributes passed their
+        // check; an event among them is live
         // in this context (`LaunchAttributes::programmatic_event`'s duty); what the kernel does
         // with its arguments is the caller's duties 1 and 2.
         args.with_params(|params| unsafe {
-            launch_kernel_ex(
-                &self.host,
-                self.raw,
-                &self.opt_in,
-                self,
-                cfg,
-                attrs,
-                stream.raw(),
-                params,
-            )
+            launch_kernel_ex(&self.host, self.raw, self, cfg, attrs, stream.raw(), params)
         })
     }
 }

@@ -428,32 +428,30 @@ impl AtlasRegistry {
             check_config(host, &name, cfg)?;
             // SAFETY: the function is live and of this context (the caller's duty 1).
             unsafe { attrs.check(host, func.raw(), &facts, &name, cfg) }?;
-            // SAFETY: the caller's duties 1–3; the configuration fits the device and the
-            // attributes passed their check (above); an event among them is live in this context
-            // (`LaunchAttributes::programmatic_event`'s duty).
+            // SAFETY: the caller's duty 1: a live function of this registry's context.
+            unsafe { opt_in.ensure(host, func.raw(), cfg.shared_mem_bytes) }?;
+            // SAFETY: the caller's duties 1–3; the configuration fits the device, the attributes
+            // passed their check and the opt-in is made (above); an event among them is live in
+            // this context (`LaunchAttributes::programmatic_event`'s duty).
             return unsafe {
-                launch_kernel_ex(host, func.raw(), &opt_in, &name, cfg, attrs, stream, params)
+                launch_kernel_ex(host, func.raw(), &name, cfg, attrs, stream, params)
             };
         };
         check_config(host, kernel, cfg)?;
         kernel.check_param_count(count)?;
         // SAFETY: the function is this registry's, live and of its context.
         unsafe { attrs.check(host, kernel.raw(), kernel.facts(), kernel, cfg) }?;
-        // SAFETY: the caller's duties 1–3; the configuration fits the device, the parameter count
-        // matches the kernel's where Atlas knows it, and the attributes passed their check
-        // (above); an event among them is live in this context (`programmatic_event`'s duty).
+        // SAFETY: the kernel is this registry's, so a live function of its context.
         unsafe {
-            launch_kernel_ex(
-                host,
-                kernel.raw(),
-                kernel.opt_in(),
-                kernel,
-                cfg,
-                attrs,
-                stream,
-                params,
-            )
-        }
+            kernel
+                .opt_in()
+                .ensure(host, kernel.raw(), cfg.shared_mem_bytes)
+        }?;
+        // SAFETY: the caller's duties 1–3; the configuration fits the device, the parameter count
+        // matches the kernel's where Atlas knows it, the attributes passed their check and the
+        // opt-in is made (above); an event among them is live in this context
+        // (`programmatic_event`'s duty).
+        unsafe { launch_kernel_ex(host, kernel.raw(), kernel, cfg, attrs, stream, params) }
     }
 }
 
