@@ -15,16 +15,19 @@
 //! | model load              | `model_load/{demo_ptx,demo_cubin}/{raw,atlas}` (time per load)                     |
 //! | model load, paired      | `model_load_paired/{demo_ptx,demo_cubin}/atlas` (× raw)                            |
 //! | graph replay            | `graph_replay/noop256/{eager,replay}` (per kernel, synchronize included)           |
-//! | graph update            | `graph_update/chain64/{update,reinstantiate}` (per update)                         |
+//! | graph update            | `graph_update/{chain64,chain1024}/{update,reinstantiate}` (per update)             |
 //! | conditional loop        | `while_loop/steps64/{graph,host}` (per 64-step loop, synchronize included)         |
 //! | load everywhere         | `load_all_devices/{N}_gpus/{registry_per_device,one_library}`                      |
 //! | load everywhere, paired | `load_all_devices_paired/{N}_gpus/one_library` (× `registry_per_device`)           |
 //! | allocation, paired      | `alloc_paired/{4k,1m}/{raw,atlas_alloc,stream_ordered_raw,stream_ordered}` (× raw `cuMemAlloc`+`cuMemFree`) |
 //! | synchronize, paired     | `synchronize_paired/idle/{raw,atlas}` (× raw `cuStreamSynchronize`)                |
+//! | PDL chain               | `pdl_chain/{eager,eager_pdl,graph,graph_pdl}` (per kernel of 64 dependent steps)   |
+//! | launch with attributes  | `launch_ex_paired/pdl/{raw,atlas,atlas_raw}` (× raw `cuLaunchKernelEx`)            |
 //!
 //! Each bench lives in the file named after its benchmark group (`enqueue.rs`, `roundtrip.rs`,
 //! `lookup.rs`, `replaced.rs`, `model_load.rs`, `graph_replay.rs`, `load_all_devices.rs`;
-//! `stream_memory.rs` holds `alloc_paired` and `synchronize_paired`);
+//! `stream_memory.rs` holds `alloc_paired` and `synchronize_paired`, `pdl.rs` `pdl_chain` and
+//! `launch_ex_paired`, `graph_update.rs` `graph_update` and `while_loop`);
 //! `launches.rs` holds the launches that enqueue and round trip share, `paired.rs` the ratio
 //! measurement.
 //!

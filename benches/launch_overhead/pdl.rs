@@ -43,7 +43,7 @@ pub(crate) fn pdl(c: &mut Criterion, paired: &mut PairedCriterion, env: &Env) {
         "uploading the chain's data",
     );
     chain(c, &stream, &step, &mut x);
-    launch_ex_paired(paired, env, &stream, &step, &mut x);
+    launch_ex_paired(paired, env, &registry, &stream, &step, &mut x);
     ok(stream.synchronize(), "synchronize");
 }
 
@@ -133,6 +133,7 @@ fn chain(c: &mut Criterion, stream: &CudaStream, step: &CudaFunction, x: &mut De
 fn launch_ex_paired(
     c: &mut PairedCriterion,
     env: &Env,
+    registry: &AtlasRegistry,
     stream: &CudaStream,
     step: &CudaFunction,
     x: &mut DeviceBuffer<f32>,
@@ -171,6 +172,7 @@ fn launch_ex_paired(
         (&raw const args.3).cast_mut().cast(),
     ];
     let func = step.raw().raw();
+    let mut atlas_params = params;
     let mut raw = || {
         // SAFETY: the function is live (its registry is), the stream is its context's, the
         // config's one attribute lives on this frame, and the parameters point at `args`, whose
@@ -180,6 +182,16 @@ fn launch_ex_paired(
     };
     let pdl = LaunchAttributes::new().programmatic_stream_serialization(true);
     let mut atlas = || launch_step(step, stream, x, Some(&pdl));
+    // The raw door with the same attribute and the same parameter array as the raw side.
+    let cfg = LaunchConfig::for_elements(N, N);
+    let mut atlas_raw = || {
+        // SAFETY: as for the raw side: the function is this model's `pdl_step`, live while its
+        // registry is; the stream is its context's; the parameters point at `args`.
+        let launched = unsafe {
+            registry.launch_on_stream_with(step, &cfg, &pdl, raw_stream, &mut atlas_params)
+        };
+        ok(launched, "launch_on_stream_with");
+    };
     let batch = |launch: &mut dyn FnMut()| -> Duration {
         sync();
         paired::timed(|| {
@@ -199,6 +211,17 @@ fn launch_ex_paired(
             paired::pairs(iters, &mut atlas_first, |atlas_side| {
                 if atlas_side {
                     batch(&mut atlas)
+                } else {
+                    batch(&mut raw)
+                }
+            })
+        })
+    });
+    group.bench_function(BenchmarkId::new("pdl", "atlas_raw"), |b| {
+        b.iter_custom(|iters| {
+            paired::pairs(iters, &mut atlas_first, |atlas_side| {
+                if atlas_side {
+                    batch(&mut atlas_raw)
                 } else {
                     batch(&mut raw)
                 }

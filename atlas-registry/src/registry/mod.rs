@@ -406,12 +406,13 @@ impl AtlasRegistry {
     #[inline]
     pub unsafe fn launch_on_stream_with(
         &self,
-        func: RawCudaFunc,
+        func: impl Into<RawCudaFunc>,
         cfg: &LaunchConfig,
         attrs: &LaunchAttributes,
         stream: CUstream,
         params: &mut [*mut c_void],
     ) -> Result<()> {
+        let func: RawCudaFunc = func.into();
         let host = &*self.inner.host;
         let count = params.len();
         let params = if params.is_empty() {
