@@ -208,6 +208,9 @@ fn while_loop(c: &mut Criterion, env: &Env) {
         },
     );
     group.finish();
+    // One replay of the graph, checked, whatever the filter let criterion run.
+    // SAFETY: `x` and `counter` outlive `exec`.
+    ok(unsafe { exec.launch(&stream) }, "graph launch");
     let steps = ok(counter.to_vec(&stream), "reading the counter");
     assert_eq!(steps, [LOOP_STEPS], "the loop ran LOOP_STEPS steps");
 }
