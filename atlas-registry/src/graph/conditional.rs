@@ -200,11 +200,12 @@ impl CudaStream {
         // context, which is current; the body graph lives as long as its node's graph.
         unsafe { calls::begin_capture_to_graph(body_stream.raw(), body_graph, mode) }?;
         let captured = body(&body_stream);
-        // SAFETY: the body stream is live and capturing (begun above); its context is current
-        // unless `body` changed it, which `ensure_bound` undoes. The graph it returns is the body
-        // graph, owned by the node: it is dropped here as a raw handle, never destroyed.
-        let ended = ensure_bound(self.context())
-            .and_then(|()| Ok(unsafe { calls::end_capture(body_stream.raw()) }?));
+        // The graph the end returns is the body graph, owned by the node: it is dropped here as a
+        // raw handle, never destroyed. `ensure_bound` undoes any context change `body` made.
+        let ended = ensure_bound(self.context()).and_then(|()| {
+            // SAFETY: the body stream is live and capturing (begun above); its context is current.
+            Ok(unsafe { calls::end_capture(body_stream.raw()) }?)
+        });
         captured?;
         ended.map(|_body_graph| ())
     }

@@ -132,10 +132,8 @@ impl GraphExec {
             // SAFETY: a kernel node of this exec's graph and a function of its context (checked
             // above); preflight matched the array to the kernel and its buffers to the context; the
             // driver copies it during the call; the kernel's use of it is the caller's duty.
-            Ok(
-                unsafe { calls::graph_set_kernel_params(exec, node, &node_params) }
-                    .about(|| format!("`{}`", func.name()))?,
-            )
+            let set = unsafe { calls::graph_set_kernel_params(exec, node, &node_params) };
+            Ok(set.about(|| format!("`{}`", func.name()))?)
         })
     }
 }

@@ -251,10 +251,10 @@ impl Kernel {
             return Err(self.wrong_device("the stream".into(), stream.context()));
         }
         self.preflight(cfg, &args)?;
-        // SAFETY: function and stream are live and of the host's context (checked above);
-        // preflight matched the array to the kernel's parameters, its buffers to that context and
-        // `cfg` to the device, and made the shared memory opt-in; what the kernel does with its
-        // arguments is the caller's duties 1 and 2.
+        // Function and stream are live and of the host's context (checked above); preflight
+        // matched the array to the kernel's parameters, its buffers to that context and `cfg` to
+        // the device, and made the shared memory opt-in.
+        // SAFETY: as just said; what the kernel does with its arguments is duties 1 and 2.
         args.with_params(|params| unsafe {
             launch_kernel(&self.host, self.raw, self, cfg, stream.raw(), params)
         })
@@ -296,12 +296,12 @@ impl Kernel {
         self.preflight(cfg, &args)?;
         // SAFETY: the function is live and of the host's context (it is this registry's).
         unsafe { attrs.check(&self.host, self.raw, &self.facts, self, cfg) }?;
-        // SAFETY: function and stream are live and of the host's context (checked above);
-        // preflight matched the array to the kernel's parameters, its buffers to that context and
-        // `cfg` to the device, and made the shared memory opt-in; the attributes passed their
-        // check; an event among them is live
-        // in this context (`LaunchAttributes::programmatic_event`'s duty); what the kernel does
-        // with its arguments is the caller's duties 1 and 2.
+        // Function and stream are live and of the host's context (checked above); preflight
+        // matched the array to the kernel's parameters, its buffers to that context and `cfg` to
+        // the device, and made the shared memory opt-in; the attributes passed their check.
+        // SAFETY: as just said; an event among the attributes is live in this context
+        // (`LaunchAttributes::programmatic_event`'s duty); the kernel's use of its arguments is
+        // duties 1 and 2.
         args.with_params(|params| unsafe {
             launch_kernel_ex(&self.host, self.raw, self, cfg, attrs, stream.raw(), params)
         })

@@ -448,10 +448,10 @@ impl AtlasRegistry {
                 .opt_in()
                 .ensure(host, kernel.raw(), cfg.shared_mem_bytes)
         }?;
-        // SAFETY: the caller's duties 1–3; the configuration fits the device, the parameter count
-        // matches the kernel's where Atlas knows it, the attributes passed their check and the
-        // opt-in is made (above); an event among them is live in this context
-        // (`programmatic_event`'s duty).
+        // The configuration fits the device, the parameter count matches the kernel's where Atlas
+        // knows it, the attributes passed their check and the opt-in is made (above).
+        // SAFETY: as just said, with the caller's duties 1–3 (an event among the attributes is
+        // live in this context: `programmatic_event`'s duty).
         unsafe { launch_kernel_ex(host, kernel.raw(), kernel, cfg, attrs, stream, params) }
     }
 }
