@@ -326,13 +326,15 @@ pub enum AtlasError {
         /// Bytes given.
         given: usize,
     },
-    /// A copy or synchronization given a stream of another device's context than the registry's.
-    #[error("{what} belongs to {}, not to device {expected} of the registry", device(*.given))]
+    /// A stream or graph of another context than the one a call works in (a registry's copies, a
+    /// stream-ordered allocation, an executable graph's update or upload); nothing reached the
+    /// driver.
+    #[error("{what} belongs to {}, not to {}", device(*.given), device(*.expected))]
     WrongContext {
-        /// What is foreign (`the stream`).
+        /// What is foreign (`the stream`, `the new graph`).
         what: String,
-        /// The registry's device.
-        expected: usize,
+        /// The device the call works on, or `None` for a context Atlas does not manage.
+        expected: Option<usize>,
         /// The device `what` belongs to, or `None` for a context Atlas does not manage.
         given: Option<usize>,
     },
@@ -364,14 +366,6 @@ pub enum AtlasError {
         /// The device's ordinal.
         device: usize,
     },
-    /// A stream-ordered allocation given a stream of another context than the one to allocate in.
-    #[error("the stream belongs to {}, not to device {expected} where the memory was asked for", device(*.given))]
-    ForeignStream {
-        /// The device the memory was asked for on.
-        expected: usize,
-        /// The device the stream belongs to, or `None` for a context Atlas does not manage.
-        given: Option<usize>,
-    },
     /// A graph feature whose driver entry points this driver lacks (an older driver, or an
     /// injection library that does not forward them); nothing was changed.
     #[error(
@@ -384,17 +378,6 @@ pub enum AtlasError {
         feature: GraphFeature,
         /// The entry points the driver lacks.
         missing: Vec<&'static str>,
-    },
-    /// A graph operation given a graph or stream of another context than the executable graph's;
-    /// nothing reached the driver.
-    #[error("{what} belongs to {}, the executable graph to {}", device(*.given), device(*.expected))]
-    ForeignGraphPart {
-        /// What is foreign (`the new graph`, `the stream`).
-        what: String,
-        /// The device of the executable graph, or `None` for a context Atlas does not manage.
-        expected: Option<usize>,
-        /// The device `what` belongs to, or `None` for a context Atlas does not manage.
-        given: Option<usize>,
     },
 }
 

@@ -145,7 +145,7 @@ fn a_stream_of_another_device_is_refused_for_copies_and_nothing_is_copied() {
     }
     .unwrap_err();
     assert!(
-        matches!(e, AtlasError::WrongContext { expected: 0, given: Some(1), ref what } if what == "the stream"),
+        matches!(e, AtlasError::WrongContext { expected: Some(0), given: Some(1), ref what } if what == "the stream"),
         "{e}"
     );
     assert!(e.to_string().contains("device 1"), "{e}");

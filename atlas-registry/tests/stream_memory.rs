@@ -332,13 +332,14 @@ fn stream_of_another_device_is_refused() {
     // SAFETY: refused before anything is allocated.
     let refused = unsafe { DeviceBuffer::<f32>::alloc_async(h0.context(), h1.stream(), 8) };
     match refused {
-        Err(e @ AtlasError::ForeignStream { .. }) => {
+        Err(e @ AtlasError::WrongContext { .. }) => {
             assert!(
                 matches!(
                     e,
-                    AtlasError::ForeignStream {
-                        expected: 0,
-                        given: Some(1)
+                    AtlasError::WrongContext {
+                        expected: Some(0),
+                        given: Some(1),
+                        ..
                     }
                 ),
                 "{e:?}"

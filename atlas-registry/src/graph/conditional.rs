@@ -172,7 +172,7 @@ impl CudaStream {
         }
         let Some(ordinal) = ordinal_of(self.context()) else {
             // Every CudaStream is made with a CudaContext, which is some host's primary context.
-            return Err(AtlasError::ForeignGraphPart {
+            return Err(AtlasError::WrongContext {
                 what: "the capturing stream".into(),
                 expected: None,
                 given: None,

@@ -54,14 +54,14 @@ impl GraphExec {
     ///
     /// # Errors
     ///
-    /// [`AtlasError::ForeignGraphPart`] when `graph` was captured in another context;
+    /// [`AtlasError::WrongContext`] when `graph` was captured in another context;
     /// [`AtlasError::GraphFeatureUnavailable`] when the driver lacks `cuGraphExecUpdate_v2`; a
     /// driver error from the update or the instantiation.
     #[doc(alias = "cuGraphExecUpdate_v2")]
     pub unsafe fn update(&mut self, graph: CudaGraph) -> Result<GraphUpdate> {
         let context = self.graph.context();
         if graph.context() != context {
-            return Err(AtlasError::ForeignGraphPart {
+            return Err(AtlasError::WrongContext {
                 what: "the new graph".into(),
                 expected: ordinal_of(context),
                 given: ordinal_of(graph.context()),
@@ -95,13 +95,13 @@ impl GraphExec {
     ///
     /// # Errors
     ///
-    /// [`AtlasError::ForeignGraphPart`] when `stream` is of another context than the graph;
+    /// [`AtlasError::WrongContext`] when `stream` is of another context than the graph;
     /// [`AtlasError::GraphFeatureUnavailable`] when the driver lacks `cuGraphUpload`.
     #[doc(alias = "cuGraphUpload")]
     pub fn upload(&self, stream: &CudaStream) -> Result<()> {
         let context = self.graph.context();
         if stream.context() != context {
-            return Err(AtlasError::ForeignGraphPart {
+            return Err(AtlasError::WrongContext {
                 what: "the stream".into(),
                 expected: ordinal_of(context),
                 given: ordinal_of(stream.context()),

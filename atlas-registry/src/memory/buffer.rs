@@ -102,7 +102,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// allocates and frees it.
     ///
     /// Refused before the driver is called: a stream of another context
-    /// ([`AtlasError::ForeignStream`]), a device without memory pools
+    /// ([`AtlasError::WrongContext`]), a device without memory pools
     /// ([`AtlasError::MemoryPoolsUnsupported`]), a driver without the entry points
     /// ([`AtlasError::MissingSymbol`], naming the first one missing).
     ///
@@ -127,8 +127,9 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         len: usize,
     ) -> Result<Self> {
         if stream.context() != context.raw() {
-            return Err(AtlasError::ForeignStream {
-                expected: context.ordinal(),
+            return Err(AtlasError::WrongContext {
+                what: "the stream".into(),
+                expected: Some(context.ordinal()),
                 given: ordinal_of(stream.context()),
             });
         }

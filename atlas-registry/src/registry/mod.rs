@@ -263,7 +263,7 @@ impl AtlasRegistry {
         }
         Err(AtlasError::WrongContext {
             what: "the stream".into(),
-            expected: self.inner.host.ordinal(),
+            expected: Some(self.inner.host.ordinal()),
             given: ordinal_of(stream.context()),
         })
     }
