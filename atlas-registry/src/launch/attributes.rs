@@ -10,6 +10,7 @@
 //! through `cuLaunchKernelEx` (CUDA 12.0+).
 
 use std::ffi::c_void;
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use atlas_sys::{
@@ -27,6 +28,10 @@ use crate::launch::enqueue::{FunctionName, launch_error};
 
 /// The most attributes one launch can carry: one of each kind [`LaunchAttributes`] has.
 pub(crate) const MAX_ATTRIBUTES: usize = 6;
+
+/// Room for the driver's attribute array of one launch, on the stack: only the entries a launch
+/// uses are written.
+pub(crate) type DriverArray = [MaybeUninit<CUlaunchAttribute>; MAX_ATTRIBUTES];
 
 /// The most blocks in a cluster that every device with clusters supports; more needs the kernel's
 /// `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`.
@@ -215,13 +220,14 @@ impl LaunchAttributes {
         self.len() == 0
     }
 
-    /// The driver's attribute array, on the stack, and how many of its entries are used.
+    /// Writes the driver's attributes into the first entries of `array` (on the caller's stack)
+    /// and returns how many it wrote; the entries after them are left as they were. Only the
+    /// entries used are touched, so a launch with one attribute writes one.
     #[inline]
-    pub(crate) fn driver_array(&self) -> ([CUlaunchAttribute; MAX_ATTRIBUTES], u32) {
-        let mut array = [entry(Id::CU_LAUNCH_ATTRIBUTE_IGNORE, |_| {}); MAX_ATTRIBUTES];
+    pub(crate) fn write_driver_array(&self, array: &mut DriverArray) -> u32 {
         let mut used = 0;
         let mut push = |attribute| {
-            array[used] = attribute;
+            array[used].write(attribute);
             used += 1;
         };
         if self.programmatic_serialization {
@@ -263,7 +269,7 @@ impl LaunchAttributes {
                 v.memSyncDomain = domain
             }));
         }
-        (array, used as u32)
+        used as u32
     }
 
     /// Everything Atlas can check of the attributes before the driver is called, for `func` (a
@@ -273,10 +279,37 @@ impl LaunchAttributes {
     /// divide the grid, are at most the portable size (unless the kernel allows more) and match
     /// the kernel's `__cluster_dims__`; a cooperative grid fits on the device at once.
     ///
+    /// A launch that asks only for what needs no reading (programmatic launch on a device that
+    /// has it, a memory synchronization domain) passes without leaving the caller's frame.
+    ///
     /// # Safety
     ///
     /// 1. `func` is a live function of `host`'s context.
+    #[inline]
     pub(crate) unsafe fn check(
+        &self,
+        host: &CudaHost,
+        func: CUfunction,
+        facts: &LaunchFacts,
+        name: &dyn FunctionName,
+        cfg: &LaunchConfig,
+    ) -> Result<()> {
+        let programmatic_ok = !self.is_programmatic() || host.compute_capability() >= (9, 0);
+        if programmatic_ok && self.cluster.is_none() && !self.cooperative && self.priority.is_none()
+        {
+            return Ok(());
+        }
+        // SAFETY: duty 1.
+        unsafe { self.check_all(host, func, facts, name, cfg) }
+    }
+
+    /// Every check [`check`](Self::check) names, one after the other.
+    ///
+    /// # Safety
+    ///
+    /// 1. `func` is a live function of `host`'s context.
+    #[inline(never)]
+    unsafe fn check_all(
         &self,
         host: &CudaHost,
         func: CUfunction,
@@ -359,7 +392,8 @@ pub(crate) unsafe fn launch_kernel_ex(
     if stream.is_null() {
         ensure_bound(host.context().raw())?;
     }
-    let (mut array, count) = attrs.driver_array();
+    let mut array: DriverArray = [const { MaybeUninit::uninit() }; MAX_ATTRIBUTES];
+    let count = attrs.write_driver_array(&mut array);
     let config = CUlaunchConfig {
         gridDimX: cfg.grid.0,
         gridDimY: cfg.grid.1,
@@ -369,11 +403,11 @@ pub(crate) unsafe fn launch_kernel_ex(
         blockDimZ: cfg.block.2,
         sharedMemBytes: cfg.shared_mem_bytes,
         hStream: stream,
-        attrs: array.as_mut_ptr(),
+        attrs: array.as_mut_ptr().cast(),
         numAttrs: count,
     };
-    // SAFETY: the caller's duties 1–5; `config` names `count` initialised entries of `array`,
-    // which lives through the call; for the legacy default stream the function's context is
+    // SAFETY: the caller's duties 1–5; `config` names the first `count` entries of `array`, which
+    // `write_driver_array` initialised and which live through the call; for the legacy default stream the function's context is
     // current (above).
     let launched = unsafe { calls::launch_kernel_ex(&config, func, params) };
     match launched {
@@ -540,6 +574,17 @@ impl LaunchFacts {
 mod tests {
     use super::*;
 
+    /// The entries `attrs` writes, copied out of the array.
+    fn written(attrs: &LaunchAttributes) -> Vec<CUlaunchAttribute> {
+        let mut array: DriverArray = [const { MaybeUninit::uninit() }; MAX_ATTRIBUTES];
+        let used = attrs.write_driver_array(&mut array) as usize;
+        // SAFETY: `write_driver_array` initialised the first `used` entries.
+        array[..used]
+            .iter()
+            .map(|a| unsafe { a.assume_init() })
+            .collect()
+    }
+
     #[test]
     fn the_array_holds_what_was_asked_in_order() {
         let attrs = LaunchAttributes::new()
@@ -549,10 +594,9 @@ mod tests {
             .priority(-3)
             .mem_sync_domain(MemSyncDomain::Remote);
         assert_eq!(attrs.len(), 5);
-        let (array, used) = attrs.driver_array();
-        assert_eq!(used, 5);
+        let array = written(&attrs);
         let ids: Vec<u32> = array.iter().map(|a| a.id.0).collect();
-        assert_eq!(ids, [6, 4, 2, 8, 10, 0]);
+        assert_eq!(ids, [6, 4, 2, 8, 10]);
         // SAFETY: each entry's union is read through the field its id says was written; unused
         // bytes are zero.
         unsafe {
@@ -562,10 +606,9 @@ mod tests {
             assert_eq!(array[2].value.cooperative, 1);
             assert_eq!(array[3].value.priority, -3);
             assert_eq!(array[4].value.memSyncDomain.0, 1);
-            assert!(array[5].value.pad.iter().all(|&b| b == 0));
+            assert!(array[0].value.pad[4..].iter().all(|&b| b == 0));
         }
-        let (_, none) = LaunchAttributes::new().driver_array();
-        assert_eq!(none, 0);
+        assert!(written(&LaunchAttributes::new()).is_empty());
     }
 
     #[test]
@@ -582,8 +625,8 @@ mod tests {
                 .mem_sync_domain(MemSyncDomain::Default)
         };
         assert_eq!(all.len(), MAX_ATTRIBUTES);
-        let (array, used) = all.driver_array();
-        assert_eq!(used as usize, MAX_ATTRIBUTES);
+        let array = written(&all);
+        assert_eq!(array.len(), MAX_ATTRIBUTES);
         // SAFETY: entry 1 is the programmatic event (its id says so).
         let e = unsafe { array[1].value.programmaticEvent };
         assert_eq!((array[1].id.0, e.triggerAtBlockStart, e.flags), (7, 1, 0));
