@@ -181,6 +181,59 @@ fn another_topology_is_instantiated_again() {
     );
 }
 
+#[test]
+#[ignore = "needs two NVIDIA GPUs"]
+fn a_graph_or_stream_of_another_device_is_refused_and_the_graph_replays_as_before() {
+    let count = atlas_registry::device_count().unwrap();
+    assert!(
+        count >= 2,
+        "this test needs two NVIDIA GPUs; the driver reports {count}"
+    );
+    let (r0, r1) = (
+        demo(),
+        AtlasRegistry::load(1, ptx_for_model("demo").unwrap()).unwrap(),
+    );
+    let (s0, s1) = (
+        CudaStream::new(r0.ctx()).unwrap(),
+        CudaStream::new(r1.ctx()).unwrap(),
+    );
+    let mut rng = Rng::new();
+    let n = 20_000;
+    let input = rng.vec(n);
+    let mut x0 = DeviceBuffer::from_slice(r0.ctx(), &s0, &input).unwrap();
+    let mut x1 = DeviceBuffer::from_slice(r1.ctx(), &s1, &rng.vec(n)).unwrap();
+    let first = factors(&mut rng, 3);
+    let mut exec = capture_scales(&r0, &s0, &mut x0, &first)
+        .instantiate()
+        .unwrap();
+    let foreign = capture_scales(&r1, &s1, &mut x1, &factors(&mut rng, 3));
+
+    let refused = |e: AtlasError, what: &str| match e {
+        AtlasError::WrongContext {
+            what: w,
+            expected,
+            given,
+        } => assert_eq!((w.as_str(), expected, given), (what, Some(0), Some(1))),
+        other => panic!("expected WrongContext for {what}, got {other:?}"),
+    };
+    // SAFETY: refused before the driver is called; nothing of device 1 is ever replayed here.
+    refused(
+        unsafe { exec.update(foreign) }.unwrap_err(),
+        "the new graph",
+    );
+    refused(exec.upload(&s1).unwrap_err(), "the stream");
+
+    // The executable graph is the one instantiated on device 0, untouched by the refusals.
+    assert_eq!(exec.kernel_count(), 3);
+    exec.upload(&s0).unwrap();
+    // SAFETY: `x0`, all the graph touches, outlives `exec`.
+    unsafe { exec.launch(&s0) }.unwrap();
+    let mut want = input.clone();
+    want.iter_mut()
+        .for_each(|v| *v *= first.iter().product::<f32>());
+    assert_close(&x0.to_vec(&s0).unwrap(), &want, 1e-5, "after the refusals");
+}
+
 /// `loop_step` on the CPU: `steps` times x = x * 0.5 + 1.
 fn loop_reference(input: &[f32], steps: usize) -> Vec<f32> {
     input

@@ -1,11 +1,18 @@
-//! Whole-graph update against re-instantiation, and a device-decided WHILE loop against a host
-//! loop of the same steps.
+//! Graph update against re-instantiation, and a device-decided WHILE loop against a host loop of
+//! the same steps.
 //!
-//! - `graph_update/{update,reinstantiate}`: an executable graph of a captured chain of
-//!   [`CHAINS`] (64 or 1024) `scale` launches is made to run a new capture of the same chain with new
-//!   arguments: by [`GraphExec::update`] (in place), or by instantiating the new capture and
-//!   dropping the old executable graph. The captures are made outside the timed region; one
-//!   iteration is one update (or one instantiation).
+//! - `graph_update/{shape}/…`: an executable graph is made to run a new capture of the same shape
+//!   with new arguments. Shapes: `chain64`, `chain1024` (a chain of that many `scale` launches) and
+//!   `while64` (a decode loop: a counter reset, then a WHILE node whose body is 63 `scale`
+//!   launches and the `loop_step` that ends the loop). The captures are made outside the timed
+//!   region; one iteration is one change:
+//!   - `update`: [`GraphExec::update`] in place; `reinstantiate`: instantiate the new capture and
+//!     drop the old executable graph.
+//!   - `update_ready`, `reinstantiate_ready`: the same, then [`GraphExec::upload`] and a
+//!     synchronize: the time until the changed graph sits on the device, ready to replay.
+//!   - `set_one_node` (chains): a change of one kernel's argument made with
+//!     [`GraphExec::set_kernel_args`] on that node, against `reinstantiate` of a capture with the
+//!     same one change (an instantiation costs the same whichever arguments changed).
 //! - `while_loop/{graph,host}`: [`LOOP_STEPS`] steps of the `conditional` model's loop: one replay
 //!   of a graph whose WHILE node runs `loop_step` until the kernel ends the loop, or a counter reset
 //!   and [`LOOP_STEPS`] `host_step` launches from the host; one iteration is the whole loop,
@@ -14,15 +21,13 @@
 use std::time::{Duration, Instant};
 
 use atlas_registry::{
-    AtlasRegistry, CudaGraph, CudaStream, DeviceBuffer, GraphExec, GraphUpdate, LaunchConfig,
+    AtlasRegistry, CudaFunction, CudaGraph, CudaStream, DeviceBuffer, GraphExec, GraphUpdate,
+    LaunchConfig,
 };
-use criterion::{BenchmarkId, Criterion};
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion, measurement::WallTime};
 
 use crate::{Env, ok};
 
-/// Kernels in the updated chain.
-/// Kernels in the captured chains: a short step and a long one.
-const CHAINS: [usize; 2] = [64, 1024];
 /// Iterations of the WHILE loop.
 const LOOP_STEPS: i32 = 64;
 /// Elements the kernels touch.
@@ -33,95 +38,229 @@ pub(crate) fn graph_update(c: &mut Criterion, env: &Env) {
     while_loop(c, env);
 }
 
-/// Captures `chain` launches of `scale` on `x`, the factors starting at `first`.
-fn capture_chain(
-    env: &Env,
-    stream: &CudaStream,
-    x: &mut DeviceBuffer<f32>,
-    first: f32,
-    chain: usize,
-) -> CudaGraph {
-    let scale = ok(
-        env.registry.function_cached("elementwise", "scale"),
-        "function scale",
-    );
-    let cfg = LaunchConfig::for_elements(ELEMENTS, 256);
-    ok(stream.begin_capture(), "begin_capture");
-    for i in 0..chain {
-        let factor = first + i as f32 * 1e-3;
-        // SAFETY: captured, not run: at a replay `scale` touches the ELEMENTS floats of `x`, which
-        // outlives every executable graph of this bench (none is replayed).
-        ok(
-            unsafe { scale.launch(stream, &cfg, (&mut *x, factor, ELEMENTS)) },
-            "capturing scale",
-        );
-    }
-    ok(stream.end_capture(), "end_capture")
-}
-
-fn update_vs_reinstantiate(c: &mut Criterion, env: &Env) {
-    for chain in CHAINS {
-        update_vs_reinstantiate_chain(c, env, chain);
-    }
-}
-
-fn update_vs_reinstantiate_chain(c: &mut Criterion, env: &Env, chain: usize) {
-    let stream = ok(CudaStream::new(env.registry.ctx()), "creating a stream");
-    let mut x = ok(
-        DeviceBuffer::<f32>::alloc(env.registry.ctx(), ELEMENTS as usize),
-        "allocating",
-    );
-    let first = capture_chain(env, &stream, &mut x, 1.0, chain);
-    let exec = std::cell::RefCell::new(ok(first.instantiate(), "instantiate"));
-    let mut group = c.benchmark_group("graph_update");
-    group.bench_function(BenchmarkId::new(format!("chain{chain}"), "update"), |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for i in 0..iters {
-                let graph = capture_chain(env, &stream, &mut x, 1.0 + (i % 7) as f32, chain);
-                let mut exec = exec.borrow_mut();
-                let start = Instant::now();
-                // SAFETY: the new chain touches the ELEMENTS floats of `x`, which outlives `exec`;
-                // nothing replays it here.
-                let outcome = ok(unsafe { exec.update(graph) }, "update");
-                total += start.elapsed();
-                assert_eq!(
-                    outcome,
-                    GraphUpdate::Updated,
-                    "a same-topology chain updates"
-                );
-            }
-            total
-        })
-    });
-    group.bench_function(
-        BenchmarkId::new(format!("chain{chain}"), "reinstantiate"),
-        |b| {
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for i in 0..iters {
-                    let graph = capture_chain(env, &stream, &mut x, 1.0 + (i % 7) as f32, chain);
-                    let mut exec = exec.borrow_mut();
-                    let start = Instant::now();
-                    let fresh: GraphExec = ok(graph.instantiate(), "instantiate");
-                    drop(std::mem::replace(&mut *exec, fresh));
-                    total += start.elapsed();
-                }
-                total
-            })
-        },
-    );
-    group.finish();
-}
-
-fn while_loop(c: &mut Criterion, env: &Env) {
+/// The `conditional` model on device 0.
+fn conditional_model(env: &Env) -> AtlasRegistry {
     let host = env.registry.host();
     let blobs = atlas_kernels::blobs_for_device("conditional", host.compute_capability())
         .expect("conditional is a model of atlas-kernels");
-    let registry = ok(
+    ok(
         AtlasRegistry::load(0, blobs),
         "loading the conditional model",
+    )
+}
+
+/// A graph of one shape, captured again with other arguments at each change.
+enum Shape {
+    /// `n` `scale` launches in a row.
+    Chain(usize),
+    /// A counter reset, then a WHILE node around `body - 1` `scale` launches and one `loop_step`.
+    Loop { body: usize },
+}
+
+/// What the captures use: the kernels, their buffers, the stream they are captured on.
+struct Captures<'a> {
+    stream: &'a CudaStream,
+    scale: CudaFunction,
+    loop_step: CudaFunction,
+    reset: CudaFunction,
+    x: DeviceBuffer<f32>,
+    counter: DeviceBuffer<i32>,
+}
+
+impl Captures<'_> {
+    /// The factor of launch `i` in a capture numbered `version`; `only_one` changes launch `i`'s
+    /// factor between versions and no other.
+    fn factor(version: u64, i: usize, only_one: Option<usize>) -> f32 {
+        let changes = only_one.is_none_or(|k| k == i);
+        let v = if changes { (version % 7) as f32 } else { 0.0 };
+        1.0 + v + i as f32 * 1e-3
+    }
+
+    /// A capture of `shape`, version `version`.
+    fn capture(&mut self, shape: &Shape, version: u64, only_one: Option<usize>) -> CudaGraph {
+        let cfg = LaunchConfig::for_elements(ELEMENTS, 256);
+        let stream = self.stream;
+        ok(stream.begin_capture(), "begin_capture");
+        match *shape {
+            Shape::Chain(n) => {
+                for i in 0..n {
+                    self.capture_scale(stream, &cfg, Self::factor(version, i, only_one));
+                }
+            }
+            Shape::Loop { body } => {
+                let one = LaunchConfig::for_elements(1, 1);
+                // SAFETY: captured, not run: at a replay it writes the int of `counter`, which
+                // outlives every executable graph of this bench (none is replayed).
+                ok(
+                    unsafe { self.reset.launch(stream, &one, (&mut self.counter,)) },
+                    "capturing reset_counter",
+                );
+                let cond = ok(stream.conditional_handle(true), "conditional_handle");
+                let captured = stream.capture_while(cond, |inner| {
+                    for i in 0..body - 1 {
+                        self.capture_scale(inner, &cfg, Self::factor(version, i, only_one));
+                    }
+                    // SAFETY: captured, not run: an iteration touches the ELEMENTS floats of `x`
+                    // and the int of `counter`, and sets `cond`, a handle of this graph.
+                    unsafe {
+                        self.loop_step.launch(
+                            inner,
+                            &cfg,
+                            (&mut self.x, ELEMENTS, cond, &mut self.counter, LOOP_STEPS),
+                        )
+                    }
+                });
+                ok(captured, "capture_while");
+            }
+        }
+        ok(stream.end_capture(), "end_capture")
+    }
+
+    fn capture_scale(&self, stream: &CudaStream, cfg: &LaunchConfig, factor: f32) {
+        // SAFETY: captured, not run: at a replay `scale` touches the ELEMENTS floats of `x`,
+        // which outlives every executable graph of this bench (none is replayed).
+        ok(
+            unsafe { self.scale.launch(stream, cfg, (&self.x, factor, ELEMENTS)) },
+            "capturing scale",
+        );
+    }
+}
+
+fn update_vs_reinstantiate(c: &mut Criterion, env: &Env) {
+    let conditional = conditional_model(env);
+    let stream = ok(CudaStream::new(env.registry.ctx()), "creating a stream");
+    let function =
+        |registry: &AtlasRegistry, module, name| ok(registry.function(module, name), name);
+    let mut captures = Captures {
+        stream: &stream,
+        scale: function(&env.registry, "elementwise", "scale"),
+        loop_step: function(&conditional, "conditional", "loop_step"),
+        reset: function(&conditional, "conditional", "reset_counter"),
+        x: ok(
+            DeviceBuffer::alloc(env.registry.ctx(), ELEMENTS as usize),
+            "allocating x",
+        ),
+        counter: ok(
+            DeviceBuffer::alloc(env.registry.ctx(), 1),
+            "allocating the counter",
+        ),
+    };
+    let mut group = c.benchmark_group("graph_update");
+    for (name, shape) in [
+        ("chain64", Shape::Chain(64)),
+        ("chain1024", Shape::Chain(1024)),
+        ("while64", Shape::Loop { body: 64 }),
+    ] {
+        update_vs_reinstantiate_shape(&mut group, &mut captures, name, &shape);
+    }
+    group.finish();
+    ok(stream.synchronize(), "synchronize");
+}
+
+fn update_vs_reinstantiate_shape(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    captures: &mut Captures<'_>,
+    name: &str,
+    shape: &Shape,
+) {
+    let stream = captures.stream;
+    let mut exec = ok(
+        captures.capture(shape, 0, None).instantiate(),
+        "instantiate",
     );
+    // The driver decides whether a new capture of this shape updates in place: say what it did.
+    // SAFETY: the new capture touches `x` and `counter`, which outlive `exec`; nothing replays it.
+    let outcome = ok(
+        unsafe { exec.update(captures.capture(shape, 1, None)) },
+        "update",
+    );
+    println!("graph_update/{name}: a new capture {outcome:?}");
+    if let Shape::Chain(_) = shape {
+        assert_eq!(
+            outcome,
+            GraphUpdate::Updated,
+            "a same-topology chain updates"
+        );
+    }
+    let ready = |exec: &GraphExec| {
+        ok(exec.upload(stream), "upload");
+        ok(stream.synchronize(), "synchronize");
+    };
+    let mut update = |exec: &mut GraphExec, graph| {
+        // SAFETY: the new capture touches `x` and `counter`, which outlive `exec`; nothing
+        // replays it here.
+        ok(unsafe { exec.update(graph) }, "update");
+    };
+    let mut reinstantiate = |exec: &mut GraphExec, graph: CudaGraph| {
+        drop(std::mem::replace(
+            exec,
+            ok(graph.instantiate(), "instantiate"),
+        ));
+    };
+    group.bench_function(BenchmarkId::new(name, "update"), |b| {
+        timed_change(b, captures, &mut exec, shape, None, &mut update)
+    });
+    group.bench_function(BenchmarkId::new(name, "reinstantiate"), |b| {
+        timed_change(b, captures, &mut exec, shape, None, &mut reinstantiate)
+    });
+    group.bench_function(BenchmarkId::new(name, "update_ready"), |b| {
+        timed_change(b, captures, &mut exec, shape, None, &mut |exec, graph| {
+            update(exec, graph);
+            ready(exec);
+        })
+    });
+    group.bench_function(BenchmarkId::new(name, "reinstantiate_ready"), |b| {
+        timed_change(b, captures, &mut exec, shape, None, &mut |exec, graph| {
+            reinstantiate(exec, graph);
+            ready(exec);
+        })
+    });
+    let Shape::Chain(n) = *shape else { return };
+    // One kernel's argument changes: the kernel in the middle of the chain.
+    let k = n / 2;
+    let cfg = LaunchConfig::for_elements(ELEMENTS, 256);
+    let mut version = 0;
+    group.bench_function(BenchmarkId::new(name, "set_one_node"), |b| {
+        b.iter(|| {
+            version += 1;
+            let factor = Captures::factor(version, k, Some(k));
+            // SAFETY: `scale` touches the ELEMENTS floats of `x`, which outlives `exec`; nothing
+            // replays it here.
+            let set = unsafe {
+                exec.set_kernel_args(k, &captures.scale, &cfg, (&captures.x, factor, ELEMENTS))
+            };
+            ok(set, "set_kernel_args");
+        })
+    });
+    group.bench_function(BenchmarkId::new(name, "reinstantiate_one_node"), |b| {
+        timed_change(b, captures, &mut exec, shape, Some(k), &mut reinstantiate)
+    });
+}
+
+/// One change per iteration, timed from the new capture's end: `apply` makes `exec` run `graph`'s
+/// work (captured from `shape`, version by version, with `only_one`'s launch changed or all).
+fn timed_change(
+    b: &mut criterion::Bencher<'_>,
+    captures: &mut Captures<'_>,
+    exec: &mut GraphExec,
+    shape: &Shape,
+    only_one: Option<usize>,
+    apply: &mut dyn FnMut(&mut GraphExec, CudaGraph),
+) {
+    b.iter_custom(|iters| {
+        let mut total = Duration::ZERO;
+        for i in 0..iters {
+            let graph = captures.capture(shape, i + 2, only_one);
+            let start = Instant::now();
+            apply(exec, graph);
+            total += start.elapsed();
+        }
+        total
+    })
+}
+
+fn while_loop(c: &mut Criterion, env: &Env) {
+    let registry = conditional_model(env);
     let stream = ok(CudaStream::new(registry.ctx()), "creating a stream");
     // Outside a capture a driver with conditional nodes answers "not capturing"; one without
     // them names what it lacks, and the loop is not benched.
