@@ -146,6 +146,11 @@ fn update_vs_reinstantiate(c: &mut Criterion, env: &Env) {
         ),
     };
     let mut group = c.benchmark_group("graph_update");
+    // Each change needs a new capture outside the timed region (up to a few milliseconds for 1024
+    // launches): shorter windows keep the group's wall time in bounds.
+    group
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
     for (name, shape) in [
         ("chain64", Shape::Chain(64)),
         ("chain1024", Shape::Chain(1024)),
