@@ -4,10 +4,14 @@
 //! - `graph_update/{shape}/…`: an executable graph is made to run a new capture of the same shape
 //!   with new arguments. Shapes: `chain64`, `chain1024` (a chain of that many `scale` launches) and
 //!   `while64` (a decode loop: a counter reset, then a WHILE node whose body is 63 `scale`
-//!   launches and the `loop_step` that ends the loop). The captures are made outside the timed
+//!   launches and the `loop_step` that ends the loop), `layers64` (64 layers of a step: a 4-byte
+//!   host-to-device copy, then `scale`, `axpy` and `add_bias`: 256 nodes of four kinds). The captures are made outside the timed
 //!   region; one iteration is one change:
 //!   - `update`: [`GraphExec::update`] in place; `reinstantiate`: instantiate the new capture and
-//!     drop the old executable graph.
+//!     drop the old executable graph. `raw_update`, `raw_reinstantiate`: the same through the raw
+//!     driver calls (`cuGraphExecUpdate_v2` then `cuGraphDestroy` of the new graph;
+//!     `cuGraphInstantiateWithFlags` then `cuGraphExecDestroy` and `cuGraphDestroy` of the old
+//!     pair), so the driver's own ratio stands beside Atlas's.
 //!   - `update_ready`, `reinstantiate_ready`: the same, then [`GraphExec::upload`] and a
 //!     synchronize: the time until the changed graph sits on the device, ready to replay.
 //!   - `set_one_node` (chains): a change of one kernel's argument made with
@@ -26,7 +30,9 @@ use atlas_registry::{
 };
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, measurement::WallTime};
 
-use crate::{Env, ok};
+use atlas_sys::{CUgraph, CUgraphExec, CUgraphExecUpdateResultInfo};
+
+use crate::{Env, check, ok, sym};
 
 /// Iterations of the WHILE loop.
 const LOOP_STEPS: i32 = 64;
@@ -55,16 +61,24 @@ enum Shape {
     Chain(usize),
     /// A counter reset, then a WHILE node around `body - 1` `scale` launches and one `loop_step`.
     Loop { body: usize },
+    /// `n` layers of a copy of 4 host bytes into `counter`, `scale`, `axpy` and `add_bias`.
+    Layers(usize),
 }
 
 /// What the captures use: the kernels, their buffers, the stream they are captured on.
 struct Captures<'a> {
     stream: &'a CudaStream,
+    env_registry: &'a AtlasRegistry,
     scale: CudaFunction,
+    axpy: CudaFunction,
+    add_bias: CudaFunction,
     loop_step: CudaFunction,
     reset: CudaFunction,
     x: DeviceBuffer<f32>,
+    y: DeviceBuffer<f32>,
     counter: DeviceBuffer<i32>,
+    /// What the copies of `Layers` read: alive as long as the captures.
+    position: Box<i32>,
 }
 
 impl Captures<'_> {
@@ -112,6 +126,36 @@ impl Captures<'_> {
                 });
                 ok(captured, "capture_while");
             }
+            Shape::Layers(n) => {
+                for i in 0..n {
+                    let f = Self::factor(version, i, only_one);
+                    // SAFETY: captured, not run: at a replay it copies the 4 bytes of `position`
+                    // (boxed, alive as long as `self`) into the int of `counter`.
+                    let copied = unsafe {
+                        self.env_registry.copy_h2d_async(
+                            self.counter.device_ptr(),
+                            (&raw const *self.position).cast(),
+                            4,
+                            stream,
+                        )
+                    };
+                    ok(copied, "capturing the copy");
+                    self.capture_scale(stream, &cfg, f);
+                    // SAFETY: captured, not run: at a replay these touch the ELEMENTS floats of
+                    // `x` and `y`, which outlive every executable graph of this bench.
+                    unsafe {
+                        ok(
+                            self.axpy
+                                .launch(stream, &cfg, (&self.x, &mut self.y, f, ELEMENTS)),
+                            "capturing axpy",
+                        );
+                        ok(
+                            self.add_bias.launch(stream, &cfg, (&mut self.y, ELEMENTS)),
+                            "capturing add_bias",
+                        );
+                    }
+                }
+            }
         }
         ok(stream.end_capture(), "end_capture")
     }
@@ -133,17 +177,25 @@ fn update_vs_reinstantiate(c: &mut Criterion, env: &Env) {
         |registry: &AtlasRegistry, module, name| ok(registry.function(module, name), name);
     let mut captures = Captures {
         stream: &stream,
+        env_registry: &env.registry,
         scale: function(&env.registry, "elementwise", "scale"),
+        axpy: function(&env.registry, "elementwise", "axpy"),
+        add_bias: function(&env.registry, "device_global", "add_bias"),
         loop_step: function(&conditional, "conditional", "loop_step"),
         reset: function(&conditional, "conditional", "reset_counter"),
         x: ok(
             DeviceBuffer::alloc(env.registry.ctx(), ELEMENTS as usize),
             "allocating x",
         ),
+        y: ok(
+            DeviceBuffer::alloc(env.registry.ctx(), ELEMENTS as usize),
+            "allocating y",
+        ),
         counter: ok(
             DeviceBuffer::alloc(env.registry.ctx(), 1),
             "allocating the counter",
         ),
+        position: Box::new(7),
     };
     let mut group = c.benchmark_group("graph_update");
     // Each change needs a new capture outside the timed region (up to a few milliseconds for 1024
@@ -155,8 +207,9 @@ fn update_vs_reinstantiate(c: &mut Criterion, env: &Env) {
         ("chain64", Shape::Chain(64)),
         ("chain1024", Shape::Chain(1024)),
         ("while64", Shape::Loop { body: 64 }),
+        ("layers64", Shape::Layers(64)),
     ] {
-        update_vs_reinstantiate_shape(&mut group, &mut captures, name, &shape);
+        update_vs_reinstantiate_shape(&mut group, env, &mut captures, name, &shape);
     }
     group.finish();
     ok(stream.synchronize(), "synchronize");
@@ -164,6 +217,7 @@ fn update_vs_reinstantiate(c: &mut Criterion, env: &Env) {
 
 fn update_vs_reinstantiate_shape(
     group: &mut BenchmarkGroup<'_, WallTime>,
+    env: &Env,
     captures: &mut Captures<'_>,
     name: &str,
     shape: &Shape,
@@ -220,6 +274,7 @@ fn update_vs_reinstantiate_shape(
             ready(exec);
         })
     });
+    raw_update_vs_reinstantiate(group, env, captures, name, shape);
     let Shape::Chain(n) = *shape else { return };
     // One kernel's argument changes: the kernel in the middle of the chain.
     let k = n / 2;
@@ -240,6 +295,81 @@ fn update_vs_reinstantiate_shape(
     group.bench_function(BenchmarkId::new(name, "reinstantiate_one_node"), |b| {
         timed_change(b, captures, &mut exec, shape, Some(k), &mut reinstantiate)
     });
+}
+
+/// `raw_update` and `raw_reinstantiate` of `shape`: the driver calls alone, on an executable graph
+/// of their own.
+fn raw_update_vs_reinstantiate(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    env: &Env,
+    captures: &mut Captures<'_>,
+    name: &str,
+    shape: &Shape,
+) {
+    let instantiate = sym!(env.cuda, cuGraphInstantiateWithFlags);
+    let update = sym!(env.cuda, cuGraphExecUpdate_v2);
+    let exec_destroy = sym!(env.cuda, cuGraphExecDestroy);
+    let graph_destroy = sym!(env.cuda, cuGraphDestroy);
+    // The graph's handle, owned from here on by the raw calls (a `CudaGraph` holds nothing else).
+    let into_raw = |graph: CudaGraph| {
+        let raw = graph.raw();
+        std::mem::forget(graph);
+        raw
+    };
+    let new_exec = |graph: CUgraph| {
+        let mut exec: CUgraphExec = std::ptr::null_mut();
+        // SAFETY: a live graph of the current context (the registry's, bound by `Env::new`).
+        check(
+            unsafe { instantiate(&mut exec, graph, 0) },
+            "cuGraphInstantiateWithFlags",
+        );
+        exec
+    };
+    let first = into_raw(captures.capture(shape, 0, None));
+    let mut pair = (new_exec(first), first);
+    let mut timed =
+        |b: &mut criterion::Bencher<'_>,
+         apply: &mut dyn FnMut(&mut (CUgraphExec, CUgraph), CUgraph)| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for i in 0..iters {
+                    let graph = into_raw(captures.capture(shape, i + 2, None));
+                    let start = Instant::now();
+                    apply(&mut pair, graph);
+                    total += start.elapsed();
+                }
+                total
+            })
+        };
+    group.bench_function(BenchmarkId::new(name, "raw_update"), |b| {
+        timed(b, &mut |pair, graph| {
+            // SAFETY: the result info is written by the call.
+            let mut info: CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
+            // SAFETY: a live executable graph and a live graph of one context, which is current;
+            // the new graph's kernels touch buffers that outlive the pair; nothing replays it.
+            check(
+                unsafe { update(pair.0, graph, &mut info) },
+                "cuGraphExecUpdate_v2",
+            );
+            // SAFETY: the new graph is owned here and destroyed once.
+            check(unsafe { graph_destroy(graph) }, "cuGraphDestroy");
+        })
+    });
+    group.bench_function(BenchmarkId::new(name, "raw_reinstantiate"), |b| {
+        timed(b, &mut |pair, graph| {
+            let old = std::mem::replace(pair, (new_exec(graph), graph));
+            // SAFETY: the old pair is owned here and destroyed once, the executable graph first.
+            unsafe {
+                check(exec_destroy(old.0), "cuGraphExecDestroy");
+                check(graph_destroy(old.1), "cuGraphDestroy");
+            }
+        })
+    });
+    // SAFETY: the last pair, owned here and destroyed once; nothing replays it.
+    unsafe {
+        check(exec_destroy(pair.0), "cuGraphExecDestroy");
+        check(graph_destroy(pair.1), "cuGraphDestroy");
+    }
 }
 
 /// One change per iteration, timed from the new capture's end: `apply` makes `exec` run `graph`'s

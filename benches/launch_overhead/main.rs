@@ -15,7 +15,7 @@
 //! | model load              | `model_load/{demo_ptx,demo_cubin}/{raw,atlas}` (time per load)                     |
 //! | model load, paired      | `model_load_paired/{demo_ptx,demo_cubin}/atlas` (× raw)                            |
 //! | graph replay            | `graph_replay/noop256/{eager,replay}` (per kernel, synchronize included)           |
-//! | graph update            | `graph_update/{chain64,chain1024}/{update,reinstantiate}` (per update)             |
+//! | graph update            | `graph_update/{chain64,chain1024,while64,layers64}/{update,reinstantiate,update_ready,reinstantiate_ready,raw_update,raw_reinstantiate}`, `graph_update/{chain64,chain1024}/{set_one_node,reinstantiate_one_node}` (per change) |
 //! | conditional loop        | `while_loop/steps64/{graph,host}` (per 64-step loop, synchronize included)         |
 //! | load everywhere         | `load_all_devices/{N}_gpus/{registry_per_device,one_library}`                      |
 //! | load everywhere, paired | `load_all_devices_paired/{N}_gpus/one_library` (× `registry_per_device`)           |
