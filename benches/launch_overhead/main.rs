@@ -22,7 +22,7 @@
 //! | allocation, paired      | `alloc_paired/{4k,1m}/{raw,atlas_alloc,stream_ordered_raw,stream_ordered}` (× raw `cuMemAlloc`+`cuMemFree`) |
 //! | synchronize, paired     | `synchronize_paired/idle/{raw,atlas}` (× raw `cuStreamSynchronize`)                |
 //! | PDL chain               | `pdl_chain/{eager,eager_pdl,graph,graph_pdl}` (per kernel of 64 dependent steps)   |
-//! | launch with attributes  | `launch_ex_paired/pdl/{raw,atlas,atlas_raw}` (× raw `cuLaunchKernelEx`)            |
+//! | launch with attributes  | `launch_ex_paired/pdl/{raw,raw_built,atlas,atlas_raw}` (× raw `cuLaunchKernelEx`)  |
 //!
 //! Each bench lives in the file named after its benchmark group (`enqueue.rs`, `roundtrip.rs`,
 //! `lookup.rs`, `replaced.rs`, `model_load.rs`, `graph_replay.rs`, `load_all_devices.rs`;

@@ -128,8 +128,9 @@ fn chain(c: &mut Criterion, stream: &CudaStream, step: &CudaFunction, x: &mut De
     group.finish();
 }
 
-/// Atlas `launch_with` (PDL) / raw `cuLaunchKernelEx` (the same attribute), for a batch of
-/// [`BATCH`] launches each, pair by pair; `…/raw` pairs the raw batch with itself.
+/// Atlas `launch_with` (PDL) / raw `cuLaunchKernelEx` (the same attribute, configuration built
+/// once), for a batch of [`BATCH`] launches each, pair by pair; `…/raw` pairs the raw batch with
+/// itself, `…/raw_built` a raw batch that builds attribute and configuration at each launch.
 fn launch_ex_paired(
     c: &mut PairedCriterion,
     env: &Env,
@@ -173,11 +174,39 @@ fn launch_ex_paired(
     ];
     let func = step.raw().raw();
     let mut atlas_params = params;
+    let mut built_params = params;
     let mut raw = || {
         // SAFETY: the function is live (its registry is), the stream is its context's, the
         // config's one attribute lives on this frame, and the parameters point at `args`, whose
         // device address stays allocated (the bench synchronizes before `x` drops).
         let status = unsafe { launch_ex(&config, func, params.as_mut_ptr(), std::ptr::null_mut()) };
+        check(status, "cuLaunchKernelEx");
+    };
+    // The raw call as code that launches different shapes writes it: the attribute and the
+    // configuration built for each launch (the grid read through `black_box`, so the build stays
+    // in the loop).
+    let mut raw_built = || {
+        let mut value = CUlaunchAttributeValue { pad: [0; 64] };
+        value.programmaticStreamSerializationAllowed = 1;
+        let mut attribute = [CUlaunchAttribute {
+            id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value,
+        }];
+        let config = CUlaunchConfig {
+            gridDimX: std::hint::black_box(1),
+            attrs: attribute.as_mut_ptr(),
+            ..config
+        };
+        // SAFETY: as for the raw side; the attribute lives on this frame through the call.
+        let status = unsafe {
+            launch_ex(
+                &config,
+                func,
+                built_params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
         check(status, "cuLaunchKernelEx");
     };
     let pdl = LaunchAttributes::new().programmatic_stream_serialization(true);
@@ -211,6 +240,17 @@ fn launch_ex_paired(
             paired::pairs(iters, &mut atlas_first, |atlas_side| {
                 if atlas_side {
                     batch(&mut atlas)
+                } else {
+                    batch(&mut raw)
+                }
+            })
+        })
+    });
+    group.bench_function(BenchmarkId::new("pdl", "raw_built"), |b| {
+        b.iter_custom(|iters| {
+            paired::pairs(iters, &mut atlas_first, |built_side| {
+                if built_side {
+                    batch(&mut raw_built)
                 } else {
                     batch(&mut raw)
                 }
