@@ -407,8 +407,8 @@ pub(crate) unsafe fn launch_kernel_ex(
         numAttrs: count,
     };
     // SAFETY: the caller's duties 1–5; `config` names the first `count` entries of `array`, which
-    // `write_driver_array` initialised and which live through the call; for the legacy default stream the function's context is
-    // current (above).
+    // `write_driver_array` initialised and which live through the call; for the legacy default
+    // stream the function's context is current (above).
     let launched = unsafe { calls::launch_kernel_ex(&config, func, params) };
     match launched {
         Ok(()) => Ok(()),
