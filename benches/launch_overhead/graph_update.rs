@@ -2,11 +2,11 @@
 //! the same steps.
 //!
 //! - `graph_update/{shape}/…`: an executable graph is made to run a new capture of the same shape
-//!   with new arguments. Shapes: `chain64`, `chain1024` (a chain of that many `scale` launches) and
-//!   `while64` (a decode loop: a counter reset, then a WHILE node whose body is 63 `scale`
-//!   launches and the `loop_step` that ends the loop), `layers64` (64 layers of a step: a 4-byte
-//!   host-to-device copy, then `scale`, `axpy` and `add_bias`: 256 nodes of four kinds). The captures are made outside the timed
-//!   region; one iteration is one change:
+//!   with new arguments. Shapes: `chain64` and `chain1024` (a chain of that many `scale`
+//!   launches), `while64` (a decode loop: a counter reset, then a WHILE node whose body is 63
+//!   `scale` launches and the `loop_step` that ends the loop) and `layers64` (64 layers of a step:
+//!   a 4-byte host-to-device copy, then `scale`, `axpy` and `add_bias`: 256 nodes of four kinds).
+//!   The captures are made outside the timed region; one iteration is one change:
 //!   - `update`: [`GraphExec::update`] in place; `reinstantiate`: instantiate the new capture and
 //!     drop the old executable graph. `raw_update`, `raw_reinstantiate`: the same through the raw
 //!     driver calls (`cuGraphExecUpdate_v2` then `cuGraphDestroy` of the new graph;
@@ -15,8 +15,8 @@
 //!   - `update_ready`, `reinstantiate_ready`: the same, then [`GraphExec::upload`] and a
 //!     synchronize: the time until the changed graph sits on the device, ready to replay.
 //!   - `set_one_node` (chains): a change of one kernel's argument made with
-//!     [`GraphExec::set_kernel_args`] on that node, against `reinstantiate` of a capture with the
-//!     same one change (an instantiation costs the same whichever arguments changed).
+//!     [`GraphExec::set_kernel_args`] on that node, against `reinstantiate_one_node`: a capture
+//!     with the same one change, instantiated.
 //! - `while_loop/{graph,host}`: [`LOOP_STEPS`] steps of the `conditional` model's loop: one replay
 //!   of a graph whose WHILE node runs `loop_step` until the kernel ends the loop, or a counter reset
 //!   and [`LOOP_STEPS`] `host_step` launches from the host; one iteration is the whole loop,

@@ -369,9 +369,10 @@ impl LaunchAttributes {
     }
 }
 
-/// As [`launch_kernel`](crate::launch::enqueue::launch_kernel), with attributes: builds the driver's attribute array from `attrs` on the
-/// stack and calls `cuLaunchKernelEx` once (CUDA 12.0+; an older driver is an
-/// [`AtlasError::MissingSymbol`] naming it). No allocation unless it fails.
+/// As [`launch_kernel`](crate::launch::enqueue::launch_kernel), with attributes: writes the
+/// driver's attribute array from `attrs` on the stack and calls `cuLaunchKernelEx` once (CUDA
+/// 12.0+; an older driver is an [`AtlasError::MissingSymbol`] naming it). No allocation unless it
+/// fails.
 ///
 /// # Safety
 ///
