@@ -23,6 +23,7 @@ child::bodies!(
     synchronize_is_refused_while_capturing,
     blocking_calls_are_refused_while_this_thread_captures,
     a_failed_end_keeps_the_record_while_the_capture_goes_on,
+    a_buffer_dropped_while_capturing_is_freed_when_the_capture_ends,
     stream_ordered_buffer_frees_on_its_stream,
     stream_of_another_device_is_refused,
     release_threshold_round_trips_on_the_standin,
@@ -60,6 +61,10 @@ fn capture_refusals_on_the_standin() {
     standin::run(synchronize_is_refused_while_capturing, &[]);
     standin::run(blocking_calls_are_refused_while_this_thread_captures, &[]);
     standin::run(a_failed_end_keeps_the_record_while_the_capture_goes_on, &[]);
+    standin::run(
+        a_buffer_dropped_while_capturing_is_freed_when_the_capture_ends,
+        &[],
+    );
 }
 
 #[test]
@@ -260,6 +265,52 @@ fn a_failed_end_keeps_the_record_while_the_capture_goes_on() {
     );
     drop(doomed);
     let _ = DeviceBuffer::<f32>::alloc(ctx, 4).unwrap();
+}
+
+/// `cuMemFree` from a capturing thread would invalidate its capture (the stand-in, like the driver,
+/// refuses it and marks the capture invalid): a buffer dropped or freed then is freed when the
+/// thread's capture ends, or when the capturing stream is dropped.
+fn a_buffer_dropped_while_capturing_is_freed_when_the_capture_ends() {
+    let registry = demo();
+    let ctx = registry.ctx();
+    let stream = CudaStream::new(ctx).unwrap();
+    let probe = standin::probe();
+    let alloc = || DeviceBuffer::<f32>::alloc(ctx, 16).unwrap();
+    let (dropped, freed, elsewhere) = (alloc(), alloc(), alloc());
+    let frees = probe.count("cuMemFree_v2");
+
+    stream.begin_capture().unwrap();
+    drop(dropped);
+    freed.free().unwrap();
+    assert_eq!(
+        probe.count("cuMemFree_v2"),
+        frees,
+        "no cuMemFree while capturing"
+    );
+    // Capture is thread-local: another thread's buffer is freed at once.
+    std::thread::scope(|s| {
+        s.spawn(move || drop(elsewhere));
+    });
+    assert_eq!(probe.count("cuMemFree_v2"), frees + 1);
+    assert!(stream.is_capturing().unwrap(), "the capture is still valid");
+    let _graph = stream.end_capture().unwrap();
+    assert_eq!(
+        probe.count("cuMemFree_v2"),
+        frees + 3,
+        "freed as the capture ended"
+    );
+
+    // A capturing stream dropped: what its thread held is freed with it.
+    let doomed = CudaStream::new(ctx).unwrap();
+    let held = alloc();
+    doomed.begin_capture().unwrap();
+    drop(held);
+    assert_eq!(probe.count("cuMemFree_v2"), frees + 3);
+    drop(doomed);
+    assert_eq!(probe.count("cuMemFree_v2"), frees + 4);
+    // Every free reached the driver and was accepted: nothing is left allocated by this test.
+    let again = alloc();
+    again.free().unwrap();
 }
 
 fn stream_ordered_buffer_frees_on_its_stream() {
@@ -582,6 +633,35 @@ fn stream_memory_gpu_release_threshold_round_trips() {
         assert_eq!(host.pool_release_threshold().unwrap(), bytes);
     }
     host.set_pool_release_threshold(original).unwrap();
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn stream_memory_gpu_a_buffer_dropped_during_capture_keeps_the_capture() {
+    let registry = demo();
+    let ctx = registry.ctx();
+    let stream = CudaStream::new(ctx).unwrap();
+    let scale = SCALE.get(&registry).unwrap();
+    let mut rng = Rng::new();
+    let n = 10_000 + rng.index(50_000);
+    let input = rng.vec(n);
+    let factor = rng.f32_in(0.5, 1.5);
+    let mut x = DeviceBuffer::from_slice(ctx, &stream, &input).unwrap();
+    let temporary = DeviceBuffer::<f32>::alloc(ctx, n).unwrap();
+    let freed = DeviceBuffer::<f32>::alloc(ctx, n).unwrap();
+    let cfg = LaunchConfig::for_elements(n as u32, 256);
+
+    stream.begin_capture().unwrap();
+    // SAFETY: captured, not run: at each replay `x` holds the `n` floats; it outlives `exec`.
+    unsafe { scale.launch(&stream, &cfg, (&mut x, factor, n as u32)) }.unwrap();
+    drop(temporary);
+    freed.free().unwrap();
+    assert!(stream.is_capturing().unwrap(), "the capture is still valid");
+    let exec = stream.end_capture().unwrap().instantiate().unwrap();
+    // SAFETY: `x`, the only memory the graph uses, is alive.
+    unsafe { exec.launch(&stream) }.unwrap();
+    let want: Vec<f32> = input.iter().map(|v| v * factor).collect();
+    assert_close(&x.to_vec(&stream).unwrap(), &want, 1e-6, "replay");
 }
 
 #[test]

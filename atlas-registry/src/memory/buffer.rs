@@ -156,6 +156,10 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// only print a failure): `cuMemFree` for a buffer of [`alloc`](Self::alloc), `cuMemFreeAsync`
     /// on its stream for one of [`alloc_async`](Self::alloc_async) (released in that stream's
     /// order; captured as a graph node while the stream is being captured).
+    ///
+    /// A buffer of [`alloc`](Self::alloc) freed or dropped by a thread while it captures (a capture
+    /// Atlas began) is freed when that thread's last capture ends, not now: `cuMemFree` from a
+    /// capturing thread would invalidate its capture. `free` then returns `Ok`.
     #[doc(alias = "cuMemFree_v2")]
     #[doc(alias = "cuMemFreeAsync")]
     pub fn free(mut self) -> Result<()> {
@@ -181,7 +185,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// [`free`](Self::free)) does nothing.
     fn release(&mut self) -> Result<()> {
         let ptr = std::mem::replace(&mut self.ptr, 0);
-        if ptr == 0 {
+        if ptr == 0 || (self.free_on.is_none() && capture::hold_free(self.context, ptr)) {
             return Ok(());
         }
         ensure_bound(self.context)?;

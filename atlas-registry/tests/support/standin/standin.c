@@ -17,8 +17,8 @@
  *                           cuMemPoolSetAttribute, cuMemPoolGetAttribute exports (older than 11.2).
  *
  * Stream capture is modelled as a state only (begin, end, is-capturing, invalidation by calls the
- * driver refuses while capturing: cuStreamSynchronize of the capturing stream, cuMemAlloc_v2 from
- * the capturing thread); work enqueued during a capture still runs at once.
+ * driver refuses while capturing: cuStreamSynchronize of the capturing stream, cuMemAlloc_v2 and
+ * cuMemFree_v2 from the capturing thread); work enqueued during a capture still runs at once.
  *   STANDIN_NO_LAUNCH_EX     no cuLaunchKernelEx export (a driver older than CUDA 12.0).
  *   STANDIN_CC_MAJOR=N       the devices' compute capability major (default 9, minor 0); below 9
  *                            they cannot launch clusters (CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH 0).
@@ -920,6 +920,8 @@ CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
 
 CUresult cuMemFree_v2(CUdeviceptr ptr) {
     ENTER(cuMemFree_v2);
+    CUresult refused = refuse_while_thread_captures();
+    if (refused != SUCCESS) return refused;
     pthread_mutex_lock(&lock);
     struct allocation *a = find_allocation((void *)(uintptr_t)ptr, 1);
     CUresult status = SUCCESS;
