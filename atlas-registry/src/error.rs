@@ -522,6 +522,20 @@ pub enum AttributeRefusal {
         /// The portable maximum.
         max: u32,
     },
+    /// More blocks in a cluster than the device can run at once for this kernel and
+    /// configuration (`cuOccupancyMaxPotentialClusterSize`), for a kernel that allows
+    /// non-portable sizes.
+    #[error(
+        "cluster {cluster:?} has {blocks} blocks; the device runs at most {max} blocks in a cluster          of this kernel with this block size and shared memory"
+    )]
+    ClusterBeyondDevice {
+        /// The cluster asked for.
+        cluster: (u32, u32, u32),
+        /// Its block count.
+        blocks: u64,
+        /// The most blocks per cluster the device runs for this kernel and configuration.
+        max: u32,
+    },
     /// A kernel compiled with `__cluster_dims__` launched with other cluster dimensions.
     #[error(
         "the kernel was compiled for clusters of {required:?} (__cluster_dims__); the launch asks \

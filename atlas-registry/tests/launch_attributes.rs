@@ -424,6 +424,23 @@ fn refusals_never_reach_the_driver() {
     assert_eq!(status, CUresult::CUDA_SUCCESS);
     shape_with(&shape, 16, cluster((16, 1, 1))).unwrap();
     assert_eq!(probe.count("cuLaunchKernelEx"), 5);
+    // Beyond what the device runs for this kernel (the stand-in's bound: 16 blocks), refused with
+    // that bound, read from the driver.
+    let beyond = refusal(shape_with(&shape, 32, cluster((32, 1, 1))).unwrap_err());
+    assert_eq!(
+        beyond,
+        AttributeRefusal::ClusterBeyondDevice {
+            cluster: (32, 1, 1),
+            blocks: 32,
+            max: 16
+        }
+    );
+    assert!(probe.count("cuOccupancyMaxPotentialClusterSize") >= 1);
+    assert_eq!(
+        probe.count("cuLaunchKernelEx"),
+        5,
+        "refused before the driver"
+    );
 }
 
 fn an_older_device_refuses_what_it_lacks() {
@@ -598,6 +615,29 @@ fn gpu_the_cluster_kernel_sees_the_cluster_shape_asked_for() {
         refused(run(&shape, Some(16))),
         AttributeRefusal::ClusterTooLarge { .. }
     ));
+    // With non-portable sizes allowed: up to what the device runs for this kernel, and no more.
+    let cuda = sys::driver().unwrap();
+    let set = *cuda.cuFuncSetAttribute.as_ref().unwrap();
+    let allowed = CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED;
+    // SAFETY: the function is live (its registry is); the attribute takes 0 or 1.
+    let status = unsafe { set(shape.raw().raw(), allowed, 1) };
+    assert_eq!(status, CUresult::CUDA_SUCCESS);
+    expect(
+        &run(&shape, Some(16)).unwrap(),
+        16,
+        "clusters of 16 (non-portable)",
+    );
+    match refused(run(&shape, Some(32))) {
+        AttributeRefusal::ClusterBeyondDevice {
+            cluster: (32, 1, 1),
+            blocks: 32,
+            max,
+        } => assert!((16..32).contains(&max), "the device's bound: {max}"),
+        other => panic!("clusters of 32: {other:?}"),
+    }
+    // SAFETY: as above.
+    let status = unsafe { set(shape.raw().raw(), allowed, 0) };
+    assert_eq!(status, CUresult::CUDA_SUCCESS);
     assert!(matches!(
         refused(run(&shape, Some(3))),
         AttributeRefusal::GridNotDivisible { .. }

@@ -1037,6 +1037,29 @@ fn missing_launch_ex(d: &super::Driver) -> Error {
     }
 }
 
+/// `cuOccupancyMaxPotentialClusterSize`: the most blocks in a cluster of `function` that the
+/// device runs at once with `config`'s block size and dynamic shared memory (its cluster
+/// dimensions are not read).
+///
+/// # Safety
+///
+/// 1. `function` is live; `config.hStream` is a live stream of its context, or null and its
+///    context is current; `config.attrs` points to `config.numAttrs` initialised attributes (or
+///    is null with 0).
+pub(crate) unsafe fn max_potential_cluster_size(
+    function: CUfunction,
+    config: &atlas_sys::CUlaunchConfig,
+) -> Result<i32> {
+    let mut size = 0;
+    // SAFETY: duty 1; `size` is a live out-pointer.
+    unsafe {
+        call!(cuOccupancyMaxPotentialClusterSize(
+            &mut size, function, config
+        ))
+    }?;
+    Ok(size)
+}
+
 /// `cuOccupancyMaxActiveBlocksPerMultiprocessor`: how many blocks of `block_threads` threads
 /// and `shared_mem_bytes` of dynamic shared memory one multiprocessor holds at once.
 ///

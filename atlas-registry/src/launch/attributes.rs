@@ -144,7 +144,8 @@ impl LaunchAttributes {
     /// Thread block clusters of `dims` blocks (`CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`): the
     /// blocks of one cluster run at once on one GPU processing cluster and can reach each other's
     /// shared memory. Every grid dimension must be a multiple of the cluster's; at most
-    /// [`PORTABLE_CLUSTER_BLOCKS`] blocks unless the kernel allows non-portable sizes; a kernel
+    /// [`PORTABLE_CLUSTER_BLOCKS`] blocks unless the kernel allows non-portable sizes (then at
+    /// most what the device runs for the kernel and configuration); a kernel
     /// compiled with `__cluster_dims__` takes exactly those dimensions. Needs a device with
     /// cluster support (compute capability 9.0 or newer).
     pub const fn cluster(self, dims: (u32, u32, u32)) -> Self {
@@ -276,8 +277,9 @@ impl LaunchAttributes {
     /// live function of `host`'s context, whose launch facts `facts` keeps) launched with `cfg`
     /// (already checked against the device's limits): programmatic launch needs compute
     /// capability 9.0; the priority is within the device's range; clusters are supported, nonzero,
-    /// divide the grid, are at most the portable size (unless the kernel allows more) and match
-    /// the kernel's `__cluster_dims__`; a cooperative grid fits on the device at once.
+    /// divide the grid, are at most the portable size (unless the kernel allows more, then at
+    /// most what the device runs for this kernel and configuration) and match the kernel's
+    /// `__cluster_dims__`; a cooperative grid fits on the device at once.
     ///
     /// A launch that asks only for what needs no reading (programmatic launch on a device that
     /// has it, a memory synchronization domain) passes without leaving the caller's frame.
@@ -481,6 +483,32 @@ unsafe fn cluster_refusal(
                 cluster,
                 blocks,
                 max: PORTABLE_CLUSTER_BLOCKS,
+            }));
+        }
+        // How far beyond the portable size the device goes depends on the kernel and the
+        // configuration: asked at each such launch, as the attribute above.
+        let config = CUlaunchConfig {
+            gridDimX: g.0,
+            gridDimY: g.1,
+            gridDimZ: g.2,
+            blockDimX: cfg.block.0,
+            blockDimY: cfg.block.1,
+            blockDimZ: cfg.block.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: std::ptr::null_mut(),
+            attrs: std::ptr::null_mut(),
+            numAttrs: 0,
+        };
+        // SAFETY: duty 1; no stream and no attributes, and the function's context is current
+        // (bound above).
+        let max = unsafe { calls::max_potential_cluster_size(func, &config) }
+            .about(|| "largest cluster".into())?;
+        let max = u32::try_from(max).unwrap_or(0);
+        if blocks > u64::from(max) {
+            return Ok(Some(AttributeRefusal::ClusterBeyondDevice {
+                cluster,
+                blocks,
+                max,
             }));
         }
     }

@@ -75,6 +75,7 @@ enum {
     NOT_SUPPORTED = 801,
     STREAM_CAPTURE_UNSUPPORTED = 900,
     STREAM_CAPTURE_INVALIDATED = 901,
+    INVALID_CLUSTER_SIZE = 912,
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -106,6 +107,7 @@ static const struct {
      "the operation is not permitted when the stream is capturing"},
     {STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
      "the capture was invalidated by an earlier error"},
+    {INVALID_CLUSTER_SIZE, "CUDA_ERROR_INVALID_CLUSTER_SIZE", "the cluster size is not valid"},
     {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
@@ -138,7 +140,7 @@ static CUresult status_string(CUresult error, const char **out, int want_name) {
     X(cuStreamEndCapture) X(cuStreamIsCapturing) X(cuGraphDestroy) X(cuMemAllocAsync)          \
     X(cuMemFreeAsync) X(cuDeviceGetDefaultMemPool) X(cuMemPoolSetAttribute)                     \
     X(cuMemPoolGetAttribute) X(cuLaunchKernelEx)                  \
-    X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuOccupancyMaxPotentialClusterSize)
 
 /* Things that happen inside calls, counted for tests. */
 #define EVENTS(X) X(stale_handle) X(context_mismatch) X(fault)
@@ -388,6 +390,8 @@ enum kind { K_NONE, K_CONTEXT, K_STREAM, K_MODULE, K_FUNCTION, K_LIBRARY, K_GRAP
 #define LIBRARY_CONTEXTS 8
 #define DEFAULT_DYNAMIC_SHARED 49152
 #define SHARED_OPTIN 232448
+/* The largest cluster a kernel that allows non-portable sizes can run (16 blocks, as on an H100). */
+#define MAX_CLUSTER_BLOCKS 16
 
 struct object {
     enum kind kind;
@@ -1284,6 +1288,7 @@ CUresult cuLaunchKernelEx(const struct launch_config *config, void *function, vo
         else if (blocks == 0 || g[0] % cluster[0] || g[1] % cluster[1] || g[2] % cluster[2])
             status = INVALID_VALUE;
         else if (blocks > 8 && !f->u.function.non_portable_cluster) status = INVALID_VALUE;
+        else if (blocks > MAX_CLUSTER_BLOCKS) status = INVALID_CLUSTER_SIZE;
         else if (required[0] != 0 && (required[0] != cluster[0] || required[1] != cluster[1] ||
                                       required[2] != cluster[2]))
             status = INVALID_VALUE;
@@ -1324,6 +1329,26 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *function
     if (shared_bytes > 0 && (size_t)n * shared_bytes > SHARED_OPTIN) n = (int)(SHARED_OPTIN / shared_bytes);
     *blocks = n;
     return SUCCESS;
+}
+
+/* The largest cluster of `function` the device runs: its __cluster_dims__ when it has them, else
+ * 8 blocks, or MAX_CLUSTER_BLOCKS when the function allows non-portable sizes. The configuration
+ * only has to be there (the cluster dimensions in it are ignored, as by the driver). */
+CUresult cuOccupancyMaxPotentialClusterSize(int *size, void *function, const void *config) {
+    ENTER(cuOccupancyMaxPotentialClusterSize);
+    if (size == NULL || config == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *f = as(function, K_FUNCTION);
+    CUresult status = live(f, "cuOccupancyMaxPotentialClusterSize");
+    int n = 0;
+    if (status == SUCCESS) {
+        const unsigned *required = f->u.function.kernel->cluster;
+        if (required[0] != 0) n = (int)(required[0] * required[1] * required[2]);
+        else n = f->u.function.non_portable_cluster ? MAX_CLUSTER_BLOCKS : 8;
+    }
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS) *size = n;
+    return status;
 }
 
 /* ------------------------------------------------------------------------------------------ */
