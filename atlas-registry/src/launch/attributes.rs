@@ -397,7 +397,27 @@ pub(crate) unsafe fn launch_kernel_ex(
     }
     let mut array: DriverArray = [const { MaybeUninit::uninit() }; MAX_ATTRIBUTES];
     let count = attrs.write_driver_array(&mut array);
-    let config = CUlaunchConfig {
+    let config = driver_config(cfg, stream, array.as_mut_ptr().cast(), count);
+    // SAFETY: the caller's duties 1–5; `config` names the first `count` entries of `array`, which
+    // `write_driver_array` initialised and which live through the call; for the legacy default
+    // stream the function's context is current (above).
+    let launched = unsafe { calls::launch_kernel_ex(&config, func, params) };
+    match launched {
+        Ok(()) => Ok(()),
+        Err(e) => Err(launch_error(name, cfg, e)),
+    }
+}
+
+/// The driver's launch configuration for `cfg` on `stream`, with the `count` attributes at
+/// `attrs`.
+#[inline(always)]
+fn driver_config(
+    cfg: &LaunchConfig,
+    stream: CUstream,
+    attrs: *mut CUlaunchAttribute,
+    count: u32,
+) -> CUlaunchConfig {
+    CUlaunchConfig {
         gridDimX: cfg.grid.0,
         gridDimY: cfg.grid.1,
         gridDimZ: cfg.grid.2,
@@ -406,16 +426,8 @@ pub(crate) unsafe fn launch_kernel_ex(
         blockDimZ: cfg.block.2,
         sharedMemBytes: cfg.shared_mem_bytes,
         hStream: stream,
-        attrs: array.as_mut_ptr().cast(),
+        attrs,
         numAttrs: count,
-    };
-    // SAFETY: the caller's duties 1–5; `config` names the first `count` entries of `array`, which
-    // `write_driver_array` initialised and which live through the call; for the legacy default
-    // stream the function's context is current (above).
-    let launched = unsafe { calls::launch_kernel_ex(&config, func, params) };
-    match launched {
-        Ok(()) => Ok(()),
-        Err(e) => Err(launch_error(name, cfg, e)),
     }
 }
 
@@ -487,18 +499,7 @@ unsafe fn cluster_refusal(
         }
         // How far beyond the portable size the device goes depends on the kernel and the
         // configuration: asked at each such launch, as the attribute above.
-        let config = CUlaunchConfig {
-            gridDimX: g.0,
-            gridDimY: g.1,
-            gridDimZ: g.2,
-            blockDimX: cfg.block.0,
-            blockDimY: cfg.block.1,
-            blockDimZ: cfg.block.2,
-            sharedMemBytes: cfg.shared_mem_bytes,
-            hStream: std::ptr::null_mut(),
-            attrs: std::ptr::null_mut(),
-            numAttrs: 0,
-        };
+        let config = driver_config(cfg, std::ptr::null_mut(), std::ptr::null_mut(), 0);
         // SAFETY: duty 1; no stream and no attributes, and the function's context is current
         // (bound above).
         let max = unsafe { calls::max_potential_cluster_size(func, &config) }
