@@ -245,33 +245,37 @@ fn update_vs_reinstantiate_shape(
         ok(exec.upload(stream), "upload");
         ok(stream.synchronize(), "synchronize");
     };
-    let mut update = |exec: &mut GraphExec, graph| {
+    let update = |exec: &mut GraphExec, graph| {
         // SAFETY: the new capture touches `x` and `counter`, which outlive `exec`; nothing
         // replays it here.
         ok(unsafe { exec.update(graph) }, "update");
     };
-    let mut reinstantiate = |exec: &mut GraphExec, graph: CudaGraph| {
+    let reinstantiate = |exec: &mut GraphExec, graph: CudaGraph| {
         drop(std::mem::replace(
             exec,
             ok(graph.instantiate(), "instantiate"),
         ));
     };
     group.bench_function(BenchmarkId::new(name, "update"), |b| {
-        timed_change(b, captures, &mut exec, shape, None, &mut update)
+        timed_change(b, captures, shape, None, &mut |graph| {
+            update(&mut exec, graph)
+        })
     });
     group.bench_function(BenchmarkId::new(name, "reinstantiate"), |b| {
-        timed_change(b, captures, &mut exec, shape, None, &mut reinstantiate)
+        timed_change(b, captures, shape, None, &mut |graph| {
+            reinstantiate(&mut exec, graph)
+        })
     });
     group.bench_function(BenchmarkId::new(name, "update_ready"), |b| {
-        timed_change(b, captures, &mut exec, shape, None, &mut |exec, graph| {
-            update(exec, graph);
-            ready(exec);
+        timed_change(b, captures, shape, None, &mut |graph| {
+            update(&mut exec, graph);
+            ready(&exec);
         })
     });
     group.bench_function(BenchmarkId::new(name, "reinstantiate_ready"), |b| {
-        timed_change(b, captures, &mut exec, shape, None, &mut |exec, graph| {
-            reinstantiate(exec, graph);
-            ready(exec);
+        timed_change(b, captures, shape, None, &mut |graph| {
+            reinstantiate(&mut exec, graph);
+            ready(&exec);
         })
     });
     raw_update_vs_reinstantiate(group, env, captures, name, shape);
@@ -293,7 +297,9 @@ fn update_vs_reinstantiate_shape(
         })
     });
     group.bench_function(BenchmarkId::new(name, "reinstantiate_one_node"), |b| {
-        timed_change(b, captures, &mut exec, shape, Some(k), &mut reinstantiate)
+        timed_change(b, captures, shape, Some(k), &mut |graph| {
+            reinstantiate(&mut exec, graph)
+        })
     });
 }
 
@@ -327,22 +333,9 @@ fn raw_update_vs_reinstantiate(
     };
     let first = into_raw(captures.capture(shape, 0, None));
     let mut pair = (new_exec(first), first);
-    let mut timed =
-        |b: &mut criterion::Bencher<'_>,
-         apply: &mut dyn FnMut(&mut (CUgraphExec, CUgraph), CUgraph)| {
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for i in 0..iters {
-                    let graph = into_raw(captures.capture(shape, i + 2, None));
-                    let start = Instant::now();
-                    apply(&mut pair, graph);
-                    total += start.elapsed();
-                }
-                total
-            })
-        };
     group.bench_function(BenchmarkId::new(name, "raw_update"), |b| {
-        timed(b, &mut |pair, graph| {
+        timed_change(b, captures, shape, None, &mut |graph| {
+            let graph = into_raw(graph);
             // SAFETY: the result info is written by the call.
             let mut info: CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
             // SAFETY: a live executable graph and a live graph of one context, which is current;
@@ -356,8 +349,9 @@ fn raw_update_vs_reinstantiate(
         })
     });
     group.bench_function(BenchmarkId::new(name, "raw_reinstantiate"), |b| {
-        timed(b, &mut |pair, graph| {
-            let old = std::mem::replace(pair, (new_exec(graph), graph));
+        timed_change(b, captures, shape, None, &mut |graph| {
+            let graph = into_raw(graph);
+            let old = std::mem::replace(&mut pair, (new_exec(graph), graph));
             // SAFETY: the old pair is owned here and destroyed once, the executable graph first.
             unsafe {
                 check(exec_destroy(old.0), "cuGraphExecDestroy");
@@ -372,22 +366,22 @@ fn raw_update_vs_reinstantiate(
     }
 }
 
-/// One change per iteration, timed from the new capture's end: `apply` makes `exec` run `graph`'s
-/// work (captured from `shape`, version by version, with `only_one`'s launch changed or all).
+/// One change per iteration, timed from the new capture's end: `apply` makes an executable graph
+/// run `graph`'s work (captured from `shape`, version by version, with `only_one`'s launch changed
+/// or all).
 fn timed_change(
     b: &mut criterion::Bencher<'_>,
     captures: &mut Captures<'_>,
-    exec: &mut GraphExec,
     shape: &Shape,
     only_one: Option<usize>,
-    apply: &mut dyn FnMut(&mut GraphExec, CudaGraph),
+    apply: &mut dyn FnMut(CudaGraph),
 ) {
     b.iter_custom(|iters| {
         let mut total = Duration::ZERO;
         for i in 0..iters {
             let graph = captures.capture(shape, i + 2, only_one);
             let start = Instant::now();
-            apply(exec, graph);
+            apply(graph);
             total += start.elapsed();
         }
         total

@@ -232,42 +232,23 @@ fn launch_ex_paired(
     let mut group = c.benchmark_group("launch_ex_paired");
     group.sampling_mode(paired::SAMPLING);
     let mut atlas_first = false;
-    group.bench_function(BenchmarkId::new("pdl", "raw"), |b| {
-        b.iter_custom(|iters| paired::pairs(iters, &mut atlas_first, |_| batch(&mut raw)))
-    });
-    group.bench_function(BenchmarkId::new("pdl", "atlas"), |b| {
-        b.iter_custom(|iters| {
-            paired::pairs(iters, &mut atlas_first, |atlas_side| {
-                if atlas_side {
-                    batch(&mut atlas)
-                } else {
-                    batch(&mut raw)
-                }
+    // Each side paired with the raw batch; `raw` (no other side) with itself.
+    let variants = [
+        ("raw", None),
+        ("atlas", Some(&mut atlas as &mut dyn FnMut())),
+        ("raw_built", Some(&mut raw_built)),
+        ("atlas_raw", Some(&mut atlas_raw)),
+    ];
+    for (variant, mut other) in variants {
+        group.bench_function(BenchmarkId::new("pdl", variant), |b| {
+            b.iter_custom(|iters| {
+                paired::pairs(iters, &mut atlas_first, |other_side| match &mut other {
+                    Some(other) if other_side => batch(&mut **other),
+                    _ => batch(&mut raw),
+                })
             })
-        })
-    });
-    group.bench_function(BenchmarkId::new("pdl", "raw_built"), |b| {
-        b.iter_custom(|iters| {
-            paired::pairs(iters, &mut atlas_first, |built_side| {
-                if built_side {
-                    batch(&mut raw_built)
-                } else {
-                    batch(&mut raw)
-                }
-            })
-        })
-    });
-    group.bench_function(BenchmarkId::new("pdl", "atlas_raw"), |b| {
-        b.iter_custom(|iters| {
-            paired::pairs(iters, &mut atlas_first, |atlas_side| {
-                if atlas_side {
-                    batch(&mut atlas_raw)
-                } else {
-                    batch(&mut raw)
-                }
-            })
-        })
-    });
+        });
+    }
     group.finish();
     sync();
 }
