@@ -408,7 +408,10 @@ child::bodies!(conditional_nodes_need_their_entry_points);
 
 #[test]
 fn a_driver_without_conditional_nodes_names_what_it_lacks() {
-    standin::run(conditional_nodes_need_their_entry_points, &[]);
+    standin::run(
+        conditional_nodes_need_their_entry_points,
+        &["-DSTANDIN_NO_CONDITIONAL"],
+    );
 }
 
 fn conditional_nodes_need_their_entry_points() {
