@@ -160,6 +160,14 @@ pub enum CaptureMisuse {
          when the body closure returns"
     )]
     ConditionalBody,
+    /// `end_capture` on a stream without a capture begun by `begin_capture`: none is in progress,
+    /// or it was begun with the driver's own call, and Atlas cannot know what its graph launches.
+    #[error(
+        "the stream has no capture begun with `begin_capture`; a capture begun with the driver's \
+         own `cuStreamBeginCapture` ends with `cuStreamEndCapture` (Atlas cannot know what that \
+         graph launches, so it does not own it)"
+    )]
+    NotBegun,
 }
 
 /// Everything that can go wrong in Atlas. Each variant says what was being done and names the

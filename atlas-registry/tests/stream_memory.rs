@@ -147,7 +147,7 @@ fn synchronize_is_refused_while_capturing() {
     );
     // The same stream seen through another wrapper, and from another thread.
     // SAFETY: `stream` is a live stream of `ctx` and outlives `view`.
-    let view = unsafe { CudaStream::wrap(ctx, stream.raw()) };
+    let view = unsafe { CudaStream::wrap(ctx, stream.raw()) }.unwrap();
     assert_eq!(
         capture_misuse(view.synchronize()),
         CaptureMisuse::SynchronizeWhileCapturing
@@ -269,12 +269,14 @@ fn a_failed_end_keeps_the_record_while_the_capture_goes_on() {
 
 /// `cuMemFree` from a capturing thread would invalidate its capture (the stand-in, like the driver,
 /// refuses it and marks the capture invalid): a buffer dropped or freed then is freed when the
-/// thread's capture ends, or when the capturing stream is dropped.
+/// thread's capture ends, or when the capturing stream is dropped (its capture ended in the driver
+/// first, so that the frees are not refused). What is freed is counted, not only the calls.
 fn a_buffer_dropped_while_capturing_is_freed_when_the_capture_ends() {
     let registry = demo();
     let ctx = registry.ctx();
     let stream = CudaStream::new(ctx).unwrap();
     let probe = standin::probe();
+    let live = probe.count("live_allocations");
     let alloc = || DeviceBuffer::<f32>::alloc(ctx, 16).unwrap();
     let (dropped, freed, elsewhere) = (alloc(), alloc(), alloc());
     let frees = probe.count("cuMemFree_v2");
@@ -299,16 +301,29 @@ fn a_buffer_dropped_while_capturing_is_freed_when_the_capture_ends() {
         frees + 3,
         "freed as the capture ended"
     );
+    assert_eq!(
+        probe.count("live_allocations"),
+        live,
+        "every free was accepted"
+    );
 
     // A capturing stream dropped: what its thread held is freed with it.
     let doomed = CudaStream::new(ctx).unwrap();
-    let held = alloc();
+    let (held, also) = (alloc(), alloc());
     doomed.begin_capture().unwrap();
     drop(held);
+    also.free().unwrap();
     assert_eq!(probe.count("cuMemFree_v2"), frees + 3);
+    assert_eq!(probe.count("live_allocations"), live + 2);
     drop(doomed);
-    assert_eq!(probe.count("cuMemFree_v2"), frees + 4);
-    // Every free reached the driver and was accepted: nothing is left allocated by this test.
+    assert_eq!(probe.count("cuMemFree_v2"), frees + 5);
+    assert_eq!(
+        probe.count("live_allocations"),
+        live,
+        "the frees held for the dropped capture were refused"
+    );
+    assert_eq!(probe.count("live_graphs"), 1, "only `_graph` is left");
+    // Nothing captures any more: a new allocation is not refused.
     let again = alloc();
     again.free().unwrap();
 }

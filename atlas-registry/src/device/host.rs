@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use atlas_sys::{CUcontext, CUdevice_attribute};
+use atlas_sys::CUdevice_attribute;
 
 use crate::device::context::CudaContext;
 use crate::device::limits::{DeviceLimits, attribute};
@@ -92,15 +92,7 @@ pub fn device_count() -> Result<usize> {
 /// Every host created so far, by ordinal.
 static HOSTS: Mutex<Vec<Option<Arc<CudaHost>>>> = Mutex::new(Vec::new());
 
-/// The ordinal of the device whose primary context is `context`, if Atlas created a host for it.
-pub(crate) fn ordinal_of(context: CUcontext) -> Option<usize> {
-    let hosts = HOSTS.lock().unwrap_or_else(PoisonError::into_inner);
-    hosts
-        .iter()
-        .flatten()
-        .find(|host| host.context().raw() == context)
-        .map(|host| host.ordinal())
-}
+pub(crate) use crate::device::context::ordinal_of;
 
 /// The process-wide host of device `ordinal`: created on the first call (primary context retained,
 /// stream created, limits read), the same `Arc` on every later call.

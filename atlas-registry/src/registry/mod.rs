@@ -15,8 +15,8 @@ pub(crate) mod library;
 use std::borrow::Cow;
 use std::ffi::c_void;
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
 use atlas_sys::{CUdeviceptr, CUmodule, CUstream};
 
@@ -29,6 +29,7 @@ use crate::error::{AtlasError, NotFoundKind, Result};
 use crate::launch::attributes::{LaunchAttributes, LaunchFacts, launch_kernel_ex};
 use crate::launch::config::LaunchConfig;
 use crate::launch::enqueue::{SharedMemOptIn, UnknownFunction, check_config, launch_kernel};
+use crate::launch::held::{self, GraphHolds};
 use crate::launch::kernel::Kernel;
 use crate::memory::copy::{copy_to_device_async, copy_to_host_async};
 use crate::memory::symbol::DeviceSymbol;
@@ -52,7 +53,8 @@ pub(crate) struct RegistryInner {
 /// One model's set of loaded modules on one device, with its function handles and caches.
 ///
 /// Cloning is cheap (an `Arc`); the modules are unloaded when the last clone and the last handle
-/// that keeps them ([`CudaFunction`], [`DeviceSymbol`]) are gone, or at once by [`release`]. There
+/// that keeps them ([`CudaFunction`], [`DeviceSymbol`], a graph that launches its kernels) are
+/// gone, or at once by [`release`] when nothing else keeps them. There
 /// is no global registry: each model holds its own, and two registries never share functions.
 #[derive(Clone)]
 pub struct AtlasRegistry {
@@ -232,11 +234,12 @@ impl AtlasRegistry {
         let found = self.module(module)?;
         let raw = found.function(function)?;
         Ok(self.inner.functions.get_or_insert(module, function, || {
+            let owner: Weak<RegistryInner> = Arc::downgrade(&self.inner);
             Kernel::new(
                 raw,
                 (module, function),
                 Arc::clone(&self.inner.host),
-                self.inner.id,
+                (self.inner.id, owner),
                 found.blob_param_sizes(function),
             )
         }))
@@ -311,11 +314,13 @@ impl AtlasRegistry {
         unsafe { copy_to_host_async(stream, dst, src, bytes) }
     }
 
-    /// Waits for all work on `stream` (this registry's [`stream`](Self::stream), or any other,
-    /// a wrapped caller's stream included). Refused, leaving the capture intact, while Atlas
-    /// captures `stream` (see [`CudaStream::synchronize`]).
+    /// Waits for all work on `stream` (this registry's [`stream`](Self::stream), or any other of
+    /// its context, a wrapped caller's stream included). A stream of another context is refused
+    /// ([`AtlasError::WrongContext`]), as for the copies; so is synchronizing, leaving the capture
+    /// intact, while Atlas captures `stream` (see [`CudaStream::synchronize`]).
     #[doc(alias = "cuStreamSynchronize")]
     pub fn stream_synchronize(&self, stream: &CudaStream) -> Result<()> {
+        self.check_stream(stream)?;
         stream.synchronize()
     }
 
@@ -331,15 +336,20 @@ impl AtlasRegistry {
     /// launched without any of this registry's knowledge of it: no parameter count check, and its
     /// shared memory limit read from the driver when a launch needs more than 0 bytes.
     ///
+    /// Captured into a graph (a capture Atlas began), the launch leaves the graph this registry to
+    /// keep (so its modules stay loaded); the arguments are raw, so the graph keeps no memory.
+    ///
     /// # Safety
     ///
     /// 1. `func` is a function of a module that is still loaded in this registry's context (this
     ///    registry's own, or another live one of the same context), and `stream` a live stream
-    ///    created in that context, or null.
+    ///    created in that context, or null. Captured, a function that is not this registry's own
+    ///    stays loaded while any graph made from the capture lives.
     /// 2. `params` holds one pointer per kernel parameter, in order, each to a value of exactly that
     ///    parameter's type, valid until this call returns.
     /// 3. What the kernel reads and writes through its arguments is valid, in-bounds memory of this
-    ///    registry's device that stays allocated until the kernel has run.
+    ///    registry's device that stays allocated until the kernel has run (captured: at each
+    ///    replay, as [`GraphExec::launch`](crate::GraphExec::launch) asks).
     #[doc(alias = "cuLaunchKernel")]
     #[inline]
     pub unsafe fn launch_on_stream(
@@ -366,9 +376,11 @@ impl AtlasRegistry {
             check_config(host, &name, cfg)?;
             // SAFETY: the caller's duty 1: a live function of this registry's context.
             unsafe { opt_in.ensure(host, func.raw(), cfg.shared_mem_bytes) }?;
-            // SAFETY: the caller's duties 1–3; the configuration fits the device and the opt-in
-            // is made (above).
-            return unsafe { launch_kernel(host, func.raw(), &name, cfg, stream, params) };
+            return held::enqueue(stream, false, self.gather(), || {
+                // SAFETY: the caller's duties 1–3; the configuration fits the device and the
+                // opt-in is made (above).
+                unsafe { launch_kernel(host, func.raw(), &name, cfg, stream, params) }
+            });
         };
         check_config(host, kernel, cfg)?;
         kernel.check_param_count(count)?;
@@ -378,9 +390,17 @@ impl AtlasRegistry {
                 .opt_in()
                 .ensure(host, kernel.raw(), cfg.shared_mem_bytes)
         }?;
-        // SAFETY: the caller's duties 1–3; the configuration fits the device, the parameter count
-        // matches the kernel's where Atlas knows it, and the opt-in is made (above).
-        unsafe { launch_kernel(host, kernel.raw(), kernel, cfg, stream, params) }
+        held::enqueue(stream, false, self.gather(), || {
+            // SAFETY: the caller's duties 1–3; the configuration fits the device, the parameter
+            // count matches the kernel's where Atlas knows it, and the opt-in is made (above).
+            unsafe { launch_kernel(host, kernel.raw(), kernel, cfg, stream, params) }
+        })
+    }
+
+    /// What a graph that captures a raw launch through this registry keeps: the registry.
+    #[inline(always)]
+    fn gather(&self) -> impl Fn(&mut GraphHolds) + '_ {
+        |holds| holds.registry_of(&self.inner)
     }
 }
 
@@ -391,17 +411,20 @@ impl AtlasRegistry {
     /// with the attribute array on the stack; nothing is allocated.
     ///
     /// A handle of another registry, or made with [`RawCudaFunc::from_raw`], has its cluster
-    /// dimensions and occupancy read from the driver at each launch that needs them.
+    /// dimensions and occupancy read from the driver at each launch that needs them. Captured, as
+    /// [`launch_on_stream`](Self::launch_on_stream).
     ///
     /// # Safety
     ///
     /// 1. `func` is a function of a module that is still loaded in this registry's context (this
     ///    registry's own, or another live one of the same context), and `stream` a live stream
-    ///    created in that context, or null.
+    ///    created in that context, or null. Captured, a function that is not this registry's own
+    ///    stays loaded while any graph made from the capture lives.
     /// 2. `params` holds one pointer per kernel parameter, in order, each to a value of exactly that
     ///    parameter's type, valid until this call returns.
     /// 3. What the kernel reads and writes through its arguments is valid, in-bounds memory of this
-    ///    registry's device that stays allocated until the kernel has run.
+    ///    registry's device that stays allocated until the kernel has run (captured: at each
+    ///    replay, as [`GraphExec::launch`](crate::GraphExec::launch) asks).
     #[doc(alias = "cuLaunchKernelEx")]
     #[inline]
     pub unsafe fn launch_on_stream_with(
@@ -427,32 +450,37 @@ impl AtlasRegistry {
             let (opt_in, facts) = (SharedMemOptIn::default(), LaunchFacts::default());
             let name = UnknownFunction(func.raw());
             check_config(host, &name, cfg)?;
-            // SAFETY: the function is live and of this context (the caller's duty 1).
-            unsafe { attrs.check(host, func.raw(), &facts, &name, cfg) }?;
+            // The opt-in first: the co-residency of a cooperative grid is read after it, since
+            // the driver counts no block of more than the function may use.
             // SAFETY: the caller's duty 1: a live function of this registry's context.
             unsafe { opt_in.ensure(host, func.raw(), cfg.shared_mem_bytes) }?;
-            // SAFETY: the caller's duties 1–3; the configuration fits the device, the attributes
-            // passed their check and the opt-in is made (above); an event among them is live in
-            // this context (`LaunchAttributes::programmatic_event`'s duty).
-            return unsafe {
-                launch_kernel_ex(host, func.raw(), &name, cfg, attrs, stream, params)
-            };
+            // SAFETY: the function is live and of this context (the caller's duty 1).
+            unsafe { attrs.check(host, func.raw(), &facts, &name, cfg) }?;
+            return held::enqueue(stream, attrs.constrains_grid(), self.gather(), || {
+                // SAFETY: the caller's duties 1–3; the configuration fits the device, the
+                // attributes passed their check and the opt-in is made (above); an event among
+                // them is live in this context (`LaunchAttributes::programmatic_event`'s duty).
+                unsafe { launch_kernel_ex(host, func.raw(), &name, cfg, attrs, stream, params) }
+            });
         };
         check_config(host, kernel, cfg)?;
         kernel.check_param_count(count)?;
-        // SAFETY: the function is this registry's, live and of its context.
-        unsafe { attrs.check(host, kernel.raw(), kernel.facts(), kernel, cfg) }?;
+        // The opt-in before the attributes' check, as above.
         // SAFETY: the kernel is this registry's, so a live function of its context.
         unsafe {
             kernel
                 .opt_in()
                 .ensure(host, kernel.raw(), cfg.shared_mem_bytes)
         }?;
-        // The configuration fits the device, the parameter count matches the kernel's where Atlas
-        // knows it, the attributes passed their check and the opt-in is made (above).
-        // SAFETY: as just said, with the caller's duties 1–3 (an event among the attributes is
-        // live in this context: `programmatic_event`'s duty).
-        unsafe { launch_kernel_ex(host, kernel.raw(), kernel, cfg, attrs, stream, params) }
+        // SAFETY: the function is this registry's, live and of its context.
+        unsafe { attrs.check(host, kernel.raw(), kernel.facts(), kernel, cfg) }?;
+        held::enqueue(stream, attrs.constrains_grid(), self.gather(), || {
+            // The configuration fits the device, the parameter count matches the kernel's where
+            // Atlas knows it, the attributes passed their check and the opt-in is made (above).
+            // SAFETY: as just said, with the caller's duties 1–3 (an event among the attributes
+            // is live in this context: `programmatic_event`'s duty).
+            unsafe { launch_kernel_ex(host, kernel.raw(), kernel, cfg, attrs, stream, params) }
+        })
     }
 }
 
@@ -468,8 +496,11 @@ impl fmt::Debug for AtlasRegistry {
 /// Unloads the registry's modules now and returns what went wrong, as a value.
 ///
 /// While other handles exist (clones of the registry, [`CudaFunction`]s or [`DeviceSymbol`]s taken
-/// from it), nothing is unloaded and the result is [`AtlasError::InUse`] with their count. Teardown
-/// no-ops are not errors; other unload failures come back together in [`AtlasError::Release`].
+/// from it, graphs that launch its kernels: [`CudaGraph`](crate::CudaGraph)s and
+/// [`GraphExec`](crate::GraphExec)s), nothing is unloaded and the result is
+/// [`AtlasError::InUse`] with their count; the modules are unloaded when the last of them goes.
+/// Teardown no-ops are not errors; other unload failures come back together in
+/// [`AtlasError::Release`].
 pub fn release(registry: AtlasRegistry) -> Result<()> {
     let inner = Arc::try_unwrap(registry.inner).map_err(|shared| AtlasError::InUse {
         what: format!(
