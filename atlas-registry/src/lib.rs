@@ -228,6 +228,8 @@ mod send_sync {
         send_sync::<DeviceSymbol>();
         send_sync::<LaunchAttributes>();
         send_only::<GraphExec>();
+        send_sync::<CudaGraph>();
+        send_sync::<GraphHolds>();
         send_sync::<ConditionalHandle>();
         send_sync::<GraphUpdate>();
     };

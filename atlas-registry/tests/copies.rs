@@ -17,6 +17,7 @@ use atlas_registry::{
 };
 use support::blobs::load;
 use support::child;
+use support::graphs::assert_wrong_context;
 use support::rng::Rng;
 use support::standin::{self, probe};
 
@@ -196,14 +197,7 @@ fn buffer_copies_wrapped_streams_and_synchronize_refuse_another_devices_stream()
 
 /// The refusal of `what` on device 1's stream where device 0's was needed.
 fn refused_for_device_1(e: AtlasError, what: &str) {
-    match e {
-        AtlasError::WrongContext {
-            what: w,
-            expected,
-            given,
-        } => assert_eq!((w.as_str(), expected, given), (what, Some(0), Some(1))),
-        other => panic!("expected WrongContext for {what}, got {other}"),
-    }
+    assert_wrong_context(e, what, 0, 1);
 }
 
 /// A buffer of device 0 copied on device 1's stream, device 1's stream wrapped for device 0 or

@@ -10,6 +10,7 @@ use atlas_registry::{
 };
 use support::blobs::NEEDS_GPU;
 use support::child::{self, Ending};
+use support::graphs::replay_noop_after_release;
 use support::reference::{assert_close, transform_reference};
 use support::rng::Rng;
 
@@ -146,21 +147,7 @@ fn first_launch_inside_a_capture_reads_parameters_and_opts_in() {
 /// function at instantiation, and crashed on an unloaded one), and `release` says so.
 fn instantiate_and_replay_after_the_registry_is_released() {
     let registry = AtlasRegistry::load(0, ptx_for_model("demo").unwrap()).expect(NEEDS_GPU);
-    let stream = CudaStream::new(registry.ctx()).unwrap();
-    let noop = registry.function("noop", "noop").unwrap();
-    stream.begin_capture().unwrap();
-    // SAFETY: captured, not run: noop takes no arguments and touches no memory.
-    unsafe { noop.launch(&stream, &LaunchConfig::for_elements(1, 1), ()) }.unwrap();
-    let graph = stream.end_capture().unwrap();
-    drop(noop);
-    let e = release(registry).unwrap_err();
-    assert!(matches!(e, AtlasError::InUse { handles: 1, .. }), "{e}");
-    let exec = graph.instantiate().unwrap();
-    for _ in 0..3 {
-        // SAFETY: noop touches no memory; the graph keeps its module loaded.
-        unsafe { exec.launch(&stream) }.unwrap();
-    }
-    stream.synchronize().unwrap();
+    let (_stream, exec) = replay_noop_after_release(registry);
     drop(exec);
     println!("replayed after release");
 }

@@ -2,8 +2,8 @@
 //! bodies, updates, argument updates) and the memory of the `DeviceBuffer` arguments of its typed
 //! launches, so instantiating, replaying, updating and uploading it stay safe and correct after
 //! the registry, the function handles and the buffers are gone; stream-ordered allocations made in
-//! a capture follow the driver's rules for graph memory nodes; and the eager launch path is what it
-//! was: one driver call, no allocation.
+//! a capture follow the driver's rules for graph memory nodes (`stream_memory.rs`); and the eager
+//! launch path is what it was: one driver call, no allocation.
 //!
 //! Stand-in (CI): `cargo test -p atlas-registry --test graph_ownership`. The stand-in models what
 //! the driver does with a graph whose kernels' module is unloaded (it follows the function: the
@@ -16,13 +16,14 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use atlas_kernels::ptx_for_model;
-use atlas_registry::sys::{CUgraph, CUgraphNode, CUgraphNodeType, CUresult};
+use atlas_registry::sys::CUresult;
 use atlas_registry::{
     AtlasError, AtlasRegistry, CaptureMisuse, CudaStream, DeviceBuffer, GraphUpdate, LaunchConfig,
     release,
 };
 use support::child;
-use support::reference::{assert_close, transform_reference};
+use support::graphs::{assert_wrong_context, capture_counted_loop, replay_noop_after_release};
+use support::reference::assert_close;
 use support::rng::Rng;
 use support::standin::{self, probe};
 
@@ -34,8 +35,6 @@ child::bodies!(
     a_raw_launch_keeps_the_registry_it_went_through,
     eager_launches_make_one_driver_call_and_allocate_nothing,
     a_graph_of_one_device_refuses_the_others_streams_and_functions,
-    memory_allocated_in_the_capture_belongs_to_the_graph,
-    a_pool_buffer_dropped_during_its_streams_capture_waits_for_it,
     a_capture_begun_outside_atlas_is_not_ended_by_it,
 );
 
@@ -71,38 +70,6 @@ fn demo() -> AtlasRegistry {
     AtlasRegistry::load(0, ptx_for_model("demo").unwrap()).unwrap()
 }
 
-/// The number of (kernel, memory allocation, memory free, conditional) nodes of a graph, asked of
-/// the driver directly.
-fn node_kinds(graph: CUgraph) -> [usize; 4] {
-    let cuda = atlas_registry::sys::driver().unwrap();
-    let get_nodes = atlas_registry::sys::entry!(cuda, cuGraphGetNodes).unwrap();
-    let node_type = atlas_registry::sys::entry!(cuda, cuGraphNodeGetType).unwrap();
-    let mut count = 0usize;
-    // SAFETY: the graph is live; a null array asks for the count.
-    let status = unsafe { get_nodes(graph, std::ptr::null_mut(), &mut count) };
-    assert_eq!(status, CUresult::CUDA_SUCCESS);
-    let mut nodes: Vec<CUgraphNode> = vec![std::ptr::null_mut(); count];
-    // SAFETY: the array has room for `count` nodes.
-    let status = unsafe { get_nodes(graph, nodes.as_mut_ptr(), &mut count) };
-    assert_eq!(status, CUresult::CUDA_SUCCESS);
-    let mut kinds = [0; 4];
-    for node in nodes {
-        let mut kind = CUgraphNodeType(u32::MAX);
-        // SAFETY: a node of the live graph; `kind` is a live out-pointer.
-        let status = unsafe { node_type(node, &mut kind) };
-        assert_eq!(status, CUresult::CUDA_SUCCESS);
-        let slot = match kind {
-            CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => 0,
-            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC => 1,
-            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE => 2,
-            CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL => 3,
-            other => panic!("unexpected node type {other:?}"),
-        };
-        kinds[slot] += 1;
-    }
-    kinds
-}
-
 /// `y = a * x + y` on the CPU, with `fmaf` as `axpy` computes it.
 fn axpy_reference(a: f32, x: &[f32], y: &[f32]) -> Vec<f32> {
     x.iter().zip(y).map(|(x, y)| a.mul_add(*x, *y)).collect()
@@ -127,26 +94,9 @@ fn release_while_a_graph_lives_unloads_nothing_until_it_goes() {
     let p = probe();
     let registry = demo();
     let modules = p.count("live_modules");
-    let stream = CudaStream::new(registry.ctx()).unwrap();
-    let noop = registry.function("noop", "noop").unwrap();
-    stream.begin_capture().unwrap();
-    // SAFETY: captured, not run: noop takes no arguments and touches no memory.
-    unsafe { noop.launch(&stream, &LaunchConfig::for_elements(1, 1), ()) }.unwrap();
-    let graph = stream.end_capture().unwrap();
-    drop(noop);
-    let e = release(registry).unwrap_err();
-    assert!(
-        matches!(e, AtlasError::InUse { handles: 1, .. }),
-        "the graph holds the registry: {e}"
-    );
-    assert_eq!(p.count("live_modules"), modules, "nothing was unloaded");
-    let exec = graph.instantiate().unwrap();
     let launches = p.count("cuGraphLaunch");
-    for _ in 0..3 {
-        // SAFETY: the graph's kernel touches no memory; the graph keeps its module.
-        unsafe { exec.launch(&stream) }.unwrap();
-    }
-    stream.synchronize().unwrap();
+    let (_stream, exec) = replay_noop_after_release(registry);
+    assert_eq!(p.count("live_modules"), modules, "nothing was unloaded");
     assert_eq!(p.count("cuGraphLaunch"), launches + 3);
     assert_eq!(
         p.count("stale_handle"),
@@ -345,22 +295,9 @@ fn a_while_body_keeps_its_registry() {
     let mut counter = DeviceBuffer::from_slice(registry.ctx(), &stream, &[-3i32]).unwrap();
     let (x_ptr, counter_ptr) = (x.device_ptr(), counter.device_ptr());
     let limit = 1 + rng.index(9) as i32;
-    let cfg = LaunchConfig::for_elements(n as u32, 256);
-    let step = registry.function("conditional", "loop_step").unwrap();
-    let reset = registry.function("conditional", "reset_counter").unwrap();
-    stream.begin_capture().unwrap();
-    // SAFETY: captured, not run: writes the int of `counter`, which the graph keeps.
-    unsafe { reset.launch(&stream, &LaunchConfig::for_elements(1, 1), (&mut counter,)) }.unwrap();
-    let cond = stream.conditional_handle(true).unwrap();
-    stream
-        .capture_while(cond, |body| {
-            // SAFETY: captured, not run: each iteration touches the `n` floats of `x` and the
-            // int of `counter` (kept by the graph) and sets `cond`, a handle of this graph.
-            unsafe { step.launch(body, &cfg, (&mut x, n as u32, cond, &mut counter, limit)) }
-        })
-        .unwrap();
-    let exec = stream.end_capture().unwrap().instantiate().unwrap();
-    drop((x, counter, step, reset));
+    let graph = capture_counted_loop(&registry, &stream, &mut x, &mut counter, limit);
+    let exec = graph.instantiate().unwrap();
+    drop((x, counter));
     assert!(matches!(
         release(registry).unwrap_err(),
         AtlasError::InUse { handles: 1, .. }
@@ -513,14 +450,7 @@ fn a_graph_of_one_device_refuses_the_others_streams_and_functions() {
     };
     let mut exec = capture(&r0, &s0, &mut x0).instantiate().unwrap();
     let foreign = capture(&r1, &s1, &mut x1);
-    let wrong = |e: AtlasError, what: &str| match e {
-        AtlasError::WrongContext {
-            what: w,
-            expected,
-            given,
-        } => assert_eq!((w.as_str(), expected, given), (what, Some(0), Some(1))),
-        other => panic!("expected WrongContext for {what}, got {other}"),
-    };
+    let wrong = |e, what| assert_wrong_context(e, what, 0, 1);
     let launches = p.count("cuGraphLaunch");
     // SAFETY: refused before the driver is called.
     wrong(unsafe { exec.launch(&s1) }.unwrap_err(), "the stream");
@@ -559,126 +489,6 @@ fn a_graph_of_one_device_refuses_the_others_streams_and_functions() {
         x1.to_vec(&s1).unwrap(),
         vec![1.0f32; 256],
         "device 1 untouched"
-    );
-}
-
-#[test]
-fn stream_ordered_allocations_in_a_capture_follow_the_graph_memory_rules() {
-    standin::run(memory_allocated_in_the_capture_belongs_to_the_graph, &[]);
-    standin::run(
-        a_pool_buffer_dropped_during_its_streams_capture_waits_for_it,
-        &[],
-    );
-}
-
-/// A buffer allocated in the capture and freed in it is the graph's own allocation: an allocation
-/// node and a free node, which a captured typed launch with it does not hold again; the graph
-/// replays it again and again, and the stand-in, like the driver, refuses an executable graph's
-/// second replay only while an allocation it left unfreed is live.
-fn memory_allocated_in_the_capture_belongs_to_the_graph() {
-    let p = probe();
-    let mut rng = Rng::new();
-    let demo = demo();
-    let model_a = AtlasRegistry::load(0, ptx_for_model("model_a").unwrap()).unwrap();
-    let ctx = demo.ctx();
-    let stream = CudaStream::new(ctx).unwrap();
-    let live = p.count("live_allocations");
-    let n = 64 + rng.index(500);
-    let (x_host, y0) = (rng.vec(n), rng.vec(n));
-    let a = rng.f32_in(0.5, 1.5);
-    let x = DeviceBuffer::from_slice(ctx, &stream, &x_host).unwrap();
-    let mut y = DeviceBuffer::from_slice(ctx, &stream, &y0).unwrap();
-    let transform = model_a.function_cached("model", "transform").unwrap();
-    let axpy = demo.function_cached("elementwise", "axpy").unwrap();
-    let cfg = LaunchConfig::for_elements(n as u32, 256);
-    let syncs = p.count("cuCtxSynchronize");
-    stream.begin_capture().unwrap();
-    // SAFETY: allocated and freed in this capture, on `stream`, which outlives the graph; used
-    // only by the two kernels captured on `stream` between.
-    let mut temp = unsafe { DeviceBuffer::<f32>::alloc_async(ctx, &stream, n) }.unwrap();
-    // SAFETY: captured, not run: at each replay `x`, `temp` (the graph's own) and `y` hold the
-    // `n` floats the kernels touch; `temp` is written before it is read.
-    unsafe {
-        transform
-            .launch(&stream, &cfg, (&x, &mut temp, n as u32))
-            .unwrap();
-        axpy.launch(&stream, &cfg, (&temp, &mut y, a, n as u32))
-            .unwrap();
-    }
-    drop(temp);
-    assert!(
-        stream.is_capturing().unwrap(),
-        "the free is the graph's free node"
-    );
-    let graph = stream.end_capture().unwrap();
-    assert_eq!(node_kinds(graph.raw()), [2, 1, 1, 0]);
-    let exec = graph.instantiate().unwrap();
-    let mut want = y0;
-    for replay in 0..3 {
-        // SAFETY: the graph keeps `x` and `y`, and allocates `temp` itself.
-        unsafe { exec.launch(&stream) }.unwrap();
-        for (w, x) in want.iter_mut().zip(&x_host) {
-            *w = a.mul_add(transform_reference("model_a", *x), *w);
-        }
-        assert_close(
-            &y.to_vec(&stream).unwrap(),
-            &want,
-            1e-5,
-            &format!("replay {replay}"),
-        );
-    }
-    drop(exec);
-    drop((x, y));
-    assert_eq!(
-        p.count("cuCtxSynchronize") - syncs,
-        2,
-        "x and y waited for the device; the graph's own allocation is not held"
-    );
-    assert_eq!(p.count("live_allocations"), live);
-}
-
-/// A pool buffer allocated before the capture and dropped while its stream is captured would be a
-/// free node of memory that is not the graph's, which the driver refuses (invalidating the
-/// capture): its free waits for the capture to end, used by the capture or not.
-fn a_pool_buffer_dropped_during_its_streams_capture_waits_for_it() {
-    let p = probe();
-    let registry = demo();
-    let ctx = registry.ctx();
-    let stream = CudaStream::new(ctx).unwrap();
-    let live = p.count("live_allocations");
-    let scale = registry.function_cached("elementwise", "scale").unwrap();
-    let cfg = LaunchConfig::for_elements(32, 32);
-    // SAFETY: used only on `stream`, which outlives both; freed outside the capture (by Atlas).
-    let (unused, mut used) = unsafe {
-        (
-            DeviceBuffer::<f32>::alloc_async(ctx, &stream, 32).unwrap(),
-            DeviceBuffer::<f32>::alloc_async(ctx, &stream, 32).unwrap(),
-        )
-    };
-    let frees = p.count("cuMemFreeAsync");
-    stream.begin_capture().unwrap();
-    // SAFETY: captured, not run: scale touches the 32 floats of `used`, which the graph keeps.
-    unsafe { scale.launch(&stream, &cfg, (&mut used, 1.0f32, 32u32)) }.unwrap();
-    drop(unused);
-    drop(used);
-    assert_eq!(
-        p.count("cuMemFreeAsync"),
-        frees,
-        "no free reached the capture"
-    );
-    assert!(stream.is_capturing().unwrap());
-    let graph = stream.end_capture().unwrap();
-    assert_eq!(
-        p.count("cuMemFreeAsync"),
-        frees + 1,
-        "`unused` freed as the capture ended"
-    );
-    assert_eq!(p.count("live_allocations"), live + 1);
-    drop(graph);
-    assert_eq!(
-        p.count("live_allocations"),
-        live,
-        "`used` freed with the graph"
     );
 }
 

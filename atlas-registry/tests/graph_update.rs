@@ -9,6 +9,7 @@ use atlas_registry::{
     AtlasError, AtlasRegistry, CaptureMisuse, CudaStream, DeviceBuffer, GraphFeature, GraphUpdate,
     LaunchConfig, UpdateRefusal,
 };
+use support::graphs::{assert_wrong_context, capture_counted_loop};
 use support::reference::assert_close;
 use support::rng::Rng;
 use support::{child, standin};
@@ -208,14 +209,7 @@ fn a_graph_or_stream_of_another_device_is_refused_and_the_graph_replays_as_befor
         .unwrap();
     let foreign = capture_scales(&r1, &s1, &mut x1, &factors(&mut rng, 3));
 
-    let refused = |e: AtlasError, what: &str| match e {
-        AtlasError::WrongContext {
-            what: w,
-            expected,
-            given,
-        } => assert_eq!((w.as_str(), expected, given), (what, Some(0), Some(1))),
-        other => panic!("expected WrongContext for {what}, got {other:?}"),
-    };
+    let refused = |e, what| assert_wrong_context(e, what, 0, 1);
     // SAFETY: refused before the driver is called; nothing of device 1 is ever replayed here.
     refused(
         unsafe { exec.update(foreign) }.unwrap_err(),
@@ -248,33 +242,13 @@ fn while_loop_runs_as_many_iterations_as_the_device_decides() {
     let mut rng = Rng::new();
     for (blob, registry) in conditional_registries() {
         let stream = CudaStream::new(registry.ctx()).unwrap();
-        let step = registry
-            .function_cached("conditional", "loop_step")
-            .unwrap();
-        let reset = registry
-            .function_cached("conditional", "reset_counter")
-            .unwrap();
         let n = 10_000 + rng.index(5_000);
         let input = rng.vec(n);
         let mut x = DeviceBuffer::from_slice(registry.ctx(), &stream, &input).unwrap();
         let mut counter = DeviceBuffer::from_slice(registry.ctx(), &stream, &[-7i32]).unwrap();
         let limit = 1 + rng.index(20) as i32;
-        let cfg = LaunchConfig::for_elements(n as u32, 256);
-        stream.begin_capture().unwrap();
-        // SAFETY: captured, not run: at each replay it writes the one int of `counter`, which
-        // outlives `exec`.
-        unsafe { reset.launch(&stream, &LaunchConfig::for_elements(1, 1), (&mut counter,)) }
-            .unwrap();
-        let cond = stream.conditional_handle(true).unwrap();
-        stream
-            .capture_while(cond, |body| {
-                // SAFETY: captured, not run: at each iteration `loop_step` touches the `n` floats
-                // of `x` and the int of `counter` (both outlive `exec`) and sets `cond`, a handle
-                // of this graph, while running in it.
-                unsafe { step.launch(body, &cfg, (&mut x, n as u32, cond, &mut counter, limit)) }
-            })
-            .unwrap();
-        let exec = stream.end_capture().unwrap().instantiate().unwrap();
+        let graph = capture_counted_loop(&registry, &stream, &mut x, &mut counter, limit);
+        let exec = graph.instantiate().unwrap();
         let mut want = input.clone();
         for replay in 0..2 {
             // SAFETY: `x` and `counter` outlive `exec`.
@@ -516,30 +490,14 @@ fn a_while_body_runs_after_its_registry_is_released_and_its_buffers_dropped() {
     let mut rng = Rng::new();
     for (blob, registry) in conditional_registries() {
         let stream = CudaStream::new(registry.ctx()).unwrap();
-        let step = registry.function("conditional", "loop_step").unwrap();
-        let reset = registry.function("conditional", "reset_counter").unwrap();
         let n = 10_000 + rng.index(5_000);
         let mut x = DeviceBuffer::<f32>::alloc(registry.ctx(), n).unwrap();
         let mut counter = DeviceBuffer::<i32>::alloc(registry.ctx(), 1).unwrap();
         let (x_ptr, counter_ptr) = (x.device_ptr(), counter.device_ptr());
         let limit = 1 + rng.index(20) as i32;
-        let cfg = LaunchConfig::for_elements(n as u32, 256);
-        stream.begin_capture().unwrap();
-        // SAFETY: captured, not run: at each replay it writes the one int of `counter`, which the
-        // graph keeps.
-        unsafe { reset.launch(&stream, &LaunchConfig::for_elements(1, 1), (&mut counter,)) }
-            .unwrap();
-        let cond = stream.conditional_handle(true).unwrap();
-        stream
-            .capture_while(cond, |body| {
-                // SAFETY: captured, not run: each iteration touches the `n` floats of `x` and the
-                // int of `counter` (the graph keeps both) and sets `cond`, a handle of this
-                // graph, while running in it.
-                unsafe { step.launch(body, &cfg, (&mut x, n as u32, cond, &mut counter, limit)) }
-            })
-            .unwrap();
-        let exec = stream.end_capture().unwrap().instantiate().unwrap();
-        drop((x, counter, step, reset));
+        let graph = capture_counted_loop(&registry, &stream, &mut x, &mut counter, limit);
+        let exec = graph.instantiate().unwrap();
+        drop((x, counter));
         let e = atlas_registry::release(registry).unwrap_err();
         assert!(
             matches!(e, AtlasError::InUse { handles: 1, .. }),

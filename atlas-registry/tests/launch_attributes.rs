@@ -84,6 +84,21 @@ fn launch_model() -> AtlasRegistry {
     AtlasRegistry::load(0, ptx_for_model("launch").expect("the launch model")).expect("load")
 }
 
+/// `cluster_shape` and `cluster_shape_pair` (compiled with `__cluster_dims__(2, 1, 1)`).
+fn cluster_kernels(registry: &AtlasRegistry) -> (CudaFunction, CudaFunction) {
+    let kernel = |name| registry.function_cached("cluster", name).unwrap();
+    (kernel("cluster_shape"), kernel("cluster_shape_pair"))
+}
+
+/// A 1-D grid of `blocks` blocks of 64 threads, no dynamic shared memory.
+fn blocks_of_64(blocks: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid: (blocks, 1, 1),
+        block: (64, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// The attribute refusal inside `e`; panics on any other error.
 fn refusal(e: AtlasError) -> AttributeRefusal {
     match e {
@@ -255,26 +270,16 @@ fn refusals_never_reach_the_driver() {
     let probe = standin::probe();
     let registry = launch_model();
     let stream = registry.stream();
-    let shape = registry
-        .function_cached("cluster", "cluster_shape")
-        .unwrap();
-    let pair = registry
-        .function_cached("cluster", "cluster_shape_pair")
-        .unwrap();
+    let (shape, pair) = cluster_kernels(&registry);
     let step = registry.function_cached("pdl", "pdl_step").unwrap();
     let mut out = DeviceBuffer::<u32>::alloc(registry.ctx(), 2 * 8192).unwrap();
     let mut x = DeviceBuffer::<f32>::alloc(registry.ctx(), 256).unwrap();
-    let grid = |blocks: u32| LaunchConfig {
-        grid: (blocks, 1, 1),
-        block: (64, 1, 1),
-        shared_mem_bytes: 0,
-    };
     let mut ptr = out.device_ptr();
     probe.reset();
     let mut shape_with = |f: &CudaFunction, blocks: u32, attrs: LaunchAttributes| {
         // SAFETY: the cluster kernels write two words per block; `out` has room for 8192 blocks
         // and outlives every launch.
-        unsafe { f.launch_with(stream, &grid(blocks), &attrs, (&mut out,)) }
+        unsafe { f.launch_with(stream, &blocks_of_64(blocks), &attrs, (&mut out,)) }
     };
     let cluster = |dims| LaunchAttributes::new().cluster(dims);
 
@@ -341,9 +346,15 @@ fn refusals_never_reach_the_driver() {
     );
     // The typed launch's own checks still come first.
     // SAFETY: refused before the driver (wrong argument types).
-    let e =
-        unsafe { step.launch_with(stream, &grid(1), &LaunchAttributes::new(), (&mut x, 1.0f32)) }
-            .unwrap_err();
+    let e = unsafe {
+        step.launch_with(
+            stream,
+            &blocks_of_64(1),
+            &LaunchAttributes::new(),
+            (&mut x, 1.0f32),
+        )
+    }
+    .unwrap_err();
     assert!(
         matches!(
             &e,
@@ -358,7 +369,7 @@ fn refusals_never_reach_the_driver() {
     let e = unsafe {
         step.launch_with(
             stream,
-            &grid(0),
+            &blocks_of_64(0),
             &cluster((1, 1, 1)),
             (&mut x, 1u32, 1.0f32, 0.0f32),
         )
@@ -381,7 +392,7 @@ fn refusals_never_reach_the_driver() {
         let e = unsafe {
             registry.launch_on_stream_with(
                 func,
-                &grid(6),
+                &blocks_of_64(6),
                 &cluster((4, 1, 1)),
                 stream.raw(),
                 &mut params,
@@ -397,7 +408,7 @@ fn refusals_never_reach_the_driver() {
     let e = unsafe {
         registry.launch_on_stream_with(
             shape.raw(),
-            &grid(1),
+            &blocks_of_64(1),
             &LaunchAttributes::new(),
             stream.raw(),
             &mut [params[0], params[0]],
@@ -535,18 +546,8 @@ fn argument_updates_of_captured_nodes_check_their_attributes_again() {
     let probe = standin::probe();
     let registry = launch_model();
     let stream = CudaStream::new(registry.ctx()).unwrap();
-    let shape = registry
-        .function_cached("cluster", "cluster_shape")
-        .unwrap();
-    let pair = registry
-        .function_cached("cluster", "cluster_shape_pair")
-        .unwrap();
+    let (shape, pair) = cluster_kernels(&registry);
     let mut out = DeviceBuffer::<u32>::alloc(registry.ctx(), 2 * 8192).unwrap();
-    let grid = |blocks: u32| LaunchConfig {
-        grid: (blocks, 1, 1),
-        block: (64, 1, 1),
-        shared_mem_bytes: 0,
-    };
     let cooperative = LaunchAttributes::new().cooperative(true);
     stream.begin_capture().unwrap();
     // SAFETY: captured, not run: the cluster kernels write two words per block of `out` (room
@@ -555,21 +556,23 @@ fn argument_updates_of_captured_nodes_check_their_attributes_again() {
         shape
             .launch_with(
                 &stream,
-                &grid(8),
+                &blocks_of_64(8),
                 &LaunchAttributes::new().cluster((2, 1, 1)),
                 (&mut out,),
             )
             .unwrap();
         shape
-            .launch_with(&stream, &grid(64), &cooperative, (&mut out,))
+            .launch_with(&stream, &blocks_of_64(64), &cooperative, (&mut out,))
             .unwrap();
-        shape.launch(&stream, &grid(4), (&mut out,)).unwrap();
+        shape
+            .launch(&stream, &blocks_of_64(4), (&mut out,))
+            .unwrap();
     }
     let mut exec = stream.end_capture().unwrap().instantiate().unwrap();
     let mut set = |node: usize, f: &CudaFunction, blocks: u32| {
         // SAFETY: the cluster kernels write two words per block of `out`, which has room for the
         // largest grid here and which the executable graph keeps.
-        unsafe { exec.set_kernel_args(node, f, &grid(blocks), (&mut out,)) }
+        unsafe { exec.set_kernel_args(node, f, &blocks_of_64(blocks), (&mut out,)) }
     };
     assert_eq!(
         refusal(set(0, &shape, 7).unwrap_err()),
@@ -610,7 +613,6 @@ fn argument_updates_of_captured_nodes_check_their_attributes_again() {
 /// from the raw door and then from the typed door, and the sums match the CPU's.
 fn a_cooperative_launch_opts_in_before_it_counts_blocks() {
     let registry = launch_model();
-    let stream = registry.stream();
     let sum = registry.function_cached("cooperative", "coop_sum").unwrap();
     let mut rng = Rng::new();
     let threads = 256u32;
@@ -621,33 +623,61 @@ fn a_cooperative_launch_opts_in_before_it_counts_blocks() {
         block: (threads, 1, 1),
         shared_mem_bytes: 64 << 10,
     };
-    let coop = LaunchAttributes::new().cooperative(true);
-    for door in ["raw", "typed", "raw, a foreign handle"] {
+    for door in [Door::Raw, Door::Typed, Door::Foreign] {
         let n = blocks * threads + rng.index(5000) as u32;
         let input: Vec<u32> = (0..n).map(|_| rng.next_u64() as u32).collect();
         let want = input.iter().fold(0u32, |s, &v| s.wrapping_add(v));
-        let data = DeviceBuffer::from_slice(registry.ctx(), stream, &input).unwrap();
-        let mut partials =
-            DeviceBuffer::from_slice(registry.ctx(), stream, &vec![u32::MAX; blocks as usize])
-                .unwrap();
-        let mut out = DeviceBuffer::from_slice(registry.ctx(), stream, &[u32::MAX]).unwrap();
-        let mut arrived = DeviceBuffer::from_slice(registry.ctx(), stream, &[0u32]).unwrap();
-        let launched = if door == "typed" {
-            // SAFETY: coop_sum reads the `n` words of `data`, writes one partial per block, one
-            // word of `out` and counts in `arrived`; all outlive the launch (`to_vec` waits).
-            unsafe {
-                sum.launch_with(
-                    stream,
-                    &cfg,
-                    &coop,
-                    (&data, &mut partials, &mut out, n, &mut arrived),
-                )
-            }
-        } else {
-            let func = if door == "raw" {
-                sum.raw()
-            } else {
-                RawCudaFunc::from_raw(sum.raw().raw())
+        assert_eq!(
+            coop_sum_through(&registry, &sum, door, &cfg, &input),
+            (want, blocks),
+            "{door:?} door: the sum, and the blocks that arrived"
+        );
+    }
+}
+
+/// How a launch reaches the driver: [`Kernel::launch_with`](atlas_registry::Kernel::launch_with),
+/// [`AtlasRegistry::launch_on_stream_with`] with the registry's handle, or with a handle made by
+/// [`RawCudaFunc::from_raw`].
+#[derive(Debug, Clone, Copy)]
+enum Door {
+    Typed,
+    Raw,
+    Foreign,
+}
+
+/// `coop_sum` over `input`, launched cooperatively with `cfg` through `door` on the registry's
+/// stream, its outputs poisoned first: the sum and the count of blocks that arrived.
+fn coop_sum_through(
+    registry: &AtlasRegistry,
+    sum: &CudaFunction,
+    door: Door,
+    cfg: &LaunchConfig,
+    input: &[u32],
+) -> (u32, u32) {
+    let (stream, ctx) = (registry.stream(), registry.ctx());
+    let coop = LaunchAttributes::new().cooperative(true);
+    let blocks = cfg.grid.0 as usize;
+    let data = DeviceBuffer::from_slice(ctx, stream, input).unwrap();
+    let mut partials = DeviceBuffer::from_slice(ctx, stream, &vec![u32::MAX; blocks]).unwrap();
+    let mut out = DeviceBuffer::from_slice(ctx, stream, &[u32::MAX]).unwrap();
+    let mut arrived = DeviceBuffer::from_slice(ctx, stream, &[0u32]).unwrap();
+    let mut n = input.len() as u32;
+    let launched = match door {
+        // SAFETY: coop_sum reads the `n` words of `data`, writes one partial per block, one word
+        // of `out` and counts in `arrived`; all outlive the launch (`to_vec` below waits); every
+        // block is resident at once (cooperative, and the grid fits, or it is refused).
+        Door::Typed => unsafe {
+            sum.launch_with(
+                stream,
+                cfg,
+                &coop,
+                (&data, &mut partials, &mut out, n, &mut arrived),
+            )
+        },
+        Door::Raw | Door::Foreign => {
+            let func = match door {
+                Door::Raw => sum.raw(),
+                _ => RawCudaFunc::from_raw(sum.raw().raw()),
             };
             let mut ptrs = [
                 data.device_ptr(),
@@ -655,7 +685,6 @@ fn a_cooperative_launch_opts_in_before_it_counts_blocks() {
                 out.device_ptr(),
                 arrived.device_ptr(),
             ];
-            let mut n = n;
             let [a, b, c, d] = &mut ptrs;
             let mut params = [
                 (a as *mut u64).cast::<c_void>(),
@@ -665,12 +694,14 @@ fn a_cooperative_launch_opts_in_before_it_counts_blocks() {
                 (d as *mut u64).cast(),
             ];
             // SAFETY: as for the typed door; the parameters are coop_sum's, in order.
-            unsafe { registry.launch_on_stream_with(func, &cfg, &coop, stream.raw(), &mut params) }
-        };
-        launched.unwrap_or_else(|e| panic!("{door} door: {e}"));
-        assert_eq!(out.to_vec(stream).unwrap(), [want], "{door} door: the sum");
-        assert_eq!(arrived.to_vec(stream).unwrap(), [blocks], "{door} door");
-    }
+            unsafe { registry.launch_on_stream_with(func, cfg, &coop, stream.raw(), &mut params) }
+        }
+    };
+    launched.unwrap_or_else(|e| panic!("{door:?} door: {e}"));
+    (
+        out.to_vec(stream).unwrap()[0],
+        arrived.to_vec(stream).unwrap()[0],
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -719,12 +750,7 @@ fn gpu_a_pdl_chain_gives_the_cpu_reference_bit_for_bit() {
 fn gpu_the_cluster_kernel_sees_the_cluster_shape_asked_for() {
     let registry = gpu_launch_model();
     let stream = registry.stream();
-    let shape = registry
-        .function_cached("cluster", "cluster_shape")
-        .unwrap();
-    let pair = registry
-        .function_cached("cluster", "cluster_shape_pair")
-        .unwrap();
+    let (shape, pair) = cluster_kernels(&registry);
     let blocks = 64u32;
     let mut out = DeviceBuffer::<u32>::alloc(registry.ctx(), 2 * blocks as usize).unwrap();
     let cfg = LaunchConfig {
@@ -965,15 +991,14 @@ fn gpu_a_cooperative_sum_with_64_kib_of_shared_memory_runs_from_both_doors() {
     };
     let coop = LaunchAttributes::new().cooperative(true);
     let mut rng = Rng::new();
-    let (raw_door, typed_door) = (sum.raw(), &sum);
     // The raw door first: before the fix it read the occupancy before the opt-in (0 blocks) and
     // kept that for the typed door too.
-    for door in ["raw", "typed"] {
+    for door in [Door::Raw, Door::Typed] {
         // Ask for far too many blocks: the refusal says how many fit with 64 KiB each.
         // SAFETY: refused before the driver (the grid does not fit); null addresses of the right
         // sizes never reach a kernel.
         let probe_launch = unsafe {
-            typed_door.launch_with(stream, &cfg(1 << 20), &coop, (0u64, 0u64, 0u64, 0u32, 0u64))
+            sum.launch_with(stream, &cfg(1 << 20), &coop, (0u64, 0u64, 0u64, 0u32, 0u64))
         };
         let AttributeRefusal::CooperativeGridTooLarge {
             max,
@@ -984,62 +1009,15 @@ fn gpu_a_cooperative_sum_with_64_kib_of_shared_memory_runs_from_both_doors() {
             panic!("expected CooperativeGridTooLarge")
         };
         println!("coop_sum with {shared} B of shared memory: {per_multiprocessor} blocks per SM");
-        assert!(per_multiprocessor >= 1, "{door} door: nothing fits");
+        assert!(per_multiprocessor >= 1, "{door:?} door: nothing fits");
         let blocks = u32::try_from(max).unwrap();
         let n = blocks * threads * 2 + rng.index(1000) as u32;
         let input: Vec<u32> = (0..n).map(|_| rng.next_u64() as u32).collect();
         let want = input.iter().fold(0u32, |s, &v| s.wrapping_add(v));
-        let data = DeviceBuffer::from_slice(registry.ctx(), stream, &input).unwrap();
-        let mut partials =
-            DeviceBuffer::from_slice(registry.ctx(), stream, &vec![u32::MAX; blocks as usize])
-                .unwrap();
-        let mut out = DeviceBuffer::from_slice(registry.ctx(), stream, &[u32::MAX]).unwrap();
-        let mut arrived = DeviceBuffer::from_slice(registry.ctx(), stream, &[0u32]).unwrap();
-        let launched = if door == "typed" {
-            // SAFETY: coop_sum reads the `n` words of `data`, writes one partial per block, one
-            // word of `out` and counts in `arrived`; all outlive the launch (`to_vec` waits);
-            // every block is resident at once (cooperative, and the grid fits).
-            unsafe {
-                typed_door.launch_with(
-                    stream,
-                    &cfg(blocks),
-                    &coop,
-                    (&data, &mut partials, &mut out, n, &mut arrived),
-                )
-            }
-        } else {
-            let mut ptrs = [
-                data.device_ptr(),
-                partials.device_ptr(),
-                out.device_ptr(),
-                arrived.device_ptr(),
-            ];
-            let mut n = n;
-            let [a, b, c, d] = &mut ptrs;
-            let mut params = [
-                (a as *mut u64).cast::<c_void>(),
-                (b as *mut u64).cast(),
-                (c as *mut u64).cast(),
-                (&raw mut n).cast(),
-                (d as *mut u64).cast(),
-            ];
-            // SAFETY: as for the typed door; the parameters are coop_sum's, in order.
-            unsafe {
-                registry.launch_on_stream_with(
-                    raw_door,
-                    &cfg(blocks),
-                    &coop,
-                    stream.raw(),
-                    &mut params,
-                )
-            }
-        };
-        launched.unwrap_or_else(|e| panic!("{door} door: {e}"));
         assert_eq!(
-            out.to_vec(stream).unwrap(),
-            [want],
-            "{door} door: the sum of {n} words over {blocks} blocks"
+            coop_sum_through(&registry, &sum, door, &cfg(blocks), &input),
+            (want, blocks),
+            "{door:?} door: the sum of {n} words over {blocks} blocks, and the blocks that arrived"
         );
-        assert_eq!(arrived.to_vec(stream).unwrap(), [blocks], "{door} door");
     }
 }

@@ -27,6 +27,7 @@
 //! what their graphs launch is theirs to keep alive.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, ThreadId};
@@ -83,7 +84,8 @@ pub(crate) type Hold = Arc<dyn Send + Sync>;
 /// What a graph keeps alive: each thing once, however many of its launches use it.
 #[derive(Default)]
 pub(crate) struct Keep {
-    held: HashMap<usize, Hold>,
+    /// By the address of what is held.
+    held: HashMap<usize, Hold, BuildHasherDefault<AddressHasher>>,
     /// Whether a launch with cluster dimensions or a cooperative launch was captured into the
     /// graph: its kernel nodes then carry attributes that argument updates check again.
     attributed: bool,
@@ -116,6 +118,27 @@ impl Keep {
     /// How many things are kept.
     pub(crate) fn len(&self) -> usize {
         self.held.len()
+    }
+}
+
+/// Hashes an address (the only key of a [`Keep`]) with one multiplication: addresses are distinct
+/// and need no protection against chosen collisions, and every captured launch hashes a few.
+#[derive(Default)]
+pub(crate) struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_usize(&mut self, address: usize) {
+        self.0 = (address as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
 
@@ -376,31 +399,30 @@ impl Watch {
 
 /// The number of the graph that work enqueued on `stream` is captured into by a capture Atlas
 /// began, if any: the stream's own capture, a conditional body's, or one the stream joined (asked
-/// of the driver, only for a stream not in the record).
-pub(crate) fn graph_of(stream: CUstream) -> Result<Option<u64>> {
+/// of the driver, only for a stream not in the record; a driver that cannot tell, lacking
+/// `cuStreamGetCaptureInfo_v2`, gave no capture an id either).
+pub(crate) fn graph_of(stream: CUstream) -> Option<u64> {
     let key = StreamKey::from(stream);
     {
         let record = record();
         if record.captures.is_empty() {
-            return Ok(None);
+            return None;
         }
         if let Some(capture) = record.capture(key) {
-            return Ok(Some(capture.graph));
+            return Some(capture.graph);
         }
     }
-    if (stream as usize) <= 2 {
-        return Ok(None); // a default stream: never captured by Atlas, joins no capture
+    if stream.addr() <= 2 {
+        return None; // a default stream: never captured by Atlas, joins no capture
     }
-    // SAFETY: a live stream, not a default one (above): the caller's launch or copy uses it.
-    let Some(id) = (unsafe { calls::capture_id(stream) })? else {
-        return Ok(None);
-    };
+    // SAFETY: a live stream, not a default one (above): the caller's launch uses it.
+    let id = unsafe { calls::capture_id(stream) }.ok().flatten()?;
     let record = record();
-    Ok(record
+    record
         .captures
         .iter()
         .find(|c| c.id == id && id != 0)
-        .map(|c| c.graph))
+        .map(|c| c.graph)
 }
 
 /// Adds `holds` to what graph `graph` keeps (`attributed`: they come from a launch with cluster

@@ -24,9 +24,11 @@ pub struct GraphHolds {
 }
 
 impl GraphHolds {
-    /// Nothing gathered yet.
+    /// Nothing gathered yet, with room for a registry and a few buffers.
     pub(crate) fn new() -> Self {
-        Self { held: Vec::new() }
+        Self {
+            held: Vec::with_capacity(4),
+        }
     }
 
     /// Keeps `buffer`'s memory allocated while the graph lives: dropped before the graph, the
@@ -70,12 +72,11 @@ pub(crate) fn enqueue(
 ) -> Result<()> {
     let watch = capture::watch();
     if watch.capturing() {
-        hold_for_capture(stream, attributed, &gather)?;
+        hold_for_capture(stream, attributed, &gather);
     }
     launch()?;
     if watch.changed() {
-        // The launch was made; what a capture begun meanwhile needs is gathered as well as can be.
-        let _ = hold_for_capture(stream, attributed, &gather);
+        hold_for_capture(stream, attributed, &gather);
     }
     Ok(())
 }
@@ -83,16 +84,11 @@ pub(crate) fn enqueue(
 /// When `stream` is captured by a capture Atlas began, leaves its graph what `gather` finds.
 #[cold]
 #[inline(never)]
-pub(crate) fn hold_for_capture(
-    stream: CUstream,
-    attributed: bool,
-    gather: &dyn Fn(&mut GraphHolds),
-) -> Result<()> {
-    let Some(graph) = capture::graph_of(stream)? else {
-        return Ok(());
+fn hold_for_capture(stream: CUstream, attributed: bool, gather: &dyn Fn(&mut GraphHolds)) {
+    let Some(graph) = capture::graph_of(stream) else {
+        return;
     };
     let mut holds = GraphHolds::new();
     gather(&mut holds);
     capture::hold(graph, holds.held, attributed);
-    Ok(())
 }

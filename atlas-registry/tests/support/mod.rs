@@ -5,6 +5,8 @@
 //! - [`reference`]: CPU references of the kernels and checks of their output against them.
 //! - [`blobs`]: loading the committed blobs, and blobs made to be refused.
 //! - [`child`]: running a test body in a child process (this test binary, re-executed).
+//! - [`graphs`]: a graph's node types, the counted loop of the `conditional` model, the check of a
+//!   `WrongContext` refusal.
 //! - [`standin`]: the stand-in libcuda (`standin.c`) that CI tests run against without a GPU.
 //! - [`shim`]: a libcuda in front of the real one that hides entry points (GPU tests).
 //! - [`mutate`]: seeded mutants of the committed blobs, for the blob fuzzer.
@@ -13,6 +15,7 @@
 
 pub mod blobs;
 pub mod child;
+pub mod graphs;
 pub mod mutate;
 pub mod reference;
 pub mod rng;
