@@ -991,26 +991,7 @@ fn gpu_a_cooperative_sum_with_64_kib_of_shared_memory_runs_from_both_doors() {
     };
     let coop = LaunchAttributes::new().cooperative(true);
     let mut rng = Rng::new();
-    // The raw door first: before the fix it read the occupancy before the opt-in (0 blocks) and
-    // kept that for the typed door too.
-    for door in [Door::Raw, Door::Typed] {
-        // Ask for far too many blocks: the refusal says how many fit with 64 KiB each.
-        // SAFETY: refused before the driver (the grid does not fit); null addresses of the right
-        // sizes never reach a kernel.
-        let probe_launch = unsafe {
-            sum.launch_with(stream, &cfg(1 << 20), &coop, (0u64, 0u64, 0u64, 0u32, 0u64))
-        };
-        let AttributeRefusal::CooperativeGridTooLarge {
-            max,
-            per_multiprocessor,
-            ..
-        } = refusal(probe_launch.unwrap_err())
-        else {
-            panic!("expected CooperativeGridTooLarge")
-        };
-        println!("coop_sum with {shared} B of shared memory: {per_multiprocessor} blocks per SM");
-        assert!(per_multiprocessor >= 1, "{door:?} door: nothing fits");
-        let blocks = u32::try_from(max).unwrap();
+    let mut check = |door: Door, blocks: u32| {
         let n = blocks * threads * 2 + rng.index(1000) as u32;
         let input: Vec<u32> = (0..n).map(|_| rng.next_u64() as u32).collect();
         let want = input.iter().fold(0u32, |s, &v| s.wrapping_add(v));
@@ -1019,5 +1000,29 @@ fn gpu_a_cooperative_sum_with_64_kib_of_shared_memory_runs_from_both_doors() {
             (want, blocks),
             "{door:?} door: the sum of {n} words over {blocks} blocks, and the blocks that arrived"
         );
+    };
+    // The raw door first, with one block per multiprocessor (which fits wherever 64 KiB does): it
+    // read the occupancy before the opt-in (0 blocks), kept it, and the typed door then refused
+    // the same configuration too.
+    let one_per_multiprocessor = registry.host().limits().multiprocessors;
+    check(Door::Raw, one_per_multiprocessor);
+    check(Door::Typed, one_per_multiprocessor);
+    // Then the largest co-resident grid: far too many blocks are refused, saying how many fit.
+    // SAFETY: refused before the driver (the grid does not fit); null addresses of the right
+    // sizes never reach a kernel.
+    let probe_launch =
+        unsafe { sum.launch_with(stream, &cfg(1 << 20), &coop, (0u64, 0u64, 0u64, 0u32, 0u64)) };
+    let AttributeRefusal::CooperativeGridTooLarge {
+        max,
+        per_multiprocessor,
+        ..
+    } = refusal(probe_launch.unwrap_err())
+    else {
+        panic!("expected CooperativeGridTooLarge")
+    };
+    println!("coop_sum with {shared} B of shared memory: {per_multiprocessor} blocks per SM");
+    assert!(per_multiprocessor >= 1, "nothing fits");
+    for door in [Door::Raw, Door::Typed] {
+        check(door, u32::try_from(max).unwrap());
     }
 }
