@@ -467,19 +467,26 @@ fn sources_that_do_not_load(name: &str, count: usize, sources: &Option<PathBuf>)
         .collect()
 }
 
-fn need_gpu() {
+/// What a GPU test of `variant` starts from: the directory of corpus sources for the children,
+/// the sources, and those of them that do not load unmutated (compressed again here).
+fn gpu_sources(variant: Variant) -> (Option<PathBuf>, Vec<Source>, Vec<String>) {
     let devices = device_count().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
     assert!(devices > 0, "{NEEDS_GPU}: the driver reports no device");
+    let dir = corpus_sources(env_number("ATLAS_CFUZZ_CORPUS_SOURCES", 16) as usize);
+    let sources = sources_of(variant, &fatbins(dir.as_deref()));
+    println!("{} {variant:?} sources", sources.len());
+    let name = match variant {
+        Variant::Candidate => "candidate",
+        Variant::Foreign => "foreign",
+    };
+    let unloaded = sources_that_do_not_load(name, sources.len(), &dir);
+    (dir, sources, unloaded)
 }
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn compressed_mutants_load_without_crashing() {
-    need_gpu();
-    let dir = corpus_sources(env_number("ATLAS_CFUZZ_CORPUS_SOURCES", 16) as usize);
-    let sources = sources_of(Variant::Candidate, &fatbins(dir.as_deref()));
-    println!("{} candidate sources", sources.len());
-    let unloaded = sources_that_do_not_load("candidate", sources.len(), &dir);
+    let (dir, sources, unloaded) = gpu_sources(Variant::Candidate);
     let total = env_number("ATLAS_CFUZZ_MUTANTS", 10_000);
     let first = env_number("ATLAS_CFUZZ_SEED", 0);
     let seeds: Vec<u64> = (first..first + total).collect();
@@ -546,11 +553,7 @@ fn compressed_mutants_load_without_crashing() {
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn foreign_entry_mutants_and_the_driver() {
-    need_gpu();
-    let dir = corpus_sources(env_number("ATLAS_CFUZZ_CORPUS_SOURCES", 16) as usize);
-    let sources = sources_of(Variant::Foreign, &fatbins(dir.as_deref()));
-    println!("{} foreign-entry sources", sources.len());
-    let unloaded = sources_that_do_not_load("foreign", sources.len(), &dir);
+    let (dir, sources, unloaded) = gpu_sources(Variant::Foreign);
     let total = env_number("ATLAS_CFUZZ_FOREIGN_MUTANTS", 2000);
     let tasks: Vec<String> = (0..total).map(|s| format!("foreign {s}")).collect();
     let outcomes = run(&tasks, &dir);

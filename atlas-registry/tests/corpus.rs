@@ -9,7 +9,9 @@
 //! the project's kernels into a directory to add to the list.
 //!
 //! - `finds_fatbins_in_elf_sections_and_blob_files`, `refusal_reasons_group_without_their_numbers`
-//!   (CI): the finder, on an ELF file and blob files made here.
+//!   (CI): the finder, on an ELF file and blob files made here;
+//!   `the_pool_outlives_crashing_children` (CI): the pool of children, on tasks that crash, hang
+//!   and end their child.
 //! - `corpus_passes_atlas` (`#[ignore]`d; no GPU needed): Atlas's verdict on every blob
 //!   (`ATLAS_CORPUS_SM`, default 90, is the device it is judged for); prints the refusals grouped
 //!   by reason and fails if there is any.
@@ -38,7 +40,7 @@ use support::pool::{self, Outcome};
 use support::raw::{self, Raw};
 use support::{child, fatbin};
 
-child::bodies!(load_blobs);
+child::bodies!(load_blobs, echo_crash_or_quit);
 
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_string())
@@ -170,6 +172,45 @@ fn print_refusals(blobs: &[Blob], verdicts: &[Result<BlobKind, String>], loaded:
     }
 }
 
+/// How long decompressing every compressed entry of the corpus takes (with the tests' own
+/// decompressors, in `jobs` threads): the least a check of what those entries hold costs.
+fn print_decompression_cost(blobs: &[Blob], jobs: usize) {
+    let start = Instant::now();
+    let next = AtomicUsize::new(0);
+    let totals = Mutex::new((0usize, 0usize, 0usize));
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| {
+                let (mut entries, mut bytes, mut failed) = (0, 0, 0);
+                while let Some(blob) = blobs.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let Ok(fatbin) = blob.read().map(|b| fatbin::Fatbin::parse(&b)) else {
+                        continue;
+                    };
+                    for entry in fatbin.iter().flat_map(|f| &f.entries) {
+                        if entry.scheme() == Some(fatbin::Scheme::Plain) {
+                            continue;
+                        }
+                        entries += 1;
+                        match entry.contents() {
+                            Ok(c) => bytes += c.len(),
+                            Err(_) => failed += 1,
+                        }
+                    }
+                }
+                let mut t = totals.lock().expect("the totals");
+                (t.0, t.1, t.2) = (t.0 + entries, t.1 + bytes, t.2 + failed);
+            });
+        }
+    });
+    let (entries, bytes, failed) = totals.into_inner().expect("the totals");
+    println!(
+        "decompressing its {entries} compressed entries ({failed} unreadable here) to {:.1} MB \
+         took {:.2} s in {jobs} threads",
+        mb(bytes as u64),
+        start.elapsed().as_secs_f64()
+    );
+}
+
 #[test]
 #[ignore = "reads the blobs ATLAS_CORPUS names (default /usr/local/cuda/lib64); needs no GPU"]
 fn corpus_passes_atlas() {
@@ -177,6 +218,7 @@ fn corpus_passes_atlas() {
     let sm = env_number("ATLAS_CORPUS_SM", 90) as u32;
     let verdicts = judge(&found.blobs, sm, jobs());
     print_refusals(&found.blobs, &verdicts, &vec![None; verdicts.len()]);
+    print_decompression_cost(&found.blobs, jobs());
     let refused = verdicts.iter().filter(|v| v.is_err()).count();
     assert_eq!(
         refused,
@@ -394,7 +436,7 @@ fn corpus_loads_as_the_driver_does() {
     );
     if !only_refused {
         assert!(
-            driver.iter().any(|d| *d == Driver::Loaded),
+            driver.contains(&Driver::Loaded),
             "the driver loads none of the corpus: is it for this device?"
         );
     }
@@ -557,4 +599,80 @@ fn refusal_reasons_group_without_their_numbers() {
     ] {
         assert_eq!(reason_group(reason), group);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The pool of children (CI)
+// ---------------------------------------------------------------------------------------------
+
+/// A child of the pool test: `echo X` answers X, `quit X` answers X and ends the child, `crash`
+/// aborts, `hang` sleeps past the hang limit. With `ATLAS_POOL_TEST_NO_START` set it dies before
+/// it takes a task.
+fn echo_crash_or_quit() {
+    assert!(
+        std::env::var_os("ATLAS_POOL_TEST_NO_START").is_none(),
+        "this child cannot start"
+    );
+    pool::serve(|task| match task.split_once(' ') {
+        Some(("echo", x)) => (x.to_string(), true),
+        Some(("quit", x)) => (x.to_string(), false),
+        _ if task == "crash" => std::process::abort(),
+        _ if task == "hang" => {
+            std::thread::sleep(Duration::from_secs(30));
+            ("woke".into(), true)
+        }
+        _ => panic!("task {task:?}"),
+    });
+}
+
+#[test]
+fn the_pool_outlives_crashing_children() {
+    let mut tasks: Vec<String> = (0..40).map(|i| format!("echo {i} and more")).collect();
+    tasks[5] = "crash".into();
+    tasks[17] = "quit 17".into();
+    tasks[18] = "quit 18".into();
+    tasks[19] = "quit 19".into();
+    tasks[30] = "hang".into();
+    tasks[31] = "crash".into();
+    for jobs in [1, 3] {
+        let run = pool::run(
+            echo_crash_or_quit,
+            &[],
+            &tasks,
+            jobs,
+            Duration::from_secs(1),
+        );
+        for (i, outcome) in run.outcomes.iter().enumerate() {
+            let expected = match i {
+                5 | 31 => Outcome::Crashed("killed by signal 6 (SIGABRT)".into()),
+                30 => Outcome::Hung,
+                17..=19 => Outcome::Answered(i.to_string()),
+                _ => Outcome::Answered(format!("{i} and more")),
+            };
+            assert_eq!(*outcome, expected, "task {i}, {jobs} jobs");
+        }
+        // One child, and one more after each crash, hang and quit (each has tasks after it).
+        if jobs == 1 {
+            assert_eq!(run.children, 1 + 6);
+        }
+    }
+
+    // Children that cannot start fail the run, with what they said.
+    let env = [("ATLAS_POOL_TEST_NO_START", "1".to_string())];
+    let failed = std::panic::catch_unwind(|| {
+        pool::run(
+            echo_crash_or_quit,
+            &env,
+            &tasks[..2],
+            1,
+            Duration::from_secs(2),
+        )
+    });
+    let message = failed.expect_err("the run fails");
+    let message = message.downcast_ref::<String>().map_or("", String::as_str);
+    assert!(
+        message.contains("children die before they take a task")
+            && message.contains("this child cannot start"),
+        "{message}"
+    );
 }

@@ -19,7 +19,7 @@
 # 'N passed, N failed' (sections); exits non-zero when any failed.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
-export PATH=/usr/local/cuda/bin:$PATH
+export PATH=/usr/local/cuda/bin:$PATH RUST_BACKTRACE=${RUST_BACKTRACE:-0}
 logs=${OUT:-/tmp}
 nvcc_out=${ATLAS_NVCC_CORPUS:-/tmp/nvcc-corpus}
 export ATLAS_CORPUS=${ATLAS_CORPUS:-/usr/local/cuda/lib64}

@@ -7,8 +7,9 @@
 //! it begins the task and `DONE <index> <answer>` after. When a child dies between the two, that
 //! task crashed it: it is recorded as [`Outcome::Crashed`] and a new child takes the next task.
 //! A child silent past the hang limit on a task it started is killed ([`Outcome::Hung`]). A child
-//! that dies before it starts a task (it could not set itself up) leaves the task to the next
-//! child; three in a row fail the test, with the last one's standard error.
+//! that dies before it starts a task (it could not set itself up), or is silent for a minute (or
+//! the hang limit, if longer) before it does, leaves the task to the next child; three in a row
+//! fail the test, with the last one's standard error.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -32,6 +33,7 @@ pub enum Outcome {
 }
 
 /// Every task's outcome, in the order of the tasks, and how many children it took.
+#[derive(Debug)]
 pub struct Run {
     pub outcomes: Vec<Outcome>,
     pub children: usize,
@@ -205,48 +207,47 @@ impl Worker<'_> {
     fn work(&self) {
         let mut failed_starts = 0;
         let mut held = None;
-        'children: loop {
-            let mut child = self.start();
-            loop {
-                let Some(index) = held.take().or_else(|| self.next()) else {
-                    drop(child.stdin.take());
-                    let _ = child.process.wait();
-                    return;
-                };
-                let sent = child.stdin.as_mut().is_some_and(|stdin| {
-                    writeln!(stdin, "{index} {}", self.tasks[index])
-                        .and_then(|()| stdin.flush())
-                        .is_ok()
-                });
-                match sent.then(|| self.wait_for(&mut child, index)) {
-                    Some(Ok(outcome)) => {
-                        failed_starts = 0;
-                        let ended = !matches!(outcome, Outcome::Answered(_));
-                        self.record(index, outcome);
-                        if ended {
-                            continue 'children;
-                        }
+        // A child is started when there is a task for it.
+        let mut running: Option<Running> = None;
+        while let Some(index) = held.take().or_else(|| self.next()) {
+            let child = running.get_or_insert_with(|| self.start());
+            let sent = child.stdin.as_mut().is_some_and(|stdin| {
+                writeln!(stdin, "{index} {}", self.tasks[index])
+                    .and_then(|()| stdin.flush())
+                    .is_ok()
+            });
+            match sent.then(|| self.wait_for(child, index)) {
+                Some(Ok(outcome)) => {
+                    failed_starts = 0;
+                    // A child that crashed or hung has been waited for.
+                    if !matches!(outcome, Outcome::Answered(_)) {
+                        running = None;
                     }
-                    // It ended before it started the task: the next child takes the task.
-                    gone => {
-                        let _ = child.process.kill();
-                        let status = child.process.wait().ok();
-                        // A child that said it would not go on has not failed to start.
-                        if gone != Some(Err(true)) {
-                            failed_starts += 1;
-                        }
-                        assert!(
-                            failed_starts < 3,
-                            "children die before they take a task (the last {}); its stderr \
-                             ends:\n{}",
-                            status.map_or_else(|| "did not say".into(), describe),
-                            child.stderr.lock().expect("the stderr tail")
-                        );
-                        held = Some(index);
-                        continue 'children;
+                    self.record(index, outcome);
+                }
+                // It ended before it started the task: the next child takes the task.
+                gone => {
+                    let _ = child.process.kill();
+                    let status = child.process.wait().ok();
+                    // A child that said it would not go on has not failed to start.
+                    if gone != Some(Err(true)) {
+                        failed_starts += 1;
                     }
+                    assert!(
+                        failed_starts < 3,
+                        "children die before they take a task (the last {}); its stderr \
+                         ends:\n{}",
+                        status.map_or_else(|| "did not say".into(), describe),
+                        child.stderr.lock().expect("the stderr tail")
+                    );
+                    running = None;
+                    held = Some(index);
                 }
             }
+        }
+        if let Some(mut child) = running {
+            drop(child.stdin.take());
+            let _ = child.process.wait();
         }
     }
 
@@ -255,7 +256,14 @@ impl Worker<'_> {
     fn wait_for(&self, child: &mut Running, index: usize) -> Result<Outcome, bool> {
         let (mut started, mut bye) = (false, false);
         loop {
-            match child.lines.recv_timeout(self.hang) {
+            // Before it starts the task a child may still be setting itself up (a driver's
+            // initialisation): that gets at least a minute.
+            let limit = if started {
+                self.hang
+            } else {
+                self.hang.max(Duration::from_secs(60))
+            };
+            match child.lines.recv_timeout(limit) {
                 Ok(line) => {
                     let mut words = line.splitn(3, ' ');
                     let (tag, at) = (

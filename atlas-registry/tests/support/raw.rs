@@ -99,24 +99,19 @@ impl Module<'_> {
         let cuda = self.raw.cuda;
         let mut count = 0u32;
         // SAFETY: a live module; `count` is a live out-pointer.
-        check(
-            unsafe { cuda.cuModuleGetFunctionCount(&mut count, self.module) },
-            "cuModuleGetFunctionCount",
-        )?;
+        let status = unsafe { cuda.cuModuleGetFunctionCount(&mut count, self.module) };
+        check(status, "cuModuleGetFunctionCount")?;
         let mut functions: Vec<CUfunction> = vec![std::ptr::null_mut(); count as usize];
+        let room = functions.as_mut_ptr();
         // SAFETY: `functions` has room for the `count` handles asked for.
-        check(
-            unsafe { cuda.cuModuleEnumerateFunctions(functions.as_mut_ptr(), count, self.module) },
-            "cuModuleEnumerateFunctions",
-        )?;
+        let status = unsafe { cuda.cuModuleEnumerateFunctions(room, count, self.module) };
+        check(status, "cuModuleEnumerateFunctions")?;
         let mut kernels = Vec::new();
         for function in functions {
             let mut name: *const c_char = std::ptr::null();
             // SAFETY: a function of the live module; `name` is a live out-pointer.
-            check(
-                unsafe { cuda.cuFuncGetName(&mut name, function) },
-                "cuFuncGetName",
-            )?;
+            let status = unsafe { cuda.cuFuncGetName(&mut name, function) };
+            check(status, "cuFuncGetName")?;
             // SAFETY: on success the driver returns a NUL-terminated name it owns, live while
             // the module is.
             let name = unsafe { CStr::from_ptr(name) }
