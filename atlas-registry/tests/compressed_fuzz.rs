@@ -434,7 +434,7 @@ fn corpus_sources(per_scheme: usize) -> Option<PathBuf> {
 fn run(tasks: &[String], sources: &Option<PathBuf>) -> Vec<Outcome> {
     let parallel = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
     let jobs = env_number("ATLAS_CFUZZ_JOBS", parallel) as usize;
-    let mut env = vec![("CUDA_CACHE_DISABLE", "1".to_string())];
+    let mut env = support::raw::child_env();
     if let Some(dir) = sources {
         env.push((SOURCES_ENV, dir.display().to_string()));
     }

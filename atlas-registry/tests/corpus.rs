@@ -24,6 +24,8 @@
 //!   each path and in all, the table of Atlas's verdict (passes / refuses) against the driver's
 //!   (loaded / error / crash / hung), the driver's errors by `CUresult`, the refusals by reason,
 //!   and fails if any blob the driver loads is refused or any blob Atlas passes crashes or hangs.
+//!   The children load eagerly (`CUDA_MODULE_LOADING=EAGER` unless set otherwise): every kernel
+//!   of a blob is loaded by `cuModuleLoadData` itself.
 
 mod support;
 
@@ -322,9 +324,7 @@ fn corpus_loads_as_the_driver_does() {
     order.sort_by_key(|&i| std::cmp::Reverse(blobs[i].len));
     let tasks: Vec<String> = order.iter().map(|&i| blobs[i].line()).collect();
     let hang = Duration::from_secs(env_number("ATLAS_CORPUS_HANG_S", 120) as u64);
-    // Every blob is new to the driver: caching JIT results would only write them to disk.
-    let env = [("CUDA_CACHE_DISABLE", "1".to_string())];
-    let run = pool::run(load_blobs, &env, &tasks, jobs, hang);
+    let run = pool::run(load_blobs, &raw::child_env(), &tasks, jobs, hang);
     let mut driver = vec![Driver::NotLoaded; blobs.len()];
     let mut lost = Vec::new();
     for (&i, outcome) in order.iter().zip(&run.outcomes) {

@@ -176,7 +176,7 @@ fn third_party_layouts_match_the_driver() {
     let parallel = std::thread::available_parallelism().map_or(1, |n| n.get());
     let run = pool::run(
         driver_layouts,
-        &[("CUDA_CACHE_DISABLE", "1".into())],
+        &raw::child_env(),
         &tasks,
         parallel,
         Duration::from_secs(300),

@@ -152,3 +152,16 @@ pub fn as_image(mut blob: Vec<u8>) -> Vec<u8> {
     }
     blob
 }
+
+/// The environment of child processes that load blobs: the driver loads every kernel of a module
+/// as `cuModuleLoadData` loads it, not at its first use (`CUDA_MODULE_LOADING=EAGER`, unless
+/// the caller chose otherwise), so that everything it reads of a blob is read while the child is
+/// watched; and every blob is new to it, so its JIT cache would only be written to
+/// (`CUDA_CACHE_DISABLE=1`).
+pub fn child_env() -> Vec<(&'static str, String)> {
+    let loading = std::env::var("CUDA_MODULE_LOADING").unwrap_or_else(|_| "EAGER".into());
+    vec![
+        ("CUDA_MODULE_LOADING", loading),
+        ("CUDA_CACHE_DISABLE", "1".into()),
+    ]
+}
