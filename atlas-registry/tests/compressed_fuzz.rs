@@ -385,7 +385,7 @@ fn corpus_sources(per_scheme: usize) -> Option<PathBuf> {
     if per_scheme == 0 || roots.is_empty() {
         return None;
     }
-    let found = corpus::find(&roots).unwrap_or_else(|e| panic!("reading {roots:?}: {e}"));
+    let found = corpus::find(&roots, false).unwrap_or_else(|e| panic!("reading {roots:?}: {e}"));
     let small: Vec<(String, Vec<u8>)> = found
         .blobs
         .iter()

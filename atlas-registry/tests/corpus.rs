@@ -5,8 +5,10 @@
 //! The blobs are found under the paths `ATLAS_CORPUS` names (`:`-separated files and directories;
 //! default `/usr/local/cuda/lib64`, the CUDA toolkit's libraries): the fatbins of every
 //! `.nv_fatbin` and `__nv_relfatbin` section of every ELF file there, and blob files (`.fatbin`,
-//! `.cubin`, `.ptx`); see `support/corpus.rs`. `tests/nvcc_corpus.sh` builds nvcc's outputs of
-//! the project's kernels into a directory to add to the list.
+//! `.cubin`, `.ptx`); see `support/corpus.rs`. With `ATLAS_CORPUS_DATA=1` also the fatbins that
+//! libraries keep in their data sections and load themselves (cuFFT 12: about 24,000 in
+//! `.ldata`, many of them LTO-IR and PTX). `tests/nvcc_corpus.sh` builds nvcc's outputs of the
+//! project's kernels into a directory to add to the list.
 //!
 //! - `finds_fatbins_in_elf_sections_and_blob_files`, `refusal_reasons_group_without_their_numbers`
 //!   (CI): the finder, on an ELF file and blob files made here;
@@ -74,11 +76,13 @@ fn corpus_from_env() -> (Vec<PathBuf>, Found) {
     let roots = corpus::paths(&env_or("ATLAS_CORPUS", "/usr/local/cuda/lib64"));
     assert!(!roots.is_empty(), "ATLAS_CORPUS names no path");
     let start = Instant::now();
-    let found = corpus::find(&roots).unwrap_or_else(|e| panic!("reading {roots:?}: {e}"));
+    // Fatbins that libraries keep in data sections and load themselves, when asked.
+    let data = env_or("ATLAS_CORPUS_DATA", "0") == "1";
+    let found = corpus::find(&roots, data).unwrap_or_else(|e| panic!("reading {roots:?}: {e}"));
     let bytes: u64 = found.blobs.iter().map(|b| b.len).sum();
     println!(
-        "corpus: {} blobs, {:.1} MB ({} in fatbin sections of {} ELF files, {} blob files; {} \
-         other files) under {}; found in {:.2} s",
+        "corpus: {} blobs, {:.1} MB ({} in sections of {} ELF files, {} blob files; {} other \
+         files) under {}; found in {:.2} s",
         found.blobs.len(),
         mb(bytes),
         found.blobs.iter().filter(|b| b.place != "file").count(),
@@ -514,11 +518,20 @@ fn finds_fatbins_in_elf_sections_and_blob_files() {
     section.extend_from_slice(&c);
     section.extend_from_slice(b"not fat!");
     section.extend_from_slice(&[0u8; 16]);
+    // .ldata: data, a fatbin header of another version, then a fatbin, then data.
+    let mut data = b"some data".to_vec();
+    data.resize(16, 0);
+    data.extend_from_slice(&plausible_fatbin(&[0u8; 64])[..16]);
+    data[20] = 2;
+    let at_data_fatbin = data.len() as u64;
+    data.extend_from_slice(a);
+    data.extend_from_slice(b"more data");
     let (elf, offsets) = elf_with(&[
         (".text", 1, b"\xc3\0\0\0\0\0\0\0"),
         (".nv_fatbin", 1, &section),
         ("__nv_relfatbin", 1, a),
         (".nv_fatbin", 8, &[0u8; 64]), // SHT_NOBITS: nothing in the file
+        (".ldata", 1, &data),
     ]);
     let dir = scratch("finder");
     std::fs::write(dir.join("libk.so"), &elf).unwrap();
@@ -532,7 +545,7 @@ fn finds_fatbins_in_elf_sections_and_blob_files() {
     std::fs::write(dir.join("sub/x.fatbin"), b"garbage").unwrap();
     std::fs::write(dir.join("sub/notes.txt"), b"not a blob").unwrap();
 
-    let found = corpus::find(&[dir.join("sub/k.ptx"), dir.clone()]).unwrap();
+    let found = corpus::find(&[dir.join("sub/k.ptx"), dir.clone()], false).unwrap();
     let sub = std::fs::canonicalize(dir.join("sub")).unwrap();
     let lib = std::fs::canonicalize(dir.join("libk.so")).unwrap();
     let got: Vec<(PathBuf, usize, u64, u64, String)> = found
@@ -574,6 +587,19 @@ fn finds_fatbins_in_elf_sections_and_blob_files() {
             blob.read().unwrap()
         );
     }
+    // Asked to, it finds the fatbin in the data section too.
+    let with_data = corpus::find(&[dir.join("libk.so")], true).unwrap();
+    let last = with_data.blobs.last().unwrap();
+    assert_eq!(with_data.blobs.len(), 5);
+    assert_eq!(
+        (last.offset, last.len, last.place.as_str()),
+        (
+            offsets[4] + at_data_fatbin,
+            a.len() as u64,
+            ".ldata fatbin 0"
+        )
+    );
+    assert_eq!(last.read().unwrap(), a);
     // What the finder found is what a fatbin reader reads.
     assert_eq!(fatbin::Fatbin::parse(&read[1]).unwrap().bytes(), a);
     assert_eq!(sniff(&read[0]), BlobKind::Ptx);

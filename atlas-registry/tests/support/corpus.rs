@@ -1,10 +1,14 @@
 //! Blobs on disk, as real code ships them: the fatbins in the `.nv_fatbin` and `__nv_relfatbin`
 //! sections of ELF shared libraries and objects, and blob files (`.fatbin`, `.cubin`, `.ptx`,
-//! and any ELF for `EM_CUDA`), found under the paths a test is given.
+//! and any ELF for `EM_CUDA`), found under the paths a test is given; when asked, also the
+//! fatbins a library keeps in its data sections and loads itself (cuFFT 12 keeps about 24,000 in
+//! `.ldata`).
 //!
 //! A fatbin section holds fatbins one after another, each starting 8-byte aligned (zero padding
 //! between them): a fatbin's 16-byte header says how long it is. Only headers are read while
-//! finding blobs; [`Blob::read`] reads one blob's bytes.
+//! finding blobs there; a data section is read whole and searched, at 8-byte aligned offsets, for
+//! a fatbin header (magic, version 1, header size 16, a body of at least one entry header inside
+//! the section). [`Blob::read`] reads one blob's bytes.
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -17,6 +21,8 @@ use super::fatbin::MAGIC;
 
 /// The sections whose contents are fatbins.
 pub const FATBIN_SECTIONS: &[&str] = &[".nv_fatbin", "__nv_relfatbin"];
+/// The data sections searched for fatbins when asked.
+pub const DATA_SECTIONS: &[&str] = &[".rodata", ".lrodata", ".data", ".ldata", ".data.rel.ro"];
 /// `e_machine` of an NVIDIA GPU ELF (a cubin).
 const EM_CUDA: u16 = 190;
 
@@ -80,7 +86,7 @@ fn read_range(file: &Path, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
 #[derive(Debug, Default)]
 pub struct Found {
     pub blobs: Vec<Blob>,
-    /// ELF files with at least one fatbin section.
+    /// ELF files with at least one fatbin in their sections.
     pub elf_files: usize,
     /// Files that are one blob each.
     pub blob_files: usize,
@@ -100,8 +106,9 @@ pub fn paths(list: &str) -> Vec<PathBuf> {
 }
 
 /// Every blob under `roots` (files, or directories walked in name order), each file once
-/// (symbolic links to a file already seen are skipped).
-pub fn find(roots: &[PathBuf]) -> std::io::Result<Found> {
+/// (symbolic links to a file already seen are skipped); with `data_sections`, also the fatbins
+/// in ELF files' [`DATA_SECTIONS`].
+pub fn find(roots: &[PathBuf], data_sections: bool) -> std::io::Result<Found> {
     let mut found = Found::default();
     let mut seen = BTreeSet::new();
     for (root, path) in roots.iter().enumerate() {
@@ -109,7 +116,7 @@ pub fn find(roots: &[PathBuf]) -> std::io::Result<Found> {
         walk(&std::fs::canonicalize(path)?, &mut files)?;
         for file in files {
             if seen.insert(file.clone()) {
-                look_at(&file, root, &mut found)?;
+                look_at(&file, root, data_sections, &mut found)?;
             }
         }
     }
@@ -136,7 +143,7 @@ fn walk(path: &Path, files: &mut Vec<PathBuf>) -> std::io::Result<()> {
     Ok(())
 }
 
-fn look_at(file: &Path, root: usize, found: &mut Found) -> std::io::Result<()> {
+fn look_at(file: &Path, root: usize, data: bool, found: &mut Found) -> std::io::Result<()> {
     let handle = File::open(file)?;
     let len = handle.metadata()?.len();
     let mut head = [0u8; 64];
@@ -157,14 +164,16 @@ fn look_at(file: &Path, root: usize, found: &mut Found) -> std::io::Result<()> {
     }
     if elf && head[4] == 2 && head[5] == 1 {
         let before = found.blobs.len();
-        let sections = fatbin_sections(&handle, &head)?;
-        if !sections.is_empty() {
-            found.elf_files += 1;
-        }
+        let sections = fatbin_sections(&handle, &head, data)?;
         for (name, offset, size) in sections {
-            split(&handle, file, root, &name, offset, size, found)?;
+            if FATBIN_SECTIONS.contains(&name.as_str()) {
+                split(&handle, file, root, &name, offset, size, found)?;
+            } else {
+                search(&handle, file, root, &name, offset, size, found)?;
+            }
         }
         if found.blobs.len() > before {
+            found.elf_files += 1;
             return Ok(());
         }
     }
@@ -177,8 +186,13 @@ fn look_at(file: &Path, root: usize, found: &mut Found) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The fatbin sections of a 64-bit little-endian ELF file: name, file offset, size.
-fn fatbin_sections(file: &File, head: &[u8; 64]) -> std::io::Result<Vec<(String, u64, u64)>> {
+/// The fatbin sections of a 64-bit little-endian ELF file (and with `data`, its data sections):
+/// name, file offset, size.
+fn fatbin_sections(
+    file: &File,
+    head: &[u8; 64],
+    data: bool,
+) -> std::io::Result<Vec<(String, u64, u64)>> {
     let u16_ = |b: &[u8], at: usize| u64::from(u16::from_le_bytes([b[at], b[at + 1]]));
     let u32_ = |b: &[u8], at: usize| {
         u64::from(u32::from_le_bytes(
@@ -228,7 +242,9 @@ fn fatbin_sections(file: &File, head: &[u8; 64]) -> std::io::Result<Vec<(String,
             .map(String::from_utf8_lossy)
             .unwrap_or_default();
         // SHT_NOBITS has no bytes in the file.
-        if FATBIN_SECTIONS.contains(&name.as_ref()) && u32_(s, 4) != 8 {
+        let wanted = FATBIN_SECTIONS.contains(&name.as_ref())
+            || (data && DATA_SECTIONS.contains(&name.as_ref()));
+        if wanted && u32_(s, 4) != 8 {
             let (offset, size) = (u64_(s, 24), u64_(s, 32));
             if offset + size <= len {
                 out.push((name.into_owned(), offset, size));
@@ -280,6 +296,47 @@ fn split(
         found
             .stray
             .push((format!("{}: {name} from {first:#x}", file.display()), stray));
+    }
+    Ok(())
+}
+
+/// The fatbins in the data section `name` at `offset` (`size` bytes) of `file`, wherever a
+/// fatbin header starts at an 8-byte aligned offset of the file.
+fn search(
+    handle: &File,
+    file: &Path,
+    root: usize,
+    name: &str,
+    offset: u64,
+    size: u64,
+    found: &mut Found,
+) -> std::io::Result<()> {
+    let mut bytes = vec![0u8; size as usize];
+    handle.read_exact_at(&mut bytes, offset)?;
+    let word = |at: usize, width: usize| {
+        bytes[at..at + width]
+            .iter()
+            .rev()
+            .fold(0u64, |v, &b| (v << 8) | u64::from(b))
+    };
+    let mut at = (offset.div_ceil(8) * 8 - offset) as usize;
+    let mut count = 0;
+    while at + 16 <= bytes.len() {
+        let body = word(at + 8, 8);
+        let fits = body >= 64 && body <= (bytes.len() - at - 16) as u64;
+        if word(at, 4) as u32 == MAGIC && word(at + 4, 2) == 1 && word(at + 6, 2) == 16 && fits {
+            found.blobs.push(Blob {
+                file: file.to_path_buf(),
+                root,
+                offset: offset + at as u64,
+                len: 16 + body,
+                place: format!("{name} fatbin {count}"),
+            });
+            count += 1;
+            at += (16 + body as usize).div_ceil(8) * 8;
+        } else {
+            at += 8;
+        }
     }
     Ok(())
 }
