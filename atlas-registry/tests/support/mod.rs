@@ -10,13 +10,23 @@
 //! - [`standin`]: the stand-in libcuda (`standin.c`) that CI tests run against without a GPU.
 //! - [`shim`]: a libcuda in front of the real one that hides entry points (GPU tests).
 //! - [`mutate`]: seeded mutants of the committed blobs, for the blob fuzzer.
+//! - [`fatbin`]: fatbins taken apart and put together again, compressed entries included.
+//! - [`fixtures`]: the committed real fatbins under `tests/fixtures/`.
+//! - [`corpus`]: blobs on disk (fatbin sections of ELF files, blob files), and Atlas's verdict.
+//! - [`pool`]: many crash-prone tasks in a pool of child processes that outlives the crashes.
+//! - [`raw`]: the driver without Atlas (plain loads, the driver's view of kernels).
 
 #![allow(dead_code, unreachable_pub, unused_imports, unused_macros)]
 
 pub mod blobs;
 pub mod child;
+pub mod corpus;
+pub mod fatbin;
+pub mod fixtures;
 pub mod graphs;
 pub mod mutate;
+pub mod pool;
+pub mod raw;
 pub mod reference;
 pub mod rng;
 pub mod shim;
