@@ -2,7 +2,10 @@
 
 use std::fmt;
 
-use atlas_sys::{LoadError, MissingSymbol};
+use atlas_sys::{LoadError, MissingSymbol, NvrtcLoadError};
+
+use crate::compile::CompileRefusal;
+use crate::compile::nvrtc::NvrtcFailure;
 
 use crate::driver::status::{cuda_error_text, is_teardown_noop};
 use crate::driver::{self, DriverFailure};
@@ -379,6 +382,38 @@ pub enum AtlasError {
         /// The entry points the driver lacks.
         missing: Vec<&'static str>,
     },
+    /// NVRTC, the CUDA run-time compiler, cannot be loaded (not installed, or a wrong
+    /// `ATLAS_NVRTC_PATH`): a model with sources cannot be compiled.
+    #[error(transparent)]
+    NvrtcUnavailable(#[from] NvrtcLoadError),
+    /// An NVRTC call other than the compile itself failed.
+    #[error("{0}")]
+    Nvrtc(NvrtcFailure),
+    /// NVRTC refused to compile a source: `log` is what it said (the errors, with their lines).
+    #[error(
+        "compiling `{module}` for {target} failed: {}{}",
+        crate::compile::nvrtc::nvrtc_error_text(*.code),
+        compile_log(.log)
+    )]
+    Compile {
+        /// The source's name.
+        module: String,
+        /// What it was compiled for (`sm_90 SASS`, `compute_90 PTX`).
+        target: String,
+        /// The `nvrtcResult` status code.
+        code: u32,
+        /// NVRTC's log.
+        log: String,
+    },
+    /// A source cannot be compiled for the device with this NVRTC and driver; nothing was
+    /// compiled.
+    #[error("cannot compile `{module}`: {reason}")]
+    CannotCompile {
+        /// The source's name.
+        module: String,
+        /// Why.
+        reason: CompileRefusal,
+    },
 }
 
 /// A graph feature that needs driver entry points older drivers lack
@@ -601,6 +636,14 @@ fn log(jit_log: &str) -> String {
         String::new()
     } else {
         format!("\nJIT log:\n{}", jit_log.trim_end())
+    }
+}
+
+fn compile_log(log: &str) -> String {
+    if log.is_empty() {
+        String::new()
+    } else {
+        format!("\nNVRTC log:\n{}", log.trim_end())
     }
 }
 

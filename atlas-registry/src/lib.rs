@@ -139,6 +139,7 @@
 //! current makes it current again itself.
 
 mod code;
+mod compile;
 mod device;
 mod driver;
 mod error;
@@ -151,6 +152,13 @@ pub use code::blob::{BlobKind, sniff, validate_blob};
 pub use code::layout::{
     CubinProblem, KernelLayout, LayoutError, ParamSlot, PtxProblem, RecordIssue, UnreadableBlob,
     cubin_kernel_layouts, kernel_layout, kernel_layouts, ptx_kernel_layouts,
+};
+pub use compile::cache::{
+    CACHE_DIR_VAR, CACHE_DISABLE_VAR, CACHE_MAX_BYTES_VAR, DEFAULT_MAX_BYTES,
+};
+pub use compile::nvrtc::{NvrtcFailure, nvrtc_error_text};
+pub use compile::{
+    CacheOutcome, CompileCache, CompileRefusal, CompileTarget, CompiledCode, Compiler, CudaSource,
 };
 pub use device::context::CudaContext;
 pub use device::host::{CudaHost, device_count, host};
@@ -175,6 +183,7 @@ pub use memory::symbol::DeviceSymbol;
 pub use registry::cache::FunctionCache;
 pub use registry::function::{CudaFunction, FunctionRef, RawCudaFunc};
 pub use registry::library::AtlasLibrary;
+pub use registry::model::Model;
 pub use registry::{AtlasRegistry, release};
 
 /// The raw driver API, for calls Atlas does not wrap.
