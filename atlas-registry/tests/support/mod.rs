@@ -8,12 +8,14 @@
 //! - [`standin`]: the stand-in libcuda (`standin.c`) that CI tests run against without a GPU.
 //! - [`shim`]: a libcuda in front of the real one that hides entry points (GPU tests).
 //! - [`mutate`]: seeded mutants of the committed blobs, for the blob fuzzer.
+//! - [`nvrtc`]: the NVRTC the compile tests use, and children that compile with it.
 
 #![allow(dead_code, unreachable_pub, unused_imports, unused_macros)]
 
 pub mod blobs;
 pub mod child;
 pub mod mutate;
+pub mod nvrtc;
 pub mod reference;
 pub mod rng;
 pub mod shim;
