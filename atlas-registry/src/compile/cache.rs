@@ -500,10 +500,47 @@ mod tests {
     }
 
     #[test]
-    fn the_environment_chooses_the_directory_and_turns_the_cache_off() {
-        // Only the parsing of values; the process's environment is left alone.
+    fn a_disabled_cache_has_no_directory() {
         assert_eq!(CompileCache::disabled().dir(), None);
         assert_eq!(CompileCache::at("/x").limit(), DEFAULT_MAX_BYTES);
         assert_eq!(CompileCache::at("/x").max_bytes(7).limit(), 7);
+    }
+
+    fn code(image: &[u8]) -> CompiledCode {
+        CompiledCode {
+            target: SM_90,
+            image: image.to_vec(),
+            lowered: vec![("k".into(), "_Z1kv".into())],
+            log: String::new(),
+            cache: CacheOutcome::Off,
+        }
+    }
+
+    #[test]
+    fn an_entry_round_trips_and_its_checks_refuse_what_is_wrong() {
+        let (_, cubin) = atlas_kernels::cubin_for_model("demo", 90).unwrap()[1];
+        let names = ["k".to_string()];
+        let entry = encode(2, &code(cubin));
+        let (lowered, range) = parse(&entry, 2, &names).unwrap();
+        assert_eq!(lowered, code(cubin).lowered);
+        assert_eq!(&entry[range], cubin);
+        // Asked for as PTX, or with other name expressions: not this entry.
+        assert!(parse(&entry, 1, &names).unwrap_err().contains("kind"));
+        assert!(
+            parse(&entry, 2, &[])
+                .unwrap_err()
+                .contains("name expressions")
+        );
+        // A whole entry (its checksum right) around code the blob validator refuses is refused
+        // too, before the driver could see it.
+        let cut = encode(2, &code(&cubin[..cubin.len() / 2]));
+        let why = parse(&cut, 2, &names).unwrap_err();
+        assert!(
+            why.contains("refused") && why.contains("truncated"),
+            "{why}"
+        );
+        // Code of another kind than the entry says.
+        let ptx = encode(2, &code(b".version 8.0\n.target sm_90\n\0"));
+        assert!(parse(&ptx, 2, &names).unwrap_err().contains("not Cubin"));
     }
 }
