@@ -175,9 +175,9 @@ impl CompileCache {
                 // Its use, for the least-recently-used order; a cache shared with other users
                 // may not let this process change the time, which costs only that order.
                 let _ = file.set_modified(SystemTime::now());
-                bytes.drain(..range.start);
                 Lookup::Hit {
-                    image: bytes,
+                    bytes,
+                    image_start: range.start,
                     lowered,
                 }
             }
@@ -287,28 +287,30 @@ pub(crate) enum Lookup {
     Miss,
     /// An entry that cannot be used, and why.
     Unusable(String),
-    /// A usable entry: the code and the lowered names.
+    /// A usable entry: its bytes, where its code starts in them, and the lowered names.
     Hit {
-        image: Vec<u8>,
+        bytes: Vec<u8>,
+        image_start: usize,
         lowered: Vec<(String, String)>,
     },
 }
 
 /// The bytes of the entry for `code`.
 fn encode(kind: u32, code: &CompiledCode) -> Vec<u8> {
-    let mut body = Vec::with_capacity(code.image.len() + 64 * code.lowered.len());
+    let image = code.image();
+    let mut body = Vec::with_capacity(image.len() + 64 * code.lowered.len());
     for (expression, lowered) in &code.lowered {
         for s in [expression, lowered] {
             body.extend_from_slice(&(s.len() as u32).to_le_bytes());
             body.extend_from_slice(s.as_bytes());
         }
     }
-    body.extend_from_slice(&code.image);
+    body.extend_from_slice(image);
     let mut entry = Vec::with_capacity(HEADER + body.len());
     entry.extend_from_slice(MAGIC);
     entry.extend_from_slice(&FORMAT.to_le_bytes());
     entry.extend_from_slice(&kind.to_le_bytes());
-    entry.extend_from_slice(&(code.image.len() as u64).to_le_bytes());
+    entry.extend_from_slice(&(image.len() as u64).to_le_bytes());
     entry.extend_from_slice(&(code.lowered.len() as u32).to_le_bytes());
     entry.extend_from_slice(&xxh3_128(&body).to_le_bytes());
     entry.extend_from_slice(&body);
@@ -509,7 +511,8 @@ mod tests {
     fn code(image: &[u8]) -> CompiledCode {
         CompiledCode {
             target: SM_90,
-            image: image.to_vec(),
+            bytes: image.to_vec(),
+            image_start: 0,
             lowered: vec![("k".into(), "_Z1kv".into())],
             log: String::new(),
             cache: CacheOutcome::Off,

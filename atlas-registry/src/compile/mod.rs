@@ -251,11 +251,14 @@ pub enum CompileRefusal {
 }
 
 /// What NVRTC made of a [`CudaSource`] for one target, from the cache or compiled now.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct CompiledCode {
     target: CompileTarget,
-    /// The cubin, or the PTX with its terminating NUL: a blob that passed [`validate_blob`].
-    image: Vec<u8>,
+    /// Holds the code at `image_start..`: the cubin, or the PTX with its terminating NUL, a blob
+    /// that passed [`validate_blob`]. (From the cache, the bytes before it are the entry's
+    /// header, kept so that a hit copies nothing.)
+    bytes: Vec<u8>,
+    image_start: usize,
     /// `(name expression, lowered name)`, in the source's order.
     lowered: Vec<(String, String)>,
     log: String,
@@ -272,7 +275,13 @@ impl CompiledCode {
     ///
     /// [`AtlasRegistry::load`]: crate::AtlasRegistry::load
     pub fn image(&self) -> &[u8] {
-        &self.image
+        &self.bytes[self.image_start..]
+    }
+
+    /// The code, as [`image`](Self::image), without copying it.
+    pub fn into_image(mut self) -> Vec<u8> {
+        self.bytes.drain(..self.image_start);
+        self.bytes
     }
 
     /// What kind of blob [`image`](Self::image) is.
@@ -407,10 +416,15 @@ impl Compiler {
         let key = cache::Key::new(source, target, self.nvrtc.version);
         let looked = self.cache.look_up(&key, &source.name_expressions);
         let looked = match looked {
-            cache::Lookup::Hit { image, lowered } => {
+            cache::Lookup::Hit {
+                bytes,
+                image_start,
+                lowered,
+            } => {
                 return Ok(CompiledCode {
                     target,
-                    image,
+                    bytes,
+                    image_start,
                     lowered,
                     log: String::new(),
                     cache: CacheOutcome::Hit,
@@ -462,7 +476,8 @@ fn compile_now(
     validate_blob(&source.name, &output.image)?;
     Ok(CompiledCode {
         target,
-        image: output.image,
+        bytes: output.image,
+        image_start: 0,
         lowered: source
             .name_expressions
             .iter()

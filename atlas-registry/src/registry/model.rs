@@ -161,7 +161,7 @@ impl<'a> Model<'a> {
                     prepared
                         .outcomes
                         .push((name.clone(), code.cache_outcome().clone()));
-                    (code.kind(), Cow::Owned(code.image().to_vec()))
+                    (code.kind(), Cow::Owned(code.into_image()))
                 }
                 // `checked` holds a blob for every blob module.
                 _ => continue,
