@@ -4,8 +4,7 @@ use std::fmt;
 
 use atlas_sys::{LoadError, MissingSymbol, NvrtcLoadError};
 
-use crate::compile::CompileRefusal;
-use crate::compile::nvrtc::NvrtcFailure;
+use crate::driver::nvrtc::{self, NvrtcFailure, nvrtc_error_text};
 
 use crate::driver::status::{cuda_error_text, is_teardown_noop};
 use crate::driver::{self, DriverFailure};
@@ -392,7 +391,7 @@ pub enum AtlasError {
     /// NVRTC refused to compile a source: `log` is what it said (the errors, with their lines).
     #[error(
         "compiling `{module}` for {target} failed: {}{}",
-        crate::compile::nvrtc::nvrtc_error_text(*.code),
+        nvrtc_error_text(*.code),
         compile_log(.log)
     )]
     Compile {
@@ -616,6 +615,38 @@ pub enum AttributeRefusal {
     },
 }
 
+/// Why a source cannot be compiled for a device ([`AtlasError::CannotCompile`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompileRefusal {
+    /// The device is older than every architecture the NVRTC compiles for.
+    #[error(
+        "NVRTC {}.{} compiles for sm_{} and newer only; the device is sm_{device}",
+        .nvrtc.0, .nvrtc.1, .oldest
+    )]
+    DeviceTooOld {
+        /// The NVRTC's version.
+        nvrtc: (u32, u32),
+        /// The oldest architecture it compiles for.
+        oldest: u32,
+        /// The device's architecture.
+        device: u32,
+    },
+    /// The NVRTC is of a newer major CUDA version than the driver, whose loader cannot take what
+    /// it makes.
+    #[error(
+        "NVRTC {}.{} makes code for CUDA {}.x drivers; this driver is CUDA {}.{}: use an NVRTC of \
+         CUDA {} or older (ATLAS_NVRTC_PATH)",
+        .nvrtc.0, .nvrtc.1, .nvrtc.0, .driver.0, .driver.1, .driver.0
+    )]
+    NewerThanDriver {
+        /// The NVRTC's version.
+        nvrtc: (u32, u32),
+        /// The driver's CUDA version.
+        driver: (u32, u32),
+    },
+}
+
 fn on(subject: &str) -> String {
     if subject.is_empty() {
         String::new()
@@ -644,6 +675,17 @@ fn compile_log(log: &str) -> String {
         String::new()
     } else {
         format!("\nNVRTC log:\n{}", log.trim_end())
+    }
+}
+
+impl From<nvrtc::Error> for AtlasError {
+    #[cold]
+    fn from(e: nvrtc::Error) -> Self {
+        match e {
+            nvrtc::Error::Unavailable(e) => Self::NvrtcUnavailable(e),
+            nvrtc::Error::Missing(e) => Self::MissingSymbol(e),
+            nvrtc::Error::Failed(failure) => Self::Nvrtc(failure),
+        }
     }
 }
 

@@ -131,32 +131,45 @@ fn child_print_driver_outcome() {
     }
 }
 
-#[test]
-fn process_wide_driver_honours_the_override() {
+/// Runs the ignored test `child` in a child process with `var` set to `value`, and returns the
+/// outcome it printed.
+fn child_outcome(child: &str, var: &str, value: &str) -> String {
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
-            "child_print_driver_outcome",
+            child,
             "--exact",
             "--ignored",
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(atlas_sys::LIBCUDA_PATH_VAR, "/nonexistent/libcuda.so")
+        .env(var, value)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "child failed: {stdout}{stderr}");
-    let line = stdout
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stdout
         .lines()
-        .find_map(|l| l.split_once("OUTCOME: ").map(|(_, outcome)| outcome))
-        .unwrap_or_else(|| panic!("child printed no outcome: {stdout}{stderr}"));
+        .find_map(|l| {
+            l.split_once("OUTCOME: ")
+                .map(|(_, outcome)| outcome.to_string())
+        })
+        .unwrap_or_else(|| panic!("child printed no outcome: {stdout}{stderr}"))
+}
+
+#[test]
+fn process_wide_driver_honours_the_override() {
+    let line = child_outcome(
+        "child_print_driver_outcome",
+        atlas_sys::LIBCUDA_PATH_VAR,
+        "/nonexistent/libcuda.so",
+    );
     assert!(line.contains("/nonexistent/libcuda.so"), "{line}");
     assert!(
         !line.contains("libcuda.so.1"),
         "the override must replace the search: {line}"
     );
-    assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
 #[test]
@@ -167,10 +180,8 @@ fn nvrtc_loads_through_the_same_search_and_names_a_missing_entry_point() {
     let version = entry!(nvrtc, nvrtcVersion).expect("nvrtcVersion is exported");
     let (mut major, mut minor) = (0, 0);
     // SAFETY: both pointers are to live c_ints.
-    assert_eq!(
-        unsafe { version(&mut major, &mut minor) },
-        nvrtcResult::NVRTC_SUCCESS
-    );
+    let status = unsafe { version(&mut major, &mut minor) };
+    assert_eq!(status, nvrtcResult::NVRTC_SUCCESS);
     assert_eq!((major, minor), (12, 9));
 
     let missing = entry!(nvrtc, nvrtcCompileProgram)
@@ -227,24 +238,11 @@ fn child_print_nvrtc_outcome() {
 
 #[test]
 fn process_wide_nvrtc_honours_the_override() {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "child_print_nvrtc_outcome",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(atlas_sys::NVRTC_PATH_VAR, "/nonexistent/libnvrtc.so.12")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "child failed: {stdout}{stderr}");
-    let line = stdout
-        .lines()
-        .find_map(|l| l.split_once("OUTCOME: ").map(|(_, outcome)| outcome))
-        .unwrap_or_else(|| panic!("child printed no outcome: {stdout}{stderr}"));
+    let line = child_outcome(
+        "child_print_nvrtc_outcome",
+        atlas_sys::NVRTC_PATH_VAR,
+        "/nonexistent/libnvrtc.so.12",
+    );
     assert!(line.starts_with("cannot load NVRTC"), "{line}");
     assert!(line.contains("/nonexistent/libnvrtc.so.12"), "{line}");
     assert!(

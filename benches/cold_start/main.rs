@@ -208,7 +208,7 @@ fn measure(row: &Row, options: &Options) -> Result<String, NotRun> {
         };
         runs.push(run_child(row, options, &dir)?);
     }
-    runs.sort_by(|a, b| a.total.cmp(&b.total));
+    runs.sort_by_key(|run| run.total);
     let median = &runs[runs.len() / 2];
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let [code, jit, atlas, preload] = row.label();

@@ -317,12 +317,11 @@ fn encode(kind: u32, code: &CompiledCode) -> Vec<u8> {
     entry
 }
 
+/// An entry's lowered names, and where its code lies in it.
+type Parsed = (Vec<(String, String)>, std::ops::Range<usize>);
+
 /// Checks an entry (see the module docs) and returns its lowered names and where its code lies.
-fn parse(
-    entry: &[u8],
-    kind: u32,
-    expressions: &[String],
-) -> Result<(Vec<(String, String)>, std::ops::Range<usize>), String> {
+fn parse(entry: &[u8], kind: u32, expressions: &[String]) -> Result<Parsed, String> {
     let u32_at = |at: usize| -> u32 {
         let mut b = [0u8; 4];
         b.copy_from_slice(&entry[at..at + 4]);

@@ -5,23 +5,23 @@
 //! - [`CompileTarget`]: what to make for a device: its own SASS (a cubin for its exact `sm_XX`)
 //!   when the NVRTC knows the architecture (`nvrtcGetSupportedArchs`), else PTX for the newest
 //!   architecture it knows below the device's, which the driver JIT-compiles.
-//! - [`Compiler`]: NVRTC (loaded at run time like libcuda: see [`atlas_sys::nvrtc`]) with a
-//!   [`CompileCache`] ([`cache`]): a compile looks in the cache first and stores what it made.
+//! - [`Compiler`]: NVRTC (loaded at run time like libcuda: see [`atlas_sys::nvrtc`]; the calls
+//!   are the driver tier's, `driver::nvrtc`) with a [`CompileCache`] ([`cache`]): a compile looks
+//!   in the cache first and stores what it made.
 //!
 //! A [`Model`](crate::Model) takes sources beside blobs; compiled modules are ordinary modules of
 //! the registry, checked, loaded and launched as blobs are, and their name expressions are looked
 //! up by their C++ name (`registry.function("gemm", "gemm<128>")`).
 
 pub(crate) mod cache;
-pub(crate) mod nvrtc;
 
 use std::ffi::CString;
 use std::fmt;
 
 use crate::code::blob::{BlobKind, validate_blob};
-use crate::error::{AtlasError, Result};
+use crate::driver::nvrtc::{self, CompileFailure, ProgramInput};
+use crate::error::{AtlasError, CompileRefusal, Result};
 pub use cache::{CacheOutcome, CompileCache};
-use nvrtc::{CompileFailure, ProgramInput};
 
 /// CUDA C++ source to compile at run time: the program, the headers it includes by name, the
 /// NVRTC options and the name expressions whose lowered names the registry looks up.
@@ -218,38 +218,6 @@ impl fmt::Display for CompileTarget {
     }
 }
 
-/// Why a source cannot be compiled for a device ([`AtlasError::CannotCompile`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum CompileRefusal {
-    /// The device is older than every architecture the NVRTC compiles for.
-    #[error(
-        "NVRTC {}.{} compiles for sm_{} and newer only; the device is sm_{device}",
-        .nvrtc.0, .nvrtc.1, .oldest
-    )]
-    DeviceTooOld {
-        /// The NVRTC's version.
-        nvrtc: (u32, u32),
-        /// The oldest architecture it compiles for.
-        oldest: u32,
-        /// The device's architecture.
-        device: u32,
-    },
-    /// The NVRTC is of a newer major CUDA version than the driver, whose loader cannot take what
-    /// it makes.
-    #[error(
-        "NVRTC {}.{} makes code for CUDA {}.x drivers; this driver is CUDA {}.{}: use an NVRTC of \
-         CUDA {} or older (ATLAS_NVRTC_PATH)",
-        .nvrtc.0, .nvrtc.1, .nvrtc.0, .driver.0, .driver.1, .driver.0
-    )]
-    NewerThanDriver {
-        /// The NVRTC's version.
-        nvrtc: (u32, u32),
-        /// The driver's CUDA version.
-        driver: (u32, u32),
-    },
-}
-
 /// What NVRTC made of a [`CudaSource`] for one target, from the cache or compiled now.
 #[derive(Debug, Clone)]
 pub struct CompiledCode {
@@ -357,7 +325,7 @@ impl Compiler {
     /// NVRTC with `cache`.
     pub fn with_cache(cache: CompileCache) -> Result<Self> {
         Ok(Self {
-            nvrtc: nvrtc::loaded()?,
+            nvrtc: nvrtc::loaded().map_err(AtlasError::from)?,
             cache,
         })
     }
@@ -471,7 +439,7 @@ fn compile_now(
             code,
             log,
         },
-        CompileFailure::Other(e) => e,
+        CompileFailure::Other(e) => e.into(),
     })?;
     validate_blob(&source.name, &output.image)?;
     Ok(CompiledCode {

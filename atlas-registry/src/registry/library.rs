@@ -47,23 +47,7 @@ impl AtlasLibrary {
     /// [`AtlasRegistry::load`]; a JIT failure carries the JIT log.
     #[doc(alias = "cuLibraryLoadData")]
     pub fn load(blobs: &[(&str, &[u8])]) -> Result<Self> {
-        let prepared = AtlasRegistry::prepare_all(blobs)?;
-        let loads = blobs
-            .iter()
-            .zip(prepared)
-            .map(|((name, _), (kind, image))| Ok(Arc::new(LibraryBlob::load(name, kind, &image)?)))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Self {
-            names: blobs.iter().map(|(name, _)| name.to_string()).collect(),
-            builds: [Build {
-                compute_capability: None,
-                loads,
-                compiled: Compiled::default(),
-                kernel_names: None,
-            }]
-            .into(),
-            preload: false,
-        })
+        Self::load_model(&Model::new().blobs(blobs))
     }
 
     /// Loads a [`Model`] once for every device: its blobs as [`load`](Self::load) does, and its
@@ -82,7 +66,8 @@ impl AtlasLibrary {
         archs.dedup();
         let mut builds: Vec<Build> = Vec::with_capacity(archs.len());
         for compute_capability in archs {
-            let prepared = model.prepare(&checked, compute_capability.unwrap_or_default())?;
+            let prepared =
+                model.prepare(checked.clone(), compute_capability.unwrap_or_default())?;
             let loads = prepared
                 .modules
                 .iter()

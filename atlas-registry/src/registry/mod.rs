@@ -13,7 +13,6 @@ pub(crate) mod function_table;
 pub(crate) mod library;
 pub(crate) mod model;
 
-use std::borrow::Cow;
 use std::ffi::c_void;
 use std::fmt;
 use std::sync::Arc;
@@ -21,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use atlas_sys::{CUdeviceptr, CUmodule, CUstream};
 
-use crate::code::blob::{self, BlobKind};
+use crate::code::blob::BlobKind;
 use crate::code::module::{Module, load_all, unload_all};
 use crate::compile::CacheOutcome;
 use crate::device::context::CudaContext;
@@ -79,16 +78,7 @@ impl AtlasRegistry {
     #[doc(alias = "cuModuleLoadData")]
     #[doc(alias = "cuModuleLoadDataEx")]
     pub fn load(ordinal: usize, blobs: &[(&str, &[u8])]) -> Result<Self> {
-        let prepared = Self::prepare_all(blobs)?;
-        let host = host(ordinal)?;
-        let modules = load_all(
-            &host,
-            blobs
-                .iter()
-                .zip(&prepared)
-                .map(|((name, _), (kind, image))| (*name, *kind, &**image)),
-        )?;
-        Ok(Self::from_modules(host, modules, Compiled::default()))
+        Self::load_model(ordinal, &Model::new().blobs(blobs))
     }
 
     /// Loads a [`Model`] on device `ordinal`: its blobs as [`load`](Self::load) does (each checked
@@ -104,7 +94,7 @@ impl AtlasRegistry {
     pub fn load_model(ordinal: usize, model: &Model<'_>) -> Result<Self> {
         let checked = model.check_blobs()?;
         let host = host(ordinal)?;
-        let prepared = model.prepare(&checked, host.compute_capability())?;
+        let prepared = model.prepare(checked, host.compute_capability())?;
         let names = model
             .preloads()
             .then(|| kernel_names_if_needed(&prepared.modules));
@@ -158,31 +148,6 @@ impl AtlasRegistry {
             }
         }
         Ok(count)
-    }
-
-    /// Checks a model's names and blobs before the driver is loaded (so a bad blob is reported the
-    /// same on a machine without a GPU) and returns each blob's kind and the bytes to hand over.
-    pub(crate) fn prepare_all<'b>(
-        blobs: &[(&str, &'b [u8])],
-    ) -> Result<Vec<(BlobKind, Cow<'b, [u8]>)>> {
-        Self::check_unique(blobs)?;
-        blobs
-            .iter()
-            .map(|(name, blob)| blob::prepare(name, blob))
-            .collect()
-    }
-
-    /// An error naming the first module name that appears twice.
-    fn check_unique(blobs: &[(&str, &[u8])]) -> Result<()> {
-        for (i, (name, _)) in blobs.iter().enumerate() {
-            if blobs[..i].iter().any(|(earlier, _)| earlier == name) {
-                return Err(AtlasError::InvalidModule {
-                    module: name.escape_debug().to_string(),
-                    reason: "the model names this module twice".into(),
-                });
-            }
-        }
-        Ok(())
     }
 
     pub(crate) fn from_modules(

@@ -6,9 +6,9 @@ use std::borrow::Cow;
 
 use crate::code::blob::{self, BlobKind, plain_code};
 use crate::code::layout::kernel_layouts;
-use crate::compile::{CacheOutcome, CompileCache, CompileRefusal, Compiler, CudaSource};
+use crate::compile::{CacheOutcome, CompileCache, Compiler, CudaSource};
 use crate::driver::calls;
-use crate::error::{AtlasError, Result};
+use crate::error::{AtlasError, CompileRefusal, Result};
 
 /// A model's modules, each a blob (PTX, cubin, fatbin: as [`AtlasRegistry::load`] takes them) or
 /// a CUDA C++ source that NVRTC compiles for each device's architecture at load, through a
@@ -45,6 +45,10 @@ pub struct Model<'a> {
     preload: bool,
     cache: Option<CompileCache>,
 }
+
+/// A module checked before any library is loaded: its blob's kind and the bytes to hand over, or
+/// `None` for a source.
+pub(crate) type Checked<'a> = Option<(BlobKind, Cow<'a, [u8]>)>;
 
 #[derive(Debug, Clone)]
 enum Code<'a> {
@@ -108,7 +112,7 @@ impl<'a> Model<'a> {
     /// Checks the module names and every blob (before any driver or NVRTC is loaded, so that a bad
     /// blob is refused the same on a machine without a GPU): for each module, its checked blob,
     /// or `None` for a source.
-    pub(crate) fn check_blobs(&self) -> Result<Vec<Option<(BlobKind, Cow<'a, [u8]>)>>> {
+    pub(crate) fn check_blobs(&self) -> Result<Vec<Checked<'a>>> {
         for (i, (name, _)) in self.modules.iter().enumerate() {
             if self.modules[..i].iter().any(|(earlier, _)| earlier == name) {
                 return Err(AtlasError::InvalidModule {
@@ -137,7 +141,7 @@ impl<'a> Model<'a> {
     /// [`check_blobs`](Self::check_blobs)) with each source compiled (or taken from the cache).
     pub(crate) fn prepare(
         &self,
-        checked: &[Option<(BlobKind, Cow<'a, [u8]>)>],
+        checked: Vec<Checked<'a>>,
         cc: (u32, u32),
     ) -> Result<Prepared<'a>> {
         let compiler = if self.has_sources() {
@@ -151,7 +155,7 @@ impl<'a> Model<'a> {
         let mut prepared = Prepared::default();
         for ((name, code), checked) in self.modules.iter().zip(checked) {
             let (kind, image) = match (code, checked, &compiler) {
-                (_, Some((kind, image)), _) => (*kind, image.clone()),
+                (_, Some((kind, image)), _) => (kind, image),
                 (Code::Source(source), None, Some(compiler)) => {
                     let target = compiler.target_for(name, cc)?;
                     let code = compiler.compile(source, target)?;

@@ -1,15 +1,35 @@
-//! The NVRTC tier: the only code of Atlas that names an NVRTC entry point. It loads NVRTC once
-//! per process (through `atlas-sys`, as the driver is loaded), asks its version and the
-//! architectures it compiles for, and runs one compilation ([`compile_program`]): a program made,
-//! compiled and read, and destroyed on every path.
+//! NVRTC, the CUDA run-time compiler, as the driver tier holds the driver: the only code of Atlas
+//! that names an NVRTC entry point. It loads NVRTC once per process (through `atlas-sys`, by the
+//! driver's own search), asks its version and the architectures it compiles for, and runs one
+//! compilation ([`compile_program`]): a program made, compiled and read, and destroyed on every
+//! path. Like the driver tier it depends on nothing else in Atlas; its errors ([`Error`]) become
+//! [`AtlasError`](crate::AtlasError)s at the `?` of the calling code.
 
 use std::ffi::{CStr, CString, c_char};
 use std::fmt;
 use std::sync::OnceLock;
 
-use atlas_sys::{Nvrtc, nvrtcProgram, nvrtcResult};
+use atlas_sys::{MissingSymbol, Nvrtc, NvrtcLoadError, nvrtcProgram, nvrtcResult};
 
-use crate::error::{AtlasError, Result};
+/// Why an NVRTC call did not succeed.
+#[derive(Debug, Clone)]
+pub(crate) enum Error {
+    /// NVRTC cannot be loaded.
+    Unavailable(NvrtcLoadError),
+    /// NVRTC lacks the entry point.
+    Missing(MissingSymbol),
+    /// The call returned a status other than success.
+    Failed(NvrtcFailure),
+}
+
+impl From<MissingSymbol> for Error {
+    fn from(e: MissingSymbol) -> Self {
+        Self::Missing(e)
+    }
+}
+
+/// `Result` of the NVRTC tier.
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A failed NVRTC call, as data; its text is built when it is displayed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,19 +53,23 @@ impl fmt::Display for NvrtcFailure {
     }
 }
 
-/// `NVRTC_ERROR_NAME (code)`, as NVRTC names the status when it is loaded.
+/// `NVRTC_ERROR_NAME (code)`, as NVRTC names the status when it is loaded (this never loads it).
 pub fn nvrtc_error_text(code: u32) -> String {
-    let named = loaded().ok().and_then(|nvrtc| {
+    let named = LOADED.get().and_then(|loaded| {
+        let nvrtc = loaded.as_ref().ok()?;
         let get = atlas_sys::entry!(nvrtc.table, nvrtcGetErrorString).ok()?;
         // SAFETY: nvrtcGetErrorString takes any status by value and returns a static string (or
         // null, checked below).
         let text = unsafe { get(nvrtcResult(code)) };
+        if text.is_null() {
+            return None;
+        }
         // SAFETY: a non-null result is a NUL-terminated static string of NVRTC's.
-        (!text.is_null()).then(|| {
+        Some(
             unsafe { CStr::from_ptr(text) }
                 .to_string_lossy()
-                .into_owned()
-        })
+                .into_owned(),
+        )
     });
     match named {
         Some(name) => format!("{name} ({code})"),
@@ -64,7 +88,7 @@ pub(crate) struct Loaded {
 }
 
 /// `call!(nvrtc, nvrtcName(args...))`: resolves `nvrtcName`, calls it, and turns a status other
-/// than success into an [`AtlasError::Nvrtc`] (its subject empty). Inside an `unsafe` block: the
+/// than success into an [`Error::Failed`] (its subject empty). Inside an `unsafe` block: the
 /// arguments are the caller's to get right.
 macro_rules! call {
     ($nvrtc:expr, $name:ident($($arg:expr),* $(,)?)) => {{
@@ -82,8 +106,8 @@ fn check(status: nvrtcResult, call: &'static str) -> Result<()> {
 }
 
 #[cold]
-fn failed(call: &'static str, status: nvrtcResult, subject: String) -> AtlasError {
-    AtlasError::Nvrtc(NvrtcFailure {
+fn failed(call: &'static str, status: nvrtcResult, subject: String) -> Error {
+    Error::Failed(NvrtcFailure {
         call,
         subject,
         code: status.0,
@@ -93,12 +117,14 @@ fn failed(call: &'static str, status: nvrtcResult, subject: String) -> AtlasErro
 /// NVRTC, loaded on first use (see [`atlas_sys::nvrtc`] for the search), with its version and
 /// architectures; the outcome is decided once per process.
 pub(crate) fn loaded() -> Result<&'static Loaded> {
-    static LOADED: OnceLock<Result<Loaded>> = OnceLock::new();
     LOADED.get_or_init(load).as_ref().map_err(Clone::clone)
 }
 
+/// NVRTC once [`loaded`] has been asked for it.
+static LOADED: OnceLock<Result<Loaded>> = OnceLock::new();
+
 fn load() -> Result<Loaded> {
-    let table = atlas_sys::nvrtc()?;
+    let table = atlas_sys::nvrtc().map_err(Error::Unavailable)?;
     let mut nvrtc = Loaded {
         table,
         version: (0, 0),
@@ -151,18 +177,18 @@ pub(crate) enum CompileFailure {
     /// `NVRTC_ERROR_INVALID_OPTION`, ...): the status and NVRTC's log.
     Refused { code: u32, log: String },
     /// Anything else (NVRTC missing, a call failing).
-    Other(AtlasError),
+    Other(Error),
 }
 
-impl From<AtlasError> for CompileFailure {
-    fn from(e: AtlasError) -> Self {
+impl From<Error> for CompileFailure {
+    fn from(e: Error) -> Self {
         Self::Other(e)
     }
 }
 
-impl From<atlas_sys::MissingSymbol> for CompileFailure {
-    fn from(e: atlas_sys::MissingSymbol) -> Self {
-        Self::Other(e.into())
+impl From<MissingSymbol> for CompileFailure {
+    fn from(e: MissingSymbol) -> Self {
+        Self::Other(Error::Missing(e))
     }
 }
 
@@ -204,10 +230,8 @@ impl Program<'_> {
         let mut bytes = vec![0u8; len];
         if len > 0 {
             // SAFETY: duty 1: `copy` writes exactly the `len` bytes `size` reported.
-            check(
-                unsafe { copy(self.raw, bytes.as_mut_ptr().cast()) },
-                copy_name,
-            )?;
+            let status = unsafe { copy(self.raw, bytes.as_mut_ptr().cast()) };
+            check(status, copy_name)?;
         }
         Ok(bytes)
     }
@@ -278,7 +302,7 @@ pub(crate) fn compile_program(
             "too many options".into(),
         )
     })?;
-    let compile = atlas_sys::entry!(nvrtc.table, nvrtcCompileProgram).map_err(AtlasError::from)?;
+    let compile = atlas_sys::entry!(nvrtc.table, nvrtcCompileProgram)?;
     // SAFETY: the program is live; `options` holds `option_count` NUL-terminated strings that
     // live through the call.
     let status = unsafe { compile(program.raw, option_count, options.as_ptr()) };
@@ -321,7 +345,7 @@ pub(crate) fn compile_program(
             )
         }
         .map_err(|e| match e {
-            AtlasError::Nvrtc(failure) => AtlasError::Nvrtc(NvrtcFailure {
+            Error::Failed(failure) => Error::Failed(NvrtcFailure {
                 subject: format!("name expression `{}`", expression.to_string_lossy()),
                 ..failure
             }),
