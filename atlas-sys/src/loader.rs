@@ -141,7 +141,7 @@ mod sealed {
 }
 
 /// A library Atlas opens at run time instead of linking it: [`CudaDriver`] and
-/// [`Nvrtc`](crate::Nvrtc). Both are found the same way ([`search`]): the path in the environment
+/// [`Nvrtc`](crate::Nvrtc). Both are found the same way: the path in the environment
 /// variable [`PATH_VAR`](Self::PATH_VAR) alone when it is set, else each of
 /// [`NAMES`](Self::NAMES) through the platform's loader; the first that loads and exports the
 /// library's marker function is taken.

@@ -78,7 +78,8 @@ impl<'a> Model<'a> {
     }
 
     /// Adds a module compiled from `source` for each device it is loaded on (see
-    /// [`CompileTarget::choose`]). Its name expressions are looked up by their C++ name.
+    /// [`CompileTarget::choose`](crate::CompileTarget::choose)). Its name expressions are looked up
+    /// by their C++ name.
     pub fn source(mut self, name: impl Into<String>, source: CudaSource) -> Self {
         self.modules.push((name.into(), Code::Source(source)));
         self
@@ -165,7 +166,15 @@ impl<'a> Model<'a> {
                     prepared
                         .outcomes
                         .push((name.clone(), code.cache_outcome().clone()));
-                    (code.kind(), Cow::Owned(code.into_image()))
+                    // Checked as every blob is, on the one path to the driver (the compiler
+                    // checked it too, before storing it or taking it from the cache).
+                    let image = code.into_image();
+                    let (kind, checked) = blob::prepare(name, &image)?;
+                    let terminated = match checked {
+                        Cow::Borrowed(_) => None,
+                        Cow::Owned(copy) => Some(copy),
+                    };
+                    (kind, Cow::Owned(terminated.unwrap_or(image)))
                 }
                 // `checked` holds a blob for every blob module.
                 _ => continue,

@@ -34,7 +34,7 @@ pub fn library() -> Option<PathBuf> {
     if pinned.is_file() {
         return Some(pinned);
     }
-    let how = "fetch it with `python3 kernels/nvrtc.py --check` (the pinned NVRTC 12.0 wheel, into \
+    let how = "fetch it with `python3 kernels/nvrtc.py --fetch` (the pinned NVRTC 12.0 wheel, into \
                target/), or set ATLAS_NVRTC_PATH to a libnvrtc.so (`pip install \
                nvidia-cuda-nvrtc-cu12`)";
     if std::env::var_os("CI").is_some() {
