@@ -122,8 +122,16 @@ fn compiles_for_every_architecture() {
             validate_blob("kernels", code.image()).unwrap(),
             BlobKind::Cubin
         );
-        // The ELF header's e_flags name the architecture (low byte, CUDA 12's ABI).
-        assert_eq!(code.image()[48] as u32, arch, "sm_{arch}");
+        // The ELF header's e_flags name the architecture: its low byte in CUDA 12's ELF ABI
+        // (version 7), the byte above it in CUDA 13's (version 8).
+        let image = code.image();
+        let e_flags = u32::from_le_bytes([image[48], image[49], image[50], image[51]]);
+        let elf_arch = if image[8] == 7 {
+            e_flags & 0xff
+        } else {
+            (e_flags >> 8) & 0xff
+        };
+        assert_eq!(elf_arch, arch, "sm_{arch}");
         assert_eq!(code.cache_outcome(), &CacheOutcome::Off);
     }
     // A device newer than every architecture gets PTX of the newest below it.

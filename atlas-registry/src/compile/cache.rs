@@ -4,7 +4,9 @@
 //! alike: the entry format, NVRTC's version, the target (cubin or PTX, and the architecture), the
 //! program's name and text, every header's name and contents, every option and every name
 //! expression, in order. The key is the XXH3-128 hash of that encoding, and the entry's file name
-//! is the key in hex (`<32 hex digits>.atlas`).
+//! is the key in hex (`<32 hex digits>.atlas`). NVRTC's version is what `nvrtcVersion` reports,
+//! major and minor: two patch releases of one minor version share entries (clear the directory
+//! after such an update if their output differs).
 //!
 //! **Why XXH3-128.** A hit must cost little beside the module load (a few microseconds), and the
 //! key hashes the whole source on every lookup: XXH3 reads many gigabytes a second in plain Rust
