@@ -34,6 +34,7 @@ child::bodies!(
     a_library_compiles_once_per_architecture,
     a_missing_nvrtc_is_one_error,
     a_compile_error_fails_the_model_load,
+    an_nvrtc_newer_than_the_driver_is_refused,
 );
 
 /// The cache directory a child uses, chosen by its parent.
@@ -742,6 +743,43 @@ fn a_compile_error_fails_the_model_load() {
     assert!(
         matches!(&e, AtlasError::InvalidModule { module, .. } if module == "bad"),
         "{e}"
+    );
+    assert!(
+        entries(&cache_dir(), "atlas").is_empty(),
+        "nothing was compiled"
+    );
+}
+
+#[test]
+fn an_nvrtc_of_a_newer_cuda_than_the_driver_is_refused_naming_both() {
+    // A CUDA 11.8 driver: older than any NVRTC the tests use.
+    run_in_cache(
+        an_nvrtc_newer_than_the_driver_is_refused,
+        &["-DSTANDIN_DRIVER_VERSION=11080"],
+        "newer",
+    );
+}
+
+fn an_nvrtc_newer_than_the_driver_is_refused() {
+    let e = AtlasRegistry::load_model(0, &model(false)).unwrap_err();
+    let AtlasError::CannotCompile { module, reason } = &e else {
+        panic!("{e:?}");
+    };
+    assert_eq!(module, "scaled");
+    assert!(
+        matches!(
+            reason,
+            atlas_registry::CompileRefusal::NewerThanDriver {
+                driver: (11, 8),
+                ..
+            }
+        ),
+        "{reason:?}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("this driver is CUDA 11.8") && text.contains("ATLAS_NVRTC_PATH"),
+        "{text}"
     );
     assert!(
         entries(&cache_dir(), "atlas").is_empty(),

@@ -44,6 +44,10 @@ pub fn library() -> Option<PathBuf> {
     None
 }
 
+/// The stand-in's variant switch that makes it a CUDA 13.0 driver: one that loads what any NVRTC
+/// the tests use (12 or 13) makes. [`run_any`] adds it unless `variant` sets the version itself.
+const DRIVER_13: &str = "-DSTANDIN_DRIVER_VERSION=13000";
+
 /// Runs `body` in a child whose driver is the stand-in built with `variant` and whose NVRTC is
 /// [`library`], with `env` added; asserts that it passed. Returns `None` (checking nothing) when
 /// there is no NVRTC outside CI.
@@ -65,5 +69,12 @@ pub fn run_any<F: Fn()>(
 ) -> Child {
     let mut all: Vec<(&str, &OsStr)> = vec![(NVRTC_PATH_VAR, nvrtc.as_os_str())];
     all.extend_from_slice(env);
-    child::run_with_env(body, Some(&standin::build(variant)), &all)
+    let mut variant = variant.to_vec();
+    if !variant
+        .iter()
+        .any(|v| v.starts_with("-DSTANDIN_DRIVER_VERSION="))
+    {
+        variant.push(DRIVER_13);
+    }
+    child::run_with_env(body, Some(&standin::build(&variant)), &all)
 }

@@ -23,6 +23,7 @@
  *   STANDIN_CC_MAJOR=N       the devices' compute capability major (default 9, minor 0); below 9
  *                            they cannot launch clusters (CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH 0).
  *   STANDIN_NO_COOPERATIVE   the devices cannot make cooperative launches.
+ *   STANDIN_DRIVER_VERSION=N what cuDriverGetVersion answers (default 12090, CUDA 12.9).
  *   STANDIN_NO_ENUMERATE     no cuModuleGetFunctionCount, cuModuleEnumerateFunctions, cuFuncGetName,
  *                            cuFuncLoad exports (a driver older than CUDA 12.4). Otherwise a module
  *                            lists the kernels whose names its blob holds as whole words.
@@ -47,6 +48,9 @@
 #endif
 #ifndef STANDIN_CC_MAJOR
 #define STANDIN_CC_MAJOR 9
+#endif
+#ifndef STANDIN_DRIVER_VERSION
+#define STANDIN_DRIVER_VERSION 12090
 #endif
 #ifdef STANDIN_NO_COOPERATIVE
 #define STANDIN_COOPERATIVE 0
@@ -699,7 +703,7 @@ CUresult cuInit(unsigned int flags) {
 CUresult cuDriverGetVersion(int *version) {
     ENTER_ANY_TIME(cuDriverGetVersion);
     if (version == NULL) return INVALID_VALUE;
-    *version = 12090;
+    *version = STANDIN_DRIVER_VERSION;
     return SUCCESS;
 }
 
