@@ -19,8 +19,8 @@
 //! CPU. The parent prints a Markdown table (median and range of the runs; the child's own
 //! split of load and first launches).
 //!
-//! Run on a GPU machine with NVRTC: `cargo bench --bench cold_start` (about three minutes on an
-//! H200 with the defaults), or the packed binary with `--bench [--kernels N] [--reps R]
+//! Run on a GPU machine with NVRTC: `cargo bench --bench cold_start` (well under three minutes
+//! with the defaults: five processes per row), or the packed binary with `--bench [--kernels N] [--reps R]
 //! [--dir DIR]`. Without `--bench` (as `cargo test --benches` runs it), or without a usable
 //! device 0 or NVRTC, it prints one line and exits 0.
 
@@ -106,7 +106,7 @@ fn main() -> ExitCode {
             .unwrap_or(1000),
         reps: value("--reps")
             .and_then(|v| v.parse().ok())
-            .unwrap_or(3)
+            .unwrap_or(5)
             .max(1),
         dir: value("--dir").map(PathBuf::from).unwrap_or_else(|| {
             std::env::temp_dir().join(format!("atlas-cold-start-{}", std::process::id()))
