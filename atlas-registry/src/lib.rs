@@ -151,6 +151,15 @@
 //! [`AtlasLibrary::load`] loads a model once with `cuLibraryLoadData`, independent of any
 //! context; [`AtlasLibrary::registry`] gives each device a registry over that one load.
 //!
+//! # Run-time compilation
+//!
+//! A [`Model`] takes CUDA C++ [`CudaSource`]s beside blobs: [`AtlasRegistry::load_model`] and
+//! [`AtlasLibrary::load_model`] compile each with NVRTC (loaded at run time, as libcuda is) for
+//! the device's architecture, through a persistent, content-addressed [`CompileCache`], and load
+//! the result as an ordinary module. Kernels of a source's name expressions are found by their
+//! C++ name (`function_cached("gemm", "gemm<128>")`); [`Model::preload`] resolves every kernel at
+//! load. [`Compiler`] compiles without loading anything.
+//!
 //! # Threads and contexts
 //!
 //! Each device has one process-wide [`CudaHost`]: its primary context and one stream. Every call
@@ -164,6 +173,7 @@
 //! current makes it current again itself.
 
 mod code;
+mod compile;
 mod device;
 mod driver;
 mod error;
@@ -177,13 +187,19 @@ pub use code::layout::{
     CubinProblem, KernelLayout, LayoutError, ParamSlot, PtxProblem, RecordIssue, UnreadableBlob,
     cubin_kernel_layouts, kernel_layout, kernel_layouts, ptx_kernel_layouts,
 };
+pub use compile::cache::{
+    CACHE_DIR_VAR, CACHE_DISABLE_VAR, CACHE_MAX_BYTES_VAR, DEFAULT_MAX_BYTES,
+};
+pub use compile::{CacheOutcome, CompileCache, CompileTarget, CompiledCode, Compiler, CudaSource};
 pub use device::context::CudaContext;
 pub use device::host::{CudaHost, device_count, host};
 pub use device::limits::DeviceLimits;
 pub use device::stream::CudaStream;
 pub use driver::DriverFailure;
+pub use driver::nvrtc::{NvrtcFailure, nvrtc_error_text};
 pub use driver::status::{CUDA_ERROR_DEINITIALIZED, cuda_error_text, is_teardown_noop};
 pub use error::AttributeRefusal;
+pub use error::CompileRefusal;
 pub use error::{AtlasError, CaptureMisuse, LaunchRefusal, LimitError, NotFoundKind, Result};
 pub use error::{GraphFeature, UpdateRefusal};
 pub use graph::capture::CudaGraph;
@@ -201,6 +217,7 @@ pub use memory::symbol::DeviceSymbol;
 pub use registry::cache::FunctionCache;
 pub use registry::function::{CudaFunction, FunctionRef, RawCudaFunc};
 pub use registry::library::AtlasLibrary;
+pub use registry::model::Model;
 pub use registry::{AtlasRegistry, release};
 
 /// The raw driver API, for calls Atlas does not wrap.
@@ -232,6 +249,11 @@ mod send_sync {
         send_sync::<GraphHolds>();
         send_sync::<ConditionalHandle>();
         send_sync::<GraphUpdate>();
+        send_sync::<Model<'static>>();
+        send_sync::<CudaSource>();
+        send_sync::<Compiler>();
+        send_sync::<CompileCache>();
+        send_sync::<CompiledCode>();
     };
 }
 

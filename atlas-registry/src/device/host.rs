@@ -64,11 +64,7 @@ impl CudaHost {
         let about = || format!("device {ordinal}");
         let device = calls::device_get(ordinal_c).about(about)?;
         let name = calls::device_name(device).about(about)?;
-        let capability = |a| attribute(device, a, ordinal);
-        let compute_capability = (
-            capability(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            capability(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-        );
+        let compute_capability = compute_capability_of(device, ordinal)?;
         let context = CudaContext::retain_primary(device, ordinal)?;
         let limits = DeviceLimits::read(device, ordinal)?;
         let stream = CudaStream::new(&context)?;
@@ -81,6 +77,26 @@ impl CudaHost {
             context,
         })
     }
+}
+
+/// The compute capability of `device` (ordinal `ordinal`), read from the driver.
+fn compute_capability_of(device: atlas_sys::CUdevice, ordinal: usize) -> Result<(u32, u32)> {
+    let capability = |a| attribute(device, a, ordinal);
+    Ok((
+        capability(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+        capability(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+    ))
+}
+
+/// The compute capability of every device, by ordinal, without creating any host (no context is
+/// made).
+pub(crate) fn compute_capabilities() -> Result<Vec<(u32, u32)>> {
+    (0..device_count()?)
+        .map(|ordinal| {
+            let device = calls::device_get(ordinal as i32).about(|| format!("device {ordinal}"))?;
+            compute_capability_of(device, ordinal)
+        })
+        .collect()
 }
 
 /// How many CUDA devices the driver sees.

@@ -231,6 +231,80 @@ pub(crate) unsafe fn module_global(module: CUmodule, name: &CStr) -> Result<(CUd
     Ok((ptr, size))
 }
 
+/// Whether the driver can list a module's functions (`cuModuleGetFunctionCount`,
+/// `cuModuleEnumerateFunctions` and `cuFuncGetName`: CUDA 12.4+; injection libraries may lack
+/// them).
+pub(crate) fn can_enumerate_functions() -> bool {
+    driver().is_ok_and(|d| {
+        d.cuda.cuModuleGetFunctionCount.is_ok()
+            && d.cuda.cuModuleEnumerateFunctions.is_ok()
+            && d.cuda.cuFuncGetName.is_ok()
+    })
+}
+
+/// `cuModuleGetFunctionCount`, then `cuModuleEnumerateFunctions`: every function of `module`.
+///
+/// # Safety
+///
+/// 1. `module` is live; its context is current.
+pub(crate) unsafe fn module_functions(module: CUmodule) -> Result<Vec<CUfunction>> {
+    let mut count = 0u32;
+    // SAFETY: duty 1; `count` is a live out-pointer.
+    unsafe { call!(cuModuleGetFunctionCount(&mut count, module)) }?;
+    let mut functions: Vec<CUfunction> = vec![std::ptr::null_mut(); count as usize];
+    if count > 0 {
+        // SAFETY: duty 1; `functions` has room for the `count` handles the call writes.
+        unsafe {
+            call!(cuModuleEnumerateFunctions(
+                functions.as_mut_ptr(),
+                count,
+                module
+            ))
+        }?;
+    }
+    Ok(functions)
+}
+
+/// `cuFuncGetName`: the function's symbol name (mangled, for C++ kernels).
+///
+/// # Safety
+///
+/// 1. `function` is live.
+pub(crate) unsafe fn function_name(function: CUfunction) -> Result<String> {
+    let mut name: *const c_char = std::ptr::null();
+    // SAFETY: duty 1; `name` is a live out-pointer.
+    unsafe { call!(cuFuncGetName(&mut name, function)) }?;
+    if name.is_null() {
+        return Ok(String::new());
+    }
+    // SAFETY: the driver returns a NUL-terminated name that lives as long as the function.
+    Ok(unsafe { CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned())
+}
+
+/// `cuFuncLoad`: loads a lazily loaded function's code now; `Ok` without a call on drivers that
+/// lack it (older than CUDA 12.4, which load every function with its module).
+///
+/// # Safety
+///
+/// 1. `function` is live; its context is current.
+pub(crate) unsafe fn function_load(function: CUfunction) -> Result<()> {
+    if driver()?.cuda.cuFuncLoad.is_err() {
+        return Ok(());
+    }
+    // SAFETY: duty 1.
+    unsafe { call!(cuFuncLoad(function)) }
+}
+
+/// `cuDriverGetVersion`: the CUDA version of the driver, `1000 * major + 10 * minor`.
+pub(crate) fn driver_version() -> Result<i32> {
+    let mut version = 0;
+    // SAFETY: `version` is a live out-pointer.
+    unsafe { call!(cuDriverGetVersion(&mut version)) }?;
+    Ok(version)
+}
+
 /// `cuLibraryLoadData`: loads `image` for every context, with no library options.
 ///
 /// # Safety

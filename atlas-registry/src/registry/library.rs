@@ -5,9 +5,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::code::library::LibraryBlob;
-use crate::device::host::host;
-use crate::error::Result;
+use crate::device::host::{compute_capabilities, host};
+use crate::error::{AtlasError, Result};
 use crate::registry::AtlasRegistry;
+use crate::registry::model::{Compiled, Model, kernel_names_if_needed};
 
 /// A model loaded once for every device (`cuLibraryLoadData`, CUDA 12.0+): no context is needed
 /// to load it, and [`registry`](Self::registry) gives each device an [`AtlasRegistry`] over that
@@ -24,7 +25,21 @@ use crate::registry::AtlasRegistry;
 /// ```
 #[derive(Clone)]
 pub struct AtlasLibrary {
-    blobs: Arc<[(String, Arc<LibraryBlob>)]>,
+    names: Arc<[String]>,
+    /// One build of the model per architecture its sources were compiled for (one build, for
+    /// every device, when it has no sources).
+    builds: Arc<[Build]>,
+    preload: bool,
+}
+
+/// The model's modules for the devices of one compute capability (`None`: every device).
+struct Build {
+    compute_capability: Option<(u32, u32)>,
+    /// One load per module, in order; a blob's load is shared by every build.
+    loads: Vec<Arc<LibraryBlob>>,
+    compiled: Compiled,
+    /// For preloading on a driver that cannot list a module's functions: each module's kernels.
+    kernel_names: Option<Vec<Vec<String>>>,
 }
 
 impl AtlasLibrary {
@@ -32,19 +47,54 @@ impl AtlasLibrary {
     /// [`AtlasRegistry::load`]; a JIT failure carries the JIT log.
     #[doc(alias = "cuLibraryLoadData")]
     pub fn load(blobs: &[(&str, &[u8])]) -> Result<Self> {
-        let prepared = AtlasRegistry::prepare_all(blobs)?;
-        let loaded = blobs
-            .iter()
-            .zip(prepared)
-            .map(|((name, _), (kind, image))| {
-                Ok((
-                    name.to_string(),
-                    Arc::new(LibraryBlob::load(name, kind, &image)?),
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        Self::load_model(&Model::new().blobs(blobs))
+    }
+
+    /// Loads a [`Model`] once for every device: its blobs as [`load`](Self::load) does, and its
+    /// sources compiled once per architecture present among the devices (each loaded with
+    /// `cuLibraryLoadData`; see [`AtlasRegistry::load_model`] for the compile, its cache and
+    /// errors). [`registry`](Self::registry) gives a device the build of its architecture; with
+    /// [`Model::preload`], every kernel is resolved there.
+    pub fn load_model(model: &Model<'_>) -> Result<Self> {
+        let checked = model.check_blobs()?;
+        let mut archs: Vec<Option<(u32, u32)>> = if model.has_sources() {
+            compute_capabilities()?.into_iter().map(Some).collect()
+        } else {
+            vec![None]
+        };
+        archs.sort_unstable();
+        archs.dedup();
+        let mut builds: Vec<Build> = Vec::with_capacity(archs.len());
+        for compute_capability in archs {
+            let prepared =
+                model.prepare(checked.clone(), compute_capability.unwrap_or_default())?;
+            let loads = prepared
+                .modules
+                .iter()
+                .enumerate()
+                .map(
+                    |(i, (name, kind, image))| match (&checked[i], builds.first()) {
+                        // A blob is the same for every architecture: loaded once.
+                        (Some(_), Some(first)) => Ok(Arc::clone(&first.loads[i])),
+                        _ => Ok(Arc::new(LibraryBlob::load(name, *kind, image)?)),
+                    },
+                )
+                .collect::<Result<Vec<_>>>()?;
+            builds.push(Build {
+                compute_capability,
+                loads,
+                compiled: prepared.compiled(),
+                kernel_names: if model.preloads() {
+                    kernel_names_if_needed(&prepared.modules)
+                } else {
+                    None
+                },
+            });
+        }
         Ok(Self {
-            blobs: loaded.into(),
+            names: model.module_names().map(str::to_string).collect(),
+            builds: builds.into(),
+            preload: model.preloads(),
         })
     }
 
@@ -58,17 +108,35 @@ impl AtlasLibrary {
     #[doc(alias = "cuLibraryGetModule")]
     pub fn registry(&self, ordinal: usize) -> Result<AtlasRegistry> {
         let host = host(ordinal)?;
-        let modules = self
-            .blobs
+        let cc = host.compute_capability();
+        let build = self
+            .builds
             .iter()
+            .find(|b| b.compute_capability.is_none_or(|built| built == cc))
+            .ok_or_else(|| AtlasError::InvalidModule {
+                module: self.names.first().cloned().unwrap_or_default(),
+                reason: format!(
+                    "the library's sources were compiled for the devices present at its load, and \
+                     device {ordinal} (sm_{}{}) was not among them",
+                    cc.0, cc.1
+                ),
+            })?;
+        let modules = self
+            .names
+            .iter()
+            .zip(&build.loads)
             .map(|(name, blob)| blob.module_in(&host, name))
             .collect::<Result<Vec<_>>>()?;
-        Ok(AtlasRegistry::from_modules(host, modules))
+        let registry = AtlasRegistry::from_modules(host, modules, build.compiled.clone());
+        if self.preload {
+            registry.preload(build.kernel_names.as_deref())?;
+        }
+        Ok(registry)
     }
 
     /// The names of the modules, in load order.
     pub fn module_names(&self) -> impl ExactSizeIterator<Item = &str> {
-        self.blobs.iter().map(|(name, _)| name.as_str())
+        self.names.iter().map(String::as_str)
     }
 }
 

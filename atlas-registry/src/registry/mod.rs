@@ -11,8 +11,8 @@ pub(crate) mod call_sites;
 pub(crate) mod function;
 pub(crate) mod function_table;
 pub(crate) mod library;
+pub(crate) mod model;
 
-use std::borrow::Cow;
 use std::ffi::c_void;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,11 +20,13 @@ use std::sync::{Arc, Weak};
 
 use atlas_sys::{CUdeviceptr, CUmodule, CUstream};
 
-use crate::code::blob::{self, BlobKind};
+use crate::code::blob::BlobKind;
 use crate::code::module::{Module, load_all, unload_all};
+use crate::compile::CacheOutcome;
 use crate::device::context::CudaContext;
 use crate::device::host::{CudaHost, host, ordinal_of};
 use crate::device::stream::CudaStream;
+use crate::driver::{About, calls};
 use crate::error::{AtlasError, NotFoundKind, Result};
 use crate::launch::attributes::{LaunchAttributes, LaunchFacts, launch_kernel_ex};
 use crate::launch::config::LaunchConfig;
@@ -36,6 +38,7 @@ use crate::memory::symbol::DeviceSymbol;
 use call_sites::CallSiteTable;
 use function::{CudaFunction, FunctionRef, RawCudaFunc};
 use function_table::FunctionTable;
+use model::{Compiled, Model, kernel_names_if_needed};
 
 /// The shared state behind an [`AtlasRegistry`] and the handles taken from it.
 pub(crate) struct RegistryInner {
@@ -48,6 +51,8 @@ pub(crate) struct RegistryInner {
     functions: FunctionTable,
     pub(crate) call_sites: CallSiteTable,
     host: Arc<CudaHost>,
+    /// The C++ names of the compiled modules' kernels, and what the compile cache did.
+    compiled: Compiled,
 }
 
 /// One model's set of loaded modules on one device, with its function handles and caches.
@@ -75,44 +80,83 @@ impl AtlasRegistry {
     #[doc(alias = "cuModuleLoadData")]
     #[doc(alias = "cuModuleLoadDataEx")]
     pub fn load(ordinal: usize, blobs: &[(&str, &[u8])]) -> Result<Self> {
-        let prepared = Self::prepare_all(blobs)?;
+        Self::load_model(ordinal, &Model::new().blobs(blobs))
+    }
+
+    /// Loads a [`Model`] on device `ordinal`: its blobs as [`load`](Self::load) does (each checked
+    /// before the driver is loaded), and each of its sources compiled for the device (its own SASS
+    /// when NVRTC knows its architecture, else PTX the driver JIT-compiles; from the compile cache
+    /// when it holds them, see [`CompileCache`](crate::CompileCache)), checked as every blob is, and
+    /// loaded as one. Kernels of a source's name expressions are found by their C++ name
+    /// (`function("gemm", "gemm<128>")`) as well as by their symbol. With
+    /// [`Model::preload`], every kernel is resolved before this returns.
+    ///
+    /// A compile error is [`AtlasError::Compile`] with NVRTC's log; without NVRTC (only needed
+    /// when the model has sources), [`AtlasError::NvrtcUnavailable`].
+    pub fn load_model(ordinal: usize, model: &Model<'_>) -> Result<Self> {
+        let checked = model.check_blobs()?;
         let host = host(ordinal)?;
+        let prepared = model.prepare(checked, host.compute_capability())?;
+        let names = model
+            .preloads()
+            .then(|| kernel_names_if_needed(&prepared.modules));
         let modules = load_all(
             &host,
-            blobs
+            prepared
+                .modules
                 .iter()
-                .zip(&prepared)
-                .map(|((name, _), (kind, image))| (*name, *kind, &**image)),
+                .map(|(name, kind, image)| (name.as_str(), *kind, &**image)),
         )?;
-        Ok(Self::from_modules(host, modules))
+        let registry = Self::from_modules(host, modules, prepared.compiled());
+        if let Some(names) = names {
+            registry.preload(names.as_deref())?;
+        }
+        Ok(registry)
     }
 
-    /// Checks a model's names and blobs before the driver is loaded (so a bad blob is reported the
-    /// same on a machine without a GPU) and returns each blob's kind and the bytes to hand over.
-    pub(crate) fn prepare_all<'b>(
-        blobs: &[(&str, &'b [u8])],
-    ) -> Result<Vec<(BlobKind, Cow<'b, [u8]>)>> {
-        Self::check_unique(blobs)?;
-        blobs
+    /// What the compile cache did for module `module` when it was compiled from source at load;
+    /// `None` for a module loaded from a blob (or no such module).
+    pub fn cache_outcome(&self, module: &str) -> Option<&CacheOutcome> {
+        self.inner
+            .compiled
+            .outcomes
             .iter()
-            .map(|(name, blob)| blob::prepare(name, blob))
-            .collect()
+            .find(|(name, _)| name == module)
+            .map(|(_, outcome)| outcome)
     }
 
-    /// An error naming the first module name that appears twice.
-    fn check_unique(blobs: &[(&str, &[u8])]) -> Result<()> {
-        for (i, (name, _)) in blobs.iter().enumerate() {
-            if blobs[..i].iter().any(|(earlier, _)| earlier == name) {
-                return Err(AtlasError::InvalidModule {
-                    module: name.escape_debug().to_string(),
-                    reason: "the model names this module twice".into(),
-                });
+    /// Resolves every kernel of every module into the function table (and reads its parameter
+    /// layout), so that no first lookup or launch pays for it; the number of kernels. The kernels
+    /// are listed by the driver (`cuModuleEnumerateFunctions`, CUDA 12.4+) or, when it cannot,
+    /// taken from `from_blobs` (per module, the kernel names its blob declares).
+    #[doc(alias = "cuModuleEnumerateFunctions")]
+    #[doc(alias = "cuFuncLoad")]
+    pub(crate) fn preload(&self, from_blobs: Option<&[Vec<String>]>) -> Result<usize> {
+        let mut count = 0;
+        for (i, module) in self.inner.modules.iter().enumerate() {
+            let listed = match from_blobs {
+                Some(names) => names.get(i).cloned().unwrap_or_default(),
+                None => module.function_names()?,
+            };
+            for symbol in &listed {
+                let name = self.inner.compiled.names.cpp_name(module.name(), symbol);
+                let kernel = self.cached_kernel(module.name(), name)?;
+                // SAFETY: the kernel is this registry's, so live; `cached_kernel` made its
+                // context current.
+                unsafe { calls::function_load(kernel.raw()) }
+                    .about(|| format!("`{}`", kernel.name()))?;
+                kernel.param_sizes()?;
+                count += 1;
             }
         }
-        Ok(())
+        Ok(count)
     }
 
-    pub(crate) fn from_modules(host: Arc<CudaHost>, modules: Vec<Module>) -> Self {
+    pub(crate) fn from_modules(
+        host: Arc<CudaHost>,
+        modules: Vec<Module>,
+        compiled: Compiled,
+    ) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Self {
             inner: Arc::new(RegistryInner {
@@ -121,6 +165,7 @@ impl AtlasRegistry {
                 functions: FunctionTable::default(),
                 call_sites: CallSiteTable::default(),
                 host,
+                compiled,
             }),
         }
     }
@@ -232,7 +277,8 @@ impl AtlasRegistry {
     #[cold]
     fn look_up_kernel(&self, module: &str, function: &str) -> Result<&Kernel> {
         let found = self.module(module)?;
-        let raw = found.function(function)?;
+        let symbol = self.inner.compiled.names.symbol(module, function);
+        let raw = found.function(symbol)?;
         Ok(self.inner.functions.get_or_insert(module, function, || {
             let owner: Weak<RegistryInner> = Arc::downgrade(&self.inner);
             Kernel::new(
@@ -240,7 +286,7 @@ impl AtlasRegistry {
                 (module, function),
                 Arc::clone(&self.inner.host),
                 (self.inner.id, owner),
-                found.blob_param_sizes(function),
+                found.blob_param_sizes(symbol),
             )
         }))
     }

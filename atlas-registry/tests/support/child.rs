@@ -112,6 +112,15 @@ impl Child {
 /// `None` leaves the driver to Atlas's own search, the real one. `body` must be listed in
 /// [`bodies!`].
 pub fn run_on<F: Fn()>(body: F, library: Option<&Path>) -> Child {
+    run_with_env(body, library, &[])
+}
+
+/// As [`run_on`], with `env` added to the child's environment.
+pub fn run_with_env<F: Fn()>(
+    body: F,
+    library: Option<&Path>,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Child {
     let mut command = command(body);
     command
         .stdin(Stdio::null())
@@ -120,6 +129,7 @@ pub fn run_on<F: Fn()>(body: F, library: Option<&Path>) -> Child {
     if let Some(library) = library {
         command.env(LIBCUDA_PATH_VAR, library);
     }
+    command.envs(env.iter().copied());
     let mut process = command
         .spawn()
         .expect("the test binary can start itself again");

@@ -15,6 +15,7 @@
 //! - [`corpus`]: blobs on disk (fatbin sections of ELF files, blob files), and Atlas's verdict.
 //! - [`pool`]: many crash-prone tasks in a pool of child processes that outlives the crashes.
 //! - [`raw`]: the driver without Atlas (plain loads, the driver's view of kernels).
+//! - [`nvrtc`]: the NVRTC the compile tests use, and children that compile with it.
 
 #![allow(dead_code, unreachable_pub, unused_imports, unused_macros)]
 
@@ -25,6 +26,7 @@ pub mod fatbin;
 pub mod fixtures;
 pub mod graphs;
 pub mod mutate;
+pub mod nvrtc;
 pub mod pool;
 pub mod raw;
 pub mod reference;

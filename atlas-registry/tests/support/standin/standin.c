@@ -36,6 +36,10 @@
  *                            cuGraphAddNode_v2, cuStreamGetCaptureInfo_v3,
  *                            cuStreamUpdateCaptureDependencies_v2, cuStreamBeginCaptureToGraph:
  *                            a driver older than CUDA 12.3).
+ *   STANDIN_DRIVER_VERSION=N what cuDriverGetVersion answers (default 12090, CUDA 12.9).
+ *   STANDIN_NO_ENUMERATE     no cuModuleGetFunctionCount, cuModuleEnumerateFunctions, cuFuncGetName,
+ *                            cuFuncLoad exports (a driver older than CUDA 12.4). Otherwise a module
+ *                            lists the kernels whose names its blob holds as whole words.
  *
  * Blob markers: a blob containing STANDIN_JIT_ERROR fails to JIT (CUDA_ERROR_INVALID_PTX) with a
  * log; one containing STANDIN_EARLY_FAIL fails the same way before touching any JIT option. Through
@@ -57,6 +61,9 @@
 #endif
 #ifndef STANDIN_CC_MAJOR
 #define STANDIN_CC_MAJOR 9
+#endif
+#ifndef STANDIN_DRIVER_VERSION
+#define STANDIN_DRIVER_VERSION 12090
 #endif
 #ifdef STANDIN_NO_COOPERATIVE
 #define STANDIN_COOPERATIVE 0
@@ -165,7 +172,8 @@ static CUresult status_string(CUresult error, const char **out, int want_name) {
     X(cuStreamBeginCaptureToGraph) X(cuGraphGetNodes) X(cuGraphNodeGetType)                    \
     X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy)                      \
     X(cuGraphExecKernelNodeSetParams_v2) X(cuGraphExecUpdate_v2) X(cuGraphUpload)               \
-    X(cuGraphKernelNodeGetAttribute) X(cuGraphConditionalHandleCreate) X(cuGraphAddNode_v2)
+    X(cuGraphKernelNodeGetAttribute) X(cuGraphConditionalHandleCreate) X(cuGraphAddNode_v2)     \
+    X(cuModuleGetFunctionCount) X(cuModuleEnumerateFunctions) X(cuFuncGetName) X(cuFuncLoad)
 
 /* Things that happen inside calls, counted for tests. */
 #define EVENTS(X) X(stale_handle) X(context_mismatch) X(fault) X(graph_race)
@@ -358,6 +366,18 @@ static CUresult run_block_sum(const struct launch *l) {
     return SUCCESS;
 }
 
+/* x[i] *= 2 for i < n: what NVRTC makes of `template <int F> __global__ void scale_by(float *x,
+ * unsigned n)` instantiated as scale_by<2>, under its lowered name. */
+static CUresult run_scale_by_2(const struct launch *l) {
+    float *x;
+    unsigned n;
+    param(l, 0, &x, 8);
+    param(l, 1, &n, 4);
+    if (n != 0 && !device_range_ok(l->ctx, x, (size_t)n * 4)) return ILLEGAL_ADDRESS;
+    for (unsigned i = 0; i < n; i++) x[i] *= 2.0f;
+    return SUCCESS;
+}
+
 static CUresult run_trap(const struct launch *l) {
     (void)l;
     return LAUNCH_FAILED;
@@ -492,6 +512,7 @@ static const struct kernel kernels[] = {
     {"reset_counter", 1, {0}, {8}, 0, run_reset_counter, {0, 0, 0}},
     {"set_condition", 2, {0, 8}, {8, 8}, 0, run_set_condition, {0, 0, 0}},
     {"coop_sum", 5, {0, 8, 16, 24, 32}, {8, 8, 8, 4, 8}, 4, run_coop_sum, {0, 0, 0}},
+    {"_Z8scale_byILi2EEvPfj", 2, {0, 8}, {8, 4}, 0, run_scale_by_2, {0, 0, 0}},
 };
 #define KERNEL_COUNT (sizeof kernels / sizeof kernels[0])
 
@@ -581,6 +602,7 @@ struct object {
             struct object *functions[KERNEL_COUNT];
             CUdeviceptr globals[GLOBAL_COUNT];
             float scale_offset[2]; /* initial value of the scale_offset global */
+            unsigned char listed[KERNEL_COUNT]; /* kernels named in the blob, for enumeration */
         } module;
         struct {
             struct object *module;
@@ -592,6 +614,7 @@ struct object {
             CUresult deferred; /* what cuLibraryGetModule answers, for a broken blob */
             float scale_offset[2];
             struct object *modules[LIBRARY_CONTEXTS];
+            unsigned char listed[KERNEL_COUNT];
         } library;
     } u;
 };
@@ -756,6 +779,30 @@ static int blob_has(const void *image, size_t extent, const char *marker) {
     return memmem(image, extent, marker, strlen(marker)) != NULL;
 }
 
+static int word_char(unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+/* Marks in `listed` the kernels whose names the blob holds as whole words (a cubin's string
+ * table, a PTX .entry). */
+static void blob_kernels(const void *image, size_t extent, unsigned char *listed) {
+    const unsigned char *base = image;
+    for (size_t k = 0; k < KERNEL_COUNT; k++) {
+        size_t n = strlen(kernels[k].name);
+        listed[k] = 0;
+        for (const unsigned char *at = memmem(base, extent, kernels[k].name, n); at != NULL;) {
+            size_t off = (size_t)(at - base);
+            int before = off > 0 && word_char(at[-1]);
+            int after = off + n < extent && word_char(at[n]);
+            if (!before && !after) {
+                listed[k] = 1;
+                break;
+            }
+            at = off + 1 < extent ? memmem(at + 1, extent - off - 1, kernels[k].name, n) : NULL;
+        }
+    }
+}
+
 /* The initial scale_offset of a model_tagged.cu build, from its PTX (`.b8 scale_offset[8] = {...}`);
  * model_a's (2, 1) when the blob does not say. */
 static void blob_scale_offset(const void *image, size_t extent, float out[2]) {
@@ -823,7 +870,7 @@ CUresult cuInit(unsigned int flags) {
 CUresult cuDriverGetVersion(int *version) {
     ENTER_ANY_TIME(cuDriverGetVersion);
     if (version == NULL) return INVALID_VALUE;
-    *version = 12090;
+    *version = STANDIN_DRIVER_VERSION;
     return SUCCESS;
 }
 
@@ -1183,7 +1230,10 @@ static CUresult load_module(void **module, const void *image, unsigned count, co
         blob_scale_offset(image, extent, scale_offset);
         m = new_module(ctx, scale_offset);
         if (m == NULL) status = OUT_OF_MEMORY;
-        else last_module_ctx = ctx;
+        else {
+            last_module_ctx = ctx;
+            blob_kernels(image, extent, m->u.module.listed);
+        }
     }
     pthread_mutex_unlock(&lock);
     if (status == SUCCESS) *module = m;
@@ -1216,6 +1266,18 @@ CUresult cuModuleUnload(void *module) {
     return status;
 }
 
+/* The function object of kernel `k` in module `m`, made on first use. Call with the lock held. */
+static struct object *module_function(struct object *m, size_t k) {
+    struct object *f = m->u.module.functions[k];
+    if (f == NULL && (f = new_object(K_FUNCTION)) != NULL) {
+        f->u.function.module = m;
+        f->u.function.kernel = &kernels[k];
+        f->u.function.max_dynamic_shared = DEFAULT_DYNAMIC_SHARED - kernels[k].static_shared;
+        m->u.module.functions[k] = f;
+    }
+    return f;
+}
+
 CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
     ENTER(cuModuleGetFunction);
     if (function == NULL || name == NULL) return INVALID_VALUE;
@@ -1228,19 +1290,69 @@ CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
     if (status == SUCCESS && k == KERNEL_COUNT) status = NOT_FOUND;
     if (status == SUCCESS) {
         /* One handle per function of a module, as the driver gives. */
-        f = m->u.module.functions[k];
-        if (f == NULL && (f = new_object(K_FUNCTION)) != NULL) {
-            f->u.function.module = m;
-            f->u.function.kernel = &kernels[k];
-            f->u.function.max_dynamic_shared = DEFAULT_DYNAMIC_SHARED - kernels[k].static_shared;
-            m->u.module.functions[k] = f;
-        }
+        f = module_function(m, k);
         if (f == NULL) status = OUT_OF_MEMORY;
     }
     pthread_mutex_unlock(&lock);
     if (status == SUCCESS) *function = f;
     return status;
 }
+
+#ifndef STANDIN_NO_ENUMERATE
+CUresult cuModuleGetFunctionCount(unsigned int *count, void *module) {
+    ENTER(cuModuleGetFunctionCount);
+    if (count == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *m = as(module, K_MODULE);
+    CUresult status = live(m, "cuModuleGetFunctionCount");
+    if (status == SUCCESS) {
+        *count = 0;
+        for (size_t k = 0; k < KERNEL_COUNT; k++) *count += m->u.module.listed[k];
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuModuleEnumerateFunctions(void **functions, unsigned int count, void *module) {
+    ENTER(cuModuleEnumerateFunctions);
+    if (functions == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *m = as(module, K_MODULE);
+    CUresult status = live(m, "cuModuleEnumerateFunctions");
+    unsigned written = 0;
+    for (size_t k = 0; status == SUCCESS && k < KERNEL_COUNT; k++) {
+        if (!m->u.module.listed[k]) continue;
+        if (written == count) {
+            status = INVALID_VALUE;
+            break;
+        }
+        struct object *f = module_function(m, k);
+        if (f == NULL) status = OUT_OF_MEMORY;
+        else functions[written++] = f;
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuFuncGetName(const char **name, void *function) {
+    ENTER(cuFuncGetName);
+    if (name == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *f = as(function, K_FUNCTION);
+    CUresult status = live(f, "cuFuncGetName");
+    if (status == SUCCESS) *name = f->u.function.kernel->name;
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuFuncLoad(void *function) {
+    ENTER(cuFuncLoad);
+    pthread_mutex_lock(&lock);
+    CUresult status = live(as(function, K_FUNCTION), "cuFuncLoad");
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+#endif
 
 CUresult cuModuleGetGlobal_v2(CUdeviceptr *ptr, size_t *bytes, void *module, const char *name) {
     ENTER(cuModuleGetGlobal_v2);
@@ -1580,6 +1692,7 @@ CUresult cuLibraryLoadData(void **library, const void *code, int *jit_options, v
     if (lib != NULL) {
         lib->u.library.deferred = jit(code, extent, 0, NULL, NULL);
         blob_scale_offset(code, extent, lib->u.library.scale_offset);
+        blob_kernels(code, extent, lib->u.library.listed);
     }
     pthread_mutex_unlock(&lock);
     if (lib == NULL) return OUT_OF_MEMORY;
@@ -1607,6 +1720,7 @@ CUresult cuLibraryGetModule(void **module, void *library) {
             status = OUT_OF_MEMORY;
         } else {
             m->u.module.library = lib;
+            memcpy(m->u.module.listed, lib->u.library.listed, sizeof m->u.module.listed);
             lib->u.library.modules[slot] = m;
             last_module_ctx = ctx;
         }
