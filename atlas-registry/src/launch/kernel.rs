@@ -35,9 +35,9 @@ pub struct Kernel {
     /// The id of the registry whose function table holds this kernel.
     registry: u64,
     opt_in: SharedMemOptIn,
-    /// The layout the module's blob declares, for a driver without `cuFuncGetParamInfo`; `None`
-    /// when the module did not read it (the driver can tell).
-    from_blob: Option<ParamSizes>,
+    /// The layout the module's blob declares, or why it cannot be read: the layout for a driver
+    /// without `cuFuncGetParamInfo`, and how far to ask one that has it.
+    from_blob: ParamSizes,
     /// The parameter sizes, read on first use: from `cuFuncGetParamInfo`, else from the blob.
     params: OnceLock<ParamSizes>,
     /// What launches with attributes read of the function and keep (cluster dimensions,
@@ -63,7 +63,7 @@ impl Kernel {
         (module, function): (&str, &str),
         host: Arc<CudaHost>,
         registry: u64,
-        from_blob: Option<ParamSizes>,
+        from_blob: ParamSizes,
     ) -> Self {
         Self {
             raw,
@@ -132,21 +132,23 @@ impl Kernel {
     #[cold]
     fn read_layout(&self) -> Result<&ParamSizes> {
         if !calls::has_param_info() {
-            let from_blob = self.from_blob.clone().unwrap_or_else(|| {
-                Err(
-                    "the driver lacks cuFuncGetParamInfo and the module's layouts were not read"
-                        .into(),
-                )
-            });
-            return Ok(self.params.get_or_init(|| from_blob));
+            return Ok(self.params.get_or_init(|| self.from_blob.clone()));
         }
         ensure_bound(self.host.context().raw())?;
+        // The driver's sizes, read up to the blob's count when each agrees with the blob: asking
+        // one index past the last is answered with an error, which compute-sanitizer reports
+        // (CUDA 13.0 has no entry point for the count). When the blob cannot tell, or differs,
+        // the walk goes on to the driver's end.
+        let bound = self.from_blob.as_deref().ok();
         let mut sizes = Vec::new();
-        // SAFETY: the function is live (its registry is, as `&self` is).
-        while let Some((_, size)) = unsafe { calls::param_info(self.raw, sizes.len()) }
-            .about(|| format!("`{}`", self.name))?
-        {
-            sizes.push(size);
+        while bound != Some(&sizes[..]) {
+            // SAFETY: the function is live (its registry is, as `&self` is).
+            match unsafe { calls::param_info(self.raw, sizes.len()) }
+                .about(|| format!("`{}`", self.name))?
+            {
+                Some((_, size)) => sizes.push(size),
+                None => break,
+            }
         }
         Ok(self.params.get_or_init(|| Ok(sizes.into_boxed_slice())))
     }
