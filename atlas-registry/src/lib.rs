@@ -155,7 +155,7 @@ pub use code::layout::{
 pub use device::context::CudaContext;
 pub use device::host::{CudaHost, device_count, host};
 pub use device::limits::DeviceLimits;
-pub use device::stream::CudaStream;
+pub use device::stream::{CudaStream, StreamArg};
 pub use driver::DriverFailure;
 pub use driver::status::{CUDA_ERROR_DEINITIALIZED, cuda_error_text, is_teardown_noop};
 pub use error::AttributeRefusal;

@@ -62,5 +62,6 @@ mod loader;
 
 pub use bindings::*;
 pub use loader::{
-    LIBCUDA_PATH_VAR, LIBRARY_NAMES, LoadAttempt, LoadError, MissingSymbol, driver, resolve,
+    LIBCUDA_PATH_VAR, LIBRARY_NAMES, LoadAttempt, LoadError, MissingSymbol, Searched, driver,
+    resolve,
 };

@@ -27,21 +27,62 @@ pub struct LoadAttempt {
 }
 
 /// The CUDA driver library could not be loaded: every path tried, with the loader's message.
+///
+/// Displayed as one line that names each path once: `cannot load the CUDA driver library (is an
+/// NVIDIA driver installed?): libcuda.so.1, libcuda.so: cannot open shared object file: No such
+/// file or directory`, or, when `ATLAS_LIBCUDA_PATH` chose the file, `cannot load the CUDA driver
+/// library that ATLAS_LIBCUDA_PATH names: /opt/x/libcuda.so: ...`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot load the CUDA driver library (is an NVIDIA driver installed?); tried {}", Attempts(.attempts))]
+#[error("cannot load the CUDA driver library{}: {}", .searched.hint(), Attempts(.attempts))]
 #[non_exhaustive]
 pub struct LoadError {
     /// Every library tried, in order.
     pub attempts: Vec<LoadAttempt>,
+    /// Where the paths tried came from.
+    pub searched: Searched,
 }
 
+/// Where the libraries a [`LoadError`] tried came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Searched {
+    /// The path in [`LIBCUDA_PATH_VAR`] (`ATLAS_LIBCUDA_PATH`), alone.
+    Override,
+    /// The platform's names, [`LIBRARY_NAMES`].
+    PlatformNames,
+    /// The path given to [`CudaDriver::load_from`].
+    GivenPath,
+}
+
+impl Searched {
+    /// What the error says of the search, before the attempts.
+    fn hint(self) -> &'static str {
+        match self {
+            Self::Override => " that ATLAS_LIBCUDA_PATH names",
+            Self::PlatformNames => " (is an NVIDIA driver installed?)",
+            Self::GivenPath => "",
+        }
+    }
+}
+
+/// The attempts, each path once; paths that failed for the same reason share it
+/// (`libcuda.so.1, libcuda.so: cannot open shared object file`).
 struct Attempts<'a>(&'a [LoadAttempt]);
 
 impl fmt::Display for Attempts<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, attempt) in self.0.iter().enumerate() {
-            let sep = if i == 0 { "" } else { "; " };
-            write!(f, "{sep}{}: {}", attempt.path.display(), attempt.reason)?;
+            let shares_previous = i > 0 && self.0[i - 1].reason == attempt.reason;
+            let shares_next = (self.0.get(i + 1)).is_some_and(|next| next.reason == attempt.reason);
+            let sep = match (i, shares_previous) {
+                (0, _) => "",
+                (_, true) => ", ",
+                _ => "; ",
+            };
+            write!(f, "{sep}{}", attempt.path.display())?;
+            if !shares_next {
+                write!(f, ": {}", attempt.reason)?;
+            }
         }
         Ok(())
     }
@@ -115,6 +156,7 @@ impl CudaDriver {
                 path: path.to_path_buf(),
                 reason,
             }],
+            searched: Searched::GivenPath,
         })
     }
 }
@@ -126,7 +168,14 @@ impl CudaDriver {
 /// As [`CudaDriver::load_from`].
 unsafe fn load_one(path: &Path) -> Result<CudaDriver, String> {
     // SAFETY: the caller vouches for the library (this function's contract).
-    let driver = unsafe { CudaDriver::new(path) }.map_err(|e| e.to_string())?;
+    let driver = unsafe { CudaDriver::new(path) }.map_err(|e| {
+        // The platform's loader starts its message with the path, which the attempt names.
+        let message = e.to_string();
+        let named = format!("{}: ", path.display());
+        message
+            .strip_prefix(&named)
+            .map_or_else(|| message.clone(), str::to_string)
+    })?;
     if let Err(e) = &driver.cuInit {
         return Err(format!(
             "loaded, but it is not a CUDA driver library (no cuInit: {e})"
@@ -137,10 +186,13 @@ unsafe fn load_one(path: &Path) -> Result<CudaDriver, String> {
 
 /// The libraries to try, in order: the environment's override alone when it is set and not empty,
 /// else the platform's names.
-fn candidates(env: Option<OsString>) -> Vec<PathBuf> {
+fn candidates(env: Option<OsString>) -> (Vec<PathBuf>, Searched) {
     match env {
-        Some(path) if !path.is_empty() => vec![PathBuf::from(path)],
-        _ => LIBRARY_NAMES.iter().map(PathBuf::from).collect(),
+        Some(path) if !path.is_empty() => (vec![PathBuf::from(path)], Searched::Override),
+        _ => (
+            LIBRARY_NAMES.iter().map(PathBuf::from).collect(),
+            Searched::PlatformNames,
+        ),
     }
 }
 
@@ -158,20 +210,24 @@ fn candidates(env: Option<OsString>) -> Vec<PathBuf> {
 pub fn driver() -> Result<&'static CudaDriver, LoadError> {
     static DRIVER: OnceLock<Result<CudaDriver, LoadError>> = OnceLock::new();
     DRIVER
-        .get_or_init(|| {
-            let mut attempts = Vec::new();
-            for path in candidates(std::env::var_os(LIBCUDA_PATH_VAR)) {
-                // SAFETY: these are the CUDA driver's own names, or the path the user named for it
-                // in ATLAS_LIBCUDA_PATH; the library is kept loaded for the life of the process.
-                match unsafe { load_one(&path) } {
-                    Ok(driver) => return Ok(driver),
-                    Err(reason) => attempts.push(LoadAttempt { path, reason }),
-                }
-            }
-            Err(LoadError { attempts })
-        })
+        .get_or_init(|| load_first(std::env::var_os(LIBCUDA_PATH_VAR)))
         .as_ref()
         .map_err(Clone::clone)
+}
+
+/// The first of [`candidates`]`(env)` that loads, or every attempt.
+fn load_first(env: Option<OsString>) -> Result<CudaDriver, LoadError> {
+    let (paths, searched) = candidates(env);
+    let mut attempts = Vec::new();
+    for path in paths {
+        // SAFETY: these are the CUDA driver's own names, or the path the user named for it in
+        // ATLAS_LIBCUDA_PATH; the library is kept loaded for the life of the process.
+        match unsafe { load_one(&path) } {
+            Ok(driver) => return Ok(driver),
+            Err(reason) => attempts.push(LoadAttempt { path, reason }),
+        }
+    }
+    Err(LoadError { attempts, searched })
 }
 
 #[cfg(test)]
@@ -182,31 +238,69 @@ mod tests {
     fn override_replaces_the_search() {
         assert_eq!(
             candidates(Some("/opt/x/libcuda.so".into())),
-            vec![PathBuf::from("/opt/x/libcuda.so")]
+            (vec![PathBuf::from("/opt/x/libcuda.so")], Searched::Override)
         );
         let defaults: Vec<PathBuf> = LIBRARY_NAMES.iter().map(PathBuf::from).collect();
-        assert_eq!(candidates(None), defaults);
-        assert_eq!(candidates(Some(OsString::new())), defaults);
+        assert_eq!(
+            candidates(None),
+            (defaults.clone(), Searched::PlatformNames)
+        );
+        assert_eq!(
+            candidates(Some(OsString::new())),
+            (defaults, Searched::PlatformNames)
+        );
+    }
+
+    fn attempt(path: &str, reason: &str) -> LoadAttempt {
+        LoadAttempt {
+            path: path.into(),
+            reason: reason.into(),
+        }
     }
 
     #[test]
-    fn error_lists_every_attempt() {
+    fn error_lists_every_attempt_naming_each_path_once() {
         let err = LoadError {
             attempts: vec![
-                LoadAttempt {
-                    path: "libcuda.so.1".into(),
-                    reason: "not found".into(),
-                },
-                LoadAttempt {
-                    path: "libcuda.so".into(),
-                    reason: "also not found".into(),
-                },
+                attempt("libcuda.so.1", "not found"),
+                attempt("libcuda.so", "also not found"),
             ],
+            searched: Searched::PlatformNames,
         };
+        assert_eq!(
+            err.to_string(),
+            "cannot load the CUDA driver library (is an NVIDIA driver installed?): \
+             libcuda.so.1: not found; libcuda.so: also not found"
+        );
+        let same = LoadError {
+            attempts: vec![
+                attempt("libcuda.so.1", "cannot open shared object file"),
+                attempt("libcuda.so", "cannot open shared object file"),
+            ],
+            searched: Searched::PlatformNames,
+        };
+        assert_eq!(
+            same.to_string(),
+            "cannot load the CUDA driver library (is an NVIDIA driver installed?): \
+             libcuda.so.1, libcuda.so: cannot open shared object file"
+        );
+    }
+
+    #[test]
+    fn a_missing_override_is_one_short_line_naming_the_variable_and_the_path_once() {
+        let path = "/nonexistent/atlas/libcuda.so";
+        let err = load_first(Some(path.into())).err().expect("no such file");
+        assert_eq!(err.searched, Searched::Override);
         let text = err.to_string();
+        assert_eq!(text.matches(path).count(), 1, "{text}");
         assert!(
-            text.contains("libcuda.so.1: not found; libcuda.so: also not found"),
+            text.starts_with(
+                "cannot load the CUDA driver library that ATLAS_LIBCUDA_PATH names: \
+                 /nonexistent/atlas/libcuda.so: "
+            ),
             "{text}"
         );
+        assert!(!text.contains("NVIDIA driver installed"), "{text}");
+        assert!(!text.contains('\n') && text.len() < 160, "{text}");
     }
 }

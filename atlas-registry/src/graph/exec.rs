@@ -6,7 +6,8 @@ use std::fmt;
 use atlas_sys::{CUDA_KERNEL_NODE_PARAMS, CUgraphExec, CUgraphNode};
 
 use crate::device::context::ensure_bound;
-use crate::device::stream::CudaStream;
+use crate::device::host::ordinal_of;
+use crate::device::stream::StreamArg;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, Result, report_cleanup};
 use crate::graph::capture::CudaGraph;
@@ -75,12 +76,25 @@ impl GraphExec {
     /// 2. Every module whose kernels the graph launches is still loaded: the graph holds function
     ///    handles, not registries (keep the registries, or the [`CudaFunction`](crate::CudaFunction)s,
     ///    alive while the graph is replayed).
-    /// 3. `stream` is a stream of the context the graph was captured in.
+    /// 3. A raw `CUstream` is a live stream of the context the graph was captured in, or null.
+    ///    (`stream` is a `&CudaStream` or a raw `CUstream`, [`StreamArg`]; a `&CudaStream` of
+    ///    another context is refused with [`AtlasError::WrongContext`].)
     #[doc(alias = "cuGraphLaunch")]
-    pub unsafe fn launch(&self, stream: &CudaStream) -> Result<()> {
-        stream.bind_if_default()?;
-        // SAFETY: live executable graph and stream; the caller's duties 1–3.
-        Ok(unsafe { calls::graph_launch(self.raw, stream.raw()) }?)
+    pub unsafe fn launch(&self, stream: impl StreamArg) -> Result<()> {
+        let (stream, context) = stream.stream_in(self.graph.context());
+        if context != self.graph.context() {
+            return Err(AtlasError::WrongContext {
+                what: "the stream".into(),
+                expected: ordinal_of(self.graph.context()),
+                given: ordinal_of(context),
+            });
+        }
+        if stream.is_null() {
+            ensure_bound(context)?;
+        }
+        // SAFETY: live executable graph; the caller's duties 1–3; for the legacy default stream
+        // its context is current (above).
+        Ok(unsafe { calls::graph_launch(self.raw, stream) }?)
     }
 
     /// Replaces the function, configuration and arguments of kernel node `index` (in launch order)

@@ -14,7 +14,7 @@ use atlas_sys::{CUcontext, CUfunction};
 use crate::code::module::ParamSizes;
 use crate::device::context::ensure_bound;
 use crate::device::host::{CudaHost, ordinal_of};
-use crate::device::stream::CudaStream;
+use crate::device::stream::StreamArg;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, LaunchRefusal, Result};
 use crate::launch::args::KernelArgs;
@@ -233,7 +233,7 @@ impl Kernel {
     /// to this function's device, the arguments match the kernel's real parameters in count and
     /// size, and `cfg` fits the device's limits. A refusal is an error and nothing reaches the
     /// driver. No heap allocation, one `cuLaunchKernel`. See [`KernelArgs`] for what an argument
-    /// can be.
+    /// can be. `stream` is a `&CudaStream` or a raw `CUstream` ([`StreamArg`]).
     ///
     /// # Safety
     ///
@@ -241,24 +241,45 @@ impl Kernel {
     ///    sizes and indexes designate) is valid, in-bounds memory of this function's device.
     /// 2. That memory stays allocated, and is not freed or reused by the host, until the kernel has
     ///    run (synchronize the stream, or an event recorded after the launch).
+    /// 3. A raw `CUstream` is a live stream of this function's context, or null (a `&CudaStream`
+    ///    is checked instead).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
+    /// use atlas_registry::{DeviceBuffer, LaunchConfig};
+    /// let (stream, n) = (registry.stream(), 1000u32);
+    /// let mut x = DeviceBuffer::from_slice(registry.ctx(), stream, &vec![1.0f32; n as usize])?;
+    /// let scale = registry.function_cached("elementwise", "scale")?; // scale(float*, float, unsigned)
+    /// let cfg = LaunchConfig::for_elements(n, 256);
+    /// // SAFETY: `scale` touches the `n` floats `x` holds; `to_vec` waits for it on the same stream.
+    /// unsafe { scale.launch(stream, &cfg, (&mut x, 2.0f32, n))? };
+    /// // The same launch on the raw handle of the registry's stream:
+    /// // SAFETY: as above; the raw stream is a live stream of the function's context.
+    /// unsafe { scale.launch(registry.raw_stream(), &cfg, (&mut x, 2.0f32, n))? };
+    /// assert_eq!(x.to_vec(stream)?[0], 4.0);
+    /// # Ok(()) }
+    /// ```
     #[doc(alias = "cuLaunchKernel")]
     #[inline]
     pub unsafe fn launch<A: KernelArgs>(
         &self,
-        stream: &CudaStream,
+        stream: impl StreamArg,
         cfg: &LaunchConfig,
         args: A,
     ) -> Result<()> {
-        if stream.context() != self.host.context().raw() {
-            return Err(self.wrong_device("the stream".into(), stream.context()));
+        let (stream, context) = stream.stream_in(self.host.context().raw());
+        if context != self.host.context().raw() {
+            return Err(self.wrong_device("the stream".into(), context));
         }
         self.preflight(cfg, &args)?;
-        // Function and stream are live and of the host's context (checked above); preflight
-        // matched the array to the kernel's parameters, its buffers to that context and `cfg` to
-        // the device, and made the shared memory opt-in.
+        // Function and stream are live and of the host's context (checked above, or duty 3);
+        // preflight matched the array to the kernel's parameters, its buffers to that context and
+        // `cfg` to the device, and made the shared memory opt-in.
         // SAFETY: as just said; what the kernel does with its arguments is duties 1 and 2.
         args.with_params(|params| unsafe {
-            launch_kernel(&self.host, self.raw, self, cfg, stream.raw(), params)
+            launch_kernel(&self.host, self.raw, self, cfg, stream, params)
         })
     }
 }
@@ -283,29 +304,32 @@ impl Kernel {
     ///    sizes and indexes designate) is valid, in-bounds memory of this function's device.
     /// 2. That memory stays allocated, and is not freed or reused by the host, until the kernel has
     ///    run (synchronize the stream, or an event recorded after the launch).
+    /// 3. A raw `CUstream` is a live stream of this function's context, or null (a `&CudaStream`
+    ///    is checked instead).
     #[doc(alias = "cuLaunchKernelEx")]
     #[inline]
     pub unsafe fn launch_with<A: KernelArgs>(
         &self,
-        stream: &CudaStream,
+        stream: impl StreamArg,
         cfg: &LaunchConfig,
         attrs: &LaunchAttributes,
         args: A,
     ) -> Result<()> {
-        if stream.context() != self.host.context().raw() {
-            return Err(self.wrong_device("the stream".into(), stream.context()));
+        let (stream, context) = stream.stream_in(self.host.context().raw());
+        if context != self.host.context().raw() {
+            return Err(self.wrong_device("the stream".into(), context));
         }
         self.preflight(cfg, &args)?;
         // SAFETY: the function is live and of the host's context (it is this registry's).
         unsafe { attrs.check(&self.host, self.raw, &self.facts, self, cfg) }?;
-        // Function and stream are live and of the host's context (checked above); preflight
-        // matched the array to the kernel's parameters, its buffers to that context and `cfg` to
-        // the device, and made the shared memory opt-in; the attributes passed their check.
+        // Function and stream are live and of the host's context (checked above, or duty 3);
+        // preflight matched the array to the kernel's parameters, its buffers to that context and
+        // `cfg` to the device, and made the shared memory opt-in; the attributes passed their check.
         // SAFETY: as just said; an event among the attributes is live in this context
         // (`LaunchAttributes::programmatic_event`'s duty); the kernel's use of its arguments is
         // duties 1 and 2.
         args.with_params(|params| unsafe {
-            launch_kernel_ex(&self.host, self.raw, self, cfg, attrs, stream.raw(), params)
+            launch_kernel_ex(&self.host, self.raw, self, cfg, attrs, stream, params)
         })
     }
 }

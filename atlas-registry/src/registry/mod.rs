@@ -24,13 +24,13 @@ use crate::code::blob::{self, BlobKind};
 use crate::code::module::{Module, load_all, unload_all};
 use crate::device::context::CudaContext;
 use crate::device::host::{CudaHost, host, ordinal_of};
-use crate::device::stream::CudaStream;
+use crate::device::stream::{CudaStream, StreamArg};
 use crate::error::{AtlasError, NotFoundKind, Result};
 use crate::launch::attributes::{LaunchAttributes, LaunchFacts, launch_kernel_ex};
 use crate::launch::config::LaunchConfig;
 use crate::launch::enqueue::{SharedMemOptIn, UnknownFunction, check_config, launch_kernel};
 use crate::launch::kernel::Kernel;
-use crate::memory::copy::{copy_to_device_async, copy_to_host_async};
+use crate::memory::copy::{dtoh, htod};
 use crate::memory::symbol::DeviceSymbol;
 use call_sites::CallSiteTable;
 use function::{CudaFunction, FunctionRef, RawCudaFunc};
@@ -70,6 +70,55 @@ impl AtlasRegistry {
     /// blob, or a duplicate module name, is an [`AtlasError::InvalidModule`] naming the module; a
     /// JIT failure is an [`AtlasError::ModuleLoad`] carrying the JIT log. Modules loaded before a
     /// failure are unloaded again.
+    ///
+    /// # Examples
+    ///
+    /// Your own kernel, as PTX (`nvcc -ptx`, NVRTC) embedded in the binary; cubins and fatbins are
+    /// loaded the same way (`include_bytes!("my_kernels.sm_90.cubin")`):
+    ///
+    /// ```no_run
+    /// use atlas_registry::{AtlasRegistry, DeviceBuffer, LaunchConfig};
+    ///
+    /// // extern "C" __global__ void fill(float* out, float value, unsigned int n)
+    /// const PTX: &str = r#"
+    /// .version 8.0
+    /// .target sm_75
+    /// .address_size 64
+    /// .visible .entry fill(.param .u64 out, .param .f32 value, .param .u32 n)
+    /// {
+    ///     .reg .pred %p<2>;
+    ///     .reg .f32 %f<2>;
+    ///     .reg .b32 %r<6>;
+    ///     .reg .b64 %rd<5>;
+    ///     ld.param.u64 %rd1, [out];
+    ///     ld.param.f32 %f1, [value];
+    ///     ld.param.u32 %r2, [n];
+    ///     mov.u32 %r3, %ctaid.x;
+    ///     mov.u32 %r4, %ntid.x;
+    ///     mov.u32 %r5, %tid.x;
+    ///     mad.lo.s32 %r1, %r3, %r4, %r5;
+    ///     setp.ge.u32 %p1, %r1, %r2;
+    ///     @%p1 bra DONE;
+    ///     cvta.to.global.u64 %rd2, %rd1;
+    ///     mul.wide.u32 %rd3, %r1, 4;
+    ///     add.s64 %rd4, %rd2, %rd3;
+    ///     st.global.f32 [%rd4], %f1;
+    /// DONE:
+    ///     ret;
+    /// }
+    /// "#;
+    ///
+    /// # fn main() -> atlas_registry::Result<()> {
+    /// let registry = AtlasRegistry::load(0, &[("my_kernels", PTX.as_bytes())])?;
+    /// let fill = registry.function("my_kernels", "fill")?;
+    /// assert_eq!(fill.param_sizes()?, Some(&[8, 4, 4][..]));
+    /// let stream = registry.stream();
+    /// let mut out = DeviceBuffer::<f32>::alloc(registry.ctx(), 1000)?;
+    /// // SAFETY: `fill` writes the first `n` floats of `out`, which holds 1000.
+    /// unsafe { fill.launch(stream, &LaunchConfig::for_elements(1000, 256), (&mut out, 0.5f32, 1000u32))? };
+    /// assert!(out.to_vec(stream)?.iter().all(|&v| v == 0.5));
+    /// # Ok(()) }
+    /// ```
     #[doc(alias = "cuModuleLoadData")]
     #[doc(alias = "cuModuleLoadDataEx")]
     pub fn load(ordinal: usize, blobs: &[(&str, &[u8])]) -> Result<Self> {
@@ -188,7 +237,17 @@ impl AtlasRegistry {
     }
 
     /// Looks `function` up in `module` with `cuModuleGetFunction`, every call.
-    /// The returned handle keeps the registry's modules loaded while it lives.
+    /// The returned handle keeps the registry's modules loaded while it lives. An unknown name is
+    /// [`AtlasError::NotFound`] naming `module::function`.
+    ///
+    /// ```no_run
+    /// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
+    /// let scale = registry.function("elementwise", "scale")?;
+    /// assert_eq!(scale.name(), "elementwise::scale");
+    /// assert_eq!(scale.param_sizes()?, Some(&[8, 4, 4][..])); // float*, float, unsigned int
+    /// assert!(registry.function("elementwise", "no_such_kernel").is_err());
+    /// # Ok(()) }
+    /// ```
     #[doc(alias = "cuModuleGetFunction")]
     pub fn function(&self, module: &str, function: &str) -> Result<CudaFunction> {
         let kernel = self.look_up_kernel(module, function)?;
@@ -198,6 +257,14 @@ impl AtlasRegistry {
     /// As [`function`](Self::function), looked up once per registry and then served from its
     /// function table (a hash lookup, no lock). For the hot path, see
     /// [`FunctionCache`](crate::FunctionCache).
+    ///
+    /// ```no_run
+    /// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
+    /// let first = registry.function_cached("elementwise", "axpy")?; // cuModuleGetFunction
+    /// let again = registry.function_cached("elementwise", "axpy")?; // no driver call
+    /// assert_eq!(first.raw(), again.raw());
+    /// # Ok(()) }
+    /// ```
     pub fn function_cached(&self, module: &str, function: &str) -> Result<CudaFunction> {
         let kernel = self.cached_kernel(module, function)?;
         Ok(self.owning(kernel))
@@ -243,7 +310,8 @@ impl AtlasRegistry {
     }
 
     /// The `__device__` variable `symbol` of `module` (`cuModuleGetGlobal`): its address and size,
-    /// in a value that keeps the module loaded. Errors name `module::symbol`.
+    /// in a value that keeps the module loaded. Errors name `module::symbol`. See
+    /// [`DeviceSymbol`] for an example.
     #[doc(alias = "cuModuleGetGlobal_v2")]
     pub fn device_symbol(&self, module: &str, symbol: &str) -> Result<DeviceSymbol> {
         let (ptr, size) = self.module(module)?.global(symbol)?;
@@ -256,59 +324,82 @@ impl AtlasRegistry {
         ))
     }
 
-    /// `Ok` when `stream` is of this registry's context.
-    fn check_stream(&self, stream: &CudaStream) -> Result<()> {
-        if stream.context() == self.ctx().raw() {
-            return Ok(());
+    /// `stream`'s raw handle, when it is of this registry's context (a raw `CUstream` is taken to
+    /// be, as the caller vouches).
+    #[inline]
+    fn check_stream(&self, stream: impl StreamArg) -> Result<CUstream> {
+        let (raw, context) = stream.stream_in(self.ctx().raw());
+        if context == self.ctx().raw() {
+            return Ok(raw);
         }
         Err(AtlasError::WrongContext {
             what: "the stream".into(),
             expected: Some(self.inner.host.ordinal()),
-            given: ordinal_of(stream.context()),
+            given: ordinal_of(context),
         })
     }
 
     /// Enqueues a copy of `bytes` from host memory `src` to device address `dst` (a buffer, a
-    /// [`DeviceSymbol`], any device memory of this registry's device) on `stream`, which may be
-    /// capturing. The stream must be of this registry's context.
+    /// [`DeviceSymbol`], any device memory of this registry's device) on `stream` (a
+    /// `&CudaStream` or a raw `CUstream`: [`StreamArg`]), which may be capturing. The stream must
+    /// be of this registry's context.
     ///
     /// # Safety
     ///
     /// 1. `dst .. dst + bytes` is allocated device memory of this registry's device.
     /// 2. `src` holds `bytes` readable bytes that stay alive and unmodified until the copy has
     ///    finished (synchronize the stream; for a captured copy, until the last replay has).
+    /// 3. A raw `CUstream` is a live stream of this registry's context, or null (a `&CudaStream`
+    ///    is checked instead).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
+    /// let bias = registry.device_symbol("device_global", "bias")?;
+    /// let value = 0.5f32;
+    /// // SAFETY: `bias` is 4 bytes of this device; `value` outlives the copy (synchronized below).
+    /// unsafe { registry.copy_h2d_async(bias.ptr(), (&raw const value).cast(), 4, registry.raw_stream())? };
+    /// registry.stream_synchronize(registry.stream())?;
+    /// # Ok(()) }
+    /// ```
     #[doc(alias = "cuMemcpyHtoDAsync_v2")]
     pub unsafe fn copy_h2d_async(
         &self,
         dst: CUdeviceptr,
         src: *const c_void,
         bytes: usize,
-        stream: &CudaStream,
+        stream: impl StreamArg,
     ) -> Result<()> {
-        self.check_stream(stream)?;
-        // SAFETY: the caller's duties 1 and 2; the stream is of the memory's context (above).
-        unsafe { copy_to_device_async(stream, dst, src, bytes) }
+        let stream = self.check_stream(stream)?;
+        // SAFETY: the caller's duties 1 and 2; the stream is of the memory's context (checked
+        // above, or duty 3).
+        unsafe { htod(self.ctx().raw(), dst, src, bytes, stream) }
     }
 
-    /// Enqueues a copy of `bytes` from device address `src` to host memory `dst` on `stream`, which
-    /// may be capturing. The stream must be of this registry's context.
+    /// Enqueues a copy of `bytes` from device address `src` to host memory `dst` on `stream` (a
+    /// `&CudaStream` or a raw `CUstream`), which may be capturing. The stream must be of this
+    /// registry's context.
     ///
     /// # Safety
     ///
     /// 1. `src .. src + bytes` is allocated device memory of this registry's device.
     /// 2. `dst` has room for `bytes` and stays alive, neither read nor written, until the copy has
     ///    finished.
+    /// 3. A raw `CUstream` is a live stream of this registry's context, or null (a `&CudaStream`
+    ///    is checked instead).
     #[doc(alias = "cuMemcpyDtoHAsync_v2")]
     pub unsafe fn copy_d2h_async(
         &self,
         dst: *mut c_void,
         src: CUdeviceptr,
         bytes: usize,
-        stream: &CudaStream,
+        stream: impl StreamArg,
     ) -> Result<()> {
-        self.check_stream(stream)?;
-        // SAFETY: the caller's duties 1 and 2; the stream is of the memory's context (above).
-        unsafe { copy_to_host_async(stream, dst, src, bytes) }
+        let stream = self.check_stream(stream)?;
+        // SAFETY: the caller's duties 1 and 2; the stream is of the memory's context (checked
+        // above, or duty 3).
+        unsafe { dtoh(self.ctx().raw(), dst, src, bytes, stream) }
     }
 
     /// Waits for all work on `stream` (this registry's [`stream`](Self::stream), or any other,
@@ -319,7 +410,8 @@ impl AtlasRegistry {
         stream.synchronize()
     }
 
-    /// Launches `func` on the caller's raw `stream` (null: the legacy default stream) with a raw
+    /// Launches `func` on the caller's `stream` (a raw `CUstream`, null for the legacy default
+    /// stream, or a `&CudaStream` such as [`stream`](Self::stream): [`StreamArg`]) with a raw
     /// parameter array: the lowest-overhead path. `cfg` is checked against the device's limits and,
     /// when Atlas knows the kernel's parameter layout (a handle of this registry), the number of
     /// parameters against it; the >48 KiB shared memory opt-in is made once per function and size,
@@ -334,21 +426,42 @@ impl AtlasRegistry {
     /// # Safety
     ///
     /// 1. `func` is a function of a module that is still loaded in this registry's context (this
-    ///    registry's own, or another live one of the same context), and `stream` a live stream
-    ///    created in that context, or null.
+    ///    registry's own, or another live one of the same context), and a raw `stream` a live
+    ///    stream created in that context, or null (a `&CudaStream` is checked instead).
     /// 2. `params` holds one pointer per kernel parameter, in order, each to a value of exactly that
     ///    parameter's type, valid until this call returns.
     /// 3. What the kernel reads and writes through its arguments is valid, in-bounds memory of this
     ///    registry's device that stays allocated until the kernel has run.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(registry: &atlas_registry::AtlasRegistry, x: &mut atlas_registry::DeviceBuffer<f32>) -> atlas_registry::Result<()> {
+    /// use std::ffi::c_void;
+    /// use atlas_registry::LaunchConfig;
+    /// let scale = registry.raw_function_cached("elementwise", "scale")?; // scale(float*, float, unsigned)
+    /// let (mut ptr, mut factor, mut n) = (x.device_ptr(), 2.0f32, x.len() as u32);
+    /// let mut params: [*mut c_void; 3] =
+    ///     [(&raw mut ptr).cast(), (&raw mut factor).cast(), (&raw mut n).cast()];
+    /// let cfg = LaunchConfig::for_elements(n, 256);
+    /// // SAFETY: a function of this registry; the array points to a device pointer, a float and a
+    /// // u32, `scale`'s parameters; `x` holds `n` floats and outlives the launch (synchronized).
+    /// unsafe { registry.launch_on_stream(scale, &cfg, registry.raw_stream(), &mut params)? };
+    /// // SAFETY: as above, on the same stream as a `&CudaStream`.
+    /// unsafe { registry.launch_on_stream(scale, &cfg, registry.stream(), &mut params)? };
+    /// registry.stream().synchronize()?;
+    /// # Ok(()) }
+    /// ```
     #[doc(alias = "cuLaunchKernel")]
     #[inline]
     pub unsafe fn launch_on_stream(
         &self,
         func: impl Into<RawCudaFunc>,
         cfg: &LaunchConfig,
-        stream: CUstream,
+        stream: impl StreamArg,
         params: &mut [*mut c_void],
     ) -> Result<()> {
+        let stream = self.check_stream(stream)?;
         let func: RawCudaFunc = func.into();
         let host = &*self.inner.host;
         let count = params.len();
@@ -396,8 +509,8 @@ impl AtlasRegistry {
     /// # Safety
     ///
     /// 1. `func` is a function of a module that is still loaded in this registry's context (this
-    ///    registry's own, or another live one of the same context), and `stream` a live stream
-    ///    created in that context, or null.
+    ///    registry's own, or another live one of the same context), and a raw `stream` a live
+    ///    stream created in that context, or null (a `&CudaStream` is checked instead).
     /// 2. `params` holds one pointer per kernel parameter, in order, each to a value of exactly that
     ///    parameter's type, valid until this call returns.
     /// 3. What the kernel reads and writes through its arguments is valid, in-bounds memory of this
@@ -409,9 +522,10 @@ impl AtlasRegistry {
         func: impl Into<RawCudaFunc>,
         cfg: &LaunchConfig,
         attrs: &LaunchAttributes,
-        stream: CUstream,
+        stream: impl StreamArg,
         params: &mut [*mut c_void],
     ) -> Result<()> {
+        let stream = self.check_stream(stream)?;
         let func: RawCudaFunc = func.into();
         let host = &*self.inner.host;
         let count = params.len();
