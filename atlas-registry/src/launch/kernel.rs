@@ -113,8 +113,9 @@ impl Kernel {
             && self.name.as_bytes().ends_with(function.as_bytes())
     }
 
-    /// The kernel's parameter sizes in bytes, read once with `cuFuncGetParamInfo` (CUDA 12.4+) or,
-    /// on older drivers, from the module's blob; `None` when neither can tell.
+    /// The kernel's parameter sizes in bytes, read once with `cuFuncGetParamInfo` (CUDA 12.4+), as
+    /// many as the module's blob declares when the driver agrees with each (else to the driver's
+    /// last) or, on older drivers, from the blob; `None` when neither can tell.
     #[doc(alias = "cuFuncGetParamInfo")]
     pub fn param_sizes(&self) -> Result<Option<&[usize]>> {
         Ok(self.layout()?.as_deref().ok())

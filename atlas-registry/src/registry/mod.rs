@@ -73,50 +73,32 @@ impl AtlasRegistry {
     ///
     /// # Examples
     ///
-    /// Your own kernel, as PTX (`nvcc -ptx`, NVRTC) embedded in the binary; cubins and fatbins are
-    /// loaded the same way (`include_bytes!("my_kernels.sm_90.cubin")`):
+    /// Your own kernels, as PTX (`nvcc -ptx`, NVRTC) embedded in the binary; cubins and fatbins are
+    /// loaded the same way (`include_bytes!("my_kernels.sm_90.cubin")`). The README's "Your own
+    /// kernels" goes from a `.cu` file to a launch.
     ///
     /// ```no_run
     /// use atlas_registry::{AtlasRegistry, DeviceBuffer, LaunchConfig};
     ///
-    /// // extern "C" __global__ void fill(float* out, float value, unsigned int n)
-    /// const PTX: &str = r#"
+    /// // extern "C" __global__ void touch(float* out) {}
+    /// const PTX: &str = "
     /// .version 8.0
     /// .target sm_75
     /// .address_size 64
-    /// .visible .entry fill(.param .u64 out, .param .f32 value, .param .u32 n)
+    /// .visible .entry touch(.param .u64 out)
     /// {
-    ///     .reg .pred %p<2>;
-    ///     .reg .f32 %f<2>;
-    ///     .reg .b32 %r<6>;
-    ///     .reg .b64 %rd<5>;
-    ///     ld.param.u64 %rd1, [out];
-    ///     ld.param.f32 %f1, [value];
-    ///     ld.param.u32 %r2, [n];
-    ///     mov.u32 %r3, %ctaid.x;
-    ///     mov.u32 %r4, %ntid.x;
-    ///     mov.u32 %r5, %tid.x;
-    ///     mad.lo.s32 %r1, %r3, %r4, %r5;
-    ///     setp.ge.u32 %p1, %r1, %r2;
-    ///     @%p1 bra DONE;
-    ///     cvta.to.global.u64 %rd2, %rd1;
-    ///     mul.wide.u32 %rd3, %r1, 4;
-    ///     add.s64 %rd4, %rd2, %rd3;
-    ///     st.global.f32 [%rd4], %f1;
-    /// DONE:
     ///     ret;
     /// }
-    /// "#;
+    /// ";
     ///
     /// # fn main() -> atlas_registry::Result<()> {
     /// let registry = AtlasRegistry::load(0, &[("my_kernels", PTX.as_bytes())])?;
-    /// let fill = registry.function("my_kernels", "fill")?;
-    /// assert_eq!(fill.param_sizes()?, Some(&[8, 4, 4][..]));
-    /// let stream = registry.stream();
-    /// let mut out = DeviceBuffer::<f32>::alloc(registry.ctx(), 1000)?;
-    /// // SAFETY: `fill` writes the first `n` floats of `out`, which holds 1000.
-    /// unsafe { fill.launch(stream, &LaunchConfig::for_elements(1000, 256), (&mut out, 0.5f32, 1000u32))? };
-    /// assert!(out.to_vec(stream)?.iter().all(|&v| v == 0.5));
+    /// let touch = registry.function("my_kernels", "touch")?;
+    /// assert_eq!(touch.param_sizes()?, Some(&[8][..]));
+    /// let mut out = DeviceBuffer::<f32>::alloc(registry.ctx(), 1)?;
+    /// // SAFETY: `touch` reads and writes nothing.
+    /// unsafe { touch.launch(registry.stream(), &LaunchConfig::for_elements(1, 1), (&mut out,))? };
+    /// registry.stream().synchronize()?;
     /// # Ok(()) }
     /// ```
     #[doc(alias = "cuModuleLoadData")]
