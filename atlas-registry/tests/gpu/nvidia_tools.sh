@@ -56,7 +56,7 @@ child_print_driver_outcome  the body of a child process (does nothing alone)
 is_excluded() { grep -q "^$1 " <<<"$excluded"; }
 
 # Test binaries in the order they are worth the time (the clean program first); then the rest.
-order='clean_program gpu graph copies stream_memory launch_attributes library blobs launch_limits
+order='clean_program gpu graph stream_forms copies stream_memory launch_attributes library blobs launch_limits
 graph_update safety bad_blobs concurrency teardown param_layout'
 binaries=()
 for name in $order; do
@@ -86,7 +86,7 @@ if [ -z "$sanitizer" ]; then
 else
   echo "== $("$sanitizer" --version | tail -1)"
   # Seconds each tool may take in all; what does not fit is named, not run.
-  for spec in memcheck:80 racecheck:40 initcheck:40 synccheck:35; do
+  for spec in memcheck:75 racecheck:35 initcheck:35 synccheck:30; do
     tool=${spec%:*} budget=${spec#*:} tool_start=$SECONDS
     echo "== $tool (up to ${budget}s)"
     for b in "${binaries[@]}"; do
@@ -106,7 +106,9 @@ else
       summaries=$(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "$log" | sort | uniq -c | sed 's/^ *//' | paste -sd ',' -)
       result=$(grep -E '^test result:' "$log" | tail -1)
       echo "  $name ($((SECONDS - t0))s, exit $rc): ${summaries:-no ERROR SUMMARY}; ${result:-no test result}"
-      grep -oE 'Program hit [A-Z_]+ \([0-9]+\) on CUDA API call to [A-Za-z0-9_]+' "$log" |
+      # "Program hit CUDA_ERROR_X (error N) due to "..." on CUDA API call to cuY.", counted.
+      grep 'on CUDA API call to' "$log" |
+        sed -E 's/.*Program hit ([A-Z_]+).* on CUDA API call to ([A-Za-z0-9_]+).*/\1 on \2/' |
         sort | uniq -c | sed 's/^/      /'
       grep -E '^test .* FAILED$' "$log" | sed 's/^/      /' | head -10
       if [ "$rc" -ne 0 ]; then failed=1; fi
@@ -123,7 +125,7 @@ if [ -n "$ncu" ]; then
   echo "-- ncu: $ncu ($("$ncu" --version | tail -1))"
   # The first five launches of the loop (200 launches of elementwise::axpy on 65,536 floats),
   # summarized per kernel; clocks left as the driver sets them.
-  timeout -k 5 40 "$ncu" --clock-control none --launch-count 5 --print-summary per-kernel \
+  timeout -k 5 30 "$ncu" --clock-control none --launch-count 5 --print-summary per-kernel \
     --target-processes all "$launch_loop" --ignored --exact --test-threads=1 gpu_launch_loop \
     >"$logs/ncu.log" 2>&1
   echo "   exit $?"
@@ -133,7 +135,7 @@ else
 fi
 if [ -n "$nsys" ]; then
   echo "-- nsys: $nsys ($("$nsys" --version | tail -1))"
-  timeout -k 5 40 "$nsys" profile --trace=cuda --stats=true --force-overwrite true \
+  timeout -k 5 30 "$nsys" profile --trace=cuda --stats=true --force-overwrite true \
     -o "$logs/launch_loop" "$launch_loop" --ignored --exact --test-threads=1 gpu_launch_loop \
     >"$logs/nsys.log" 2>&1
   echo "   exit $?"
