@@ -41,9 +41,11 @@
 //!
 //! What Atlas checks:
 //! - **Arguments**: their count and sizes against the kernel's real parameter layout, read once
-//!   with `cuFuncGetParamInfo` (CUDA 12.4+), or from the module's blob (the PTX `.entry` parameter
-//!   list, the cubin's `.nv.info` parameter records) on drivers without it. When neither can tell,
-//!   a typed launch is refused ([`AtlasError::ParamsUnknown`]); it is never launched unchecked.
+//!   with `cuFuncGetParamInfo` (CUDA 12.4+) as far as the module's blob declares parameters (the
+//!   PTX `.entry` parameter list, the cubin's `.nv.info` parameter records), each size agreeing
+//!   with the blob's, else to the driver's last; from the blob alone on drivers without it. When
+//!   neither can tell, a typed launch is refused ([`AtlasError::ParamsUnknown`]); it is never
+//!   launched unchecked.
 //! - **Devices and contexts**: the stream and every [`DeviceBuffer`] argument belong to the
 //!   function's context ([`AtlasError::WrongDevice`], naming both devices). Allocations, loads and
 //!   copies happen in Atlas's own context whatever context other code left current (see
@@ -194,7 +196,7 @@ pub use compile::{CacheOutcome, CompileCache, CompileTarget, CompiledCode, Compi
 pub use device::context::CudaContext;
 pub use device::host::{CudaHost, device_count, host};
 pub use device::limits::DeviceLimits;
-pub use device::stream::CudaStream;
+pub use device::stream::{CudaStream, StreamArg};
 pub use driver::DriverFailure;
 pub use driver::nvrtc::{NvrtcFailure, nvrtc_error_text};
 pub use driver::status::{CUDA_ERROR_DEINITIALIZED, cuda_error_text, is_teardown_noop};

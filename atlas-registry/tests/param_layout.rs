@@ -462,6 +462,9 @@ fn ptx_reader_skips_what_is_not_a_kernel_definition() {
 {
     .entry not_here;
     { { } }
+    // } a brace in a comment
+    /* { and
+       another */
     ret;
 }
 .weak .entry weak_one(.param .u32 a, .param .u64 b) { ret; }

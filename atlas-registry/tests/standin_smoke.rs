@@ -24,6 +24,7 @@ use support::standin;
 child::bodies!(
     scale_matches_cpu_reference,
     param_sizes_come_from_the_driver,
+    param_sizes_come_from_the_driver_where_the_blob_differs,
     param_sizes_come_from_the_blob_without_param_info,
     jit_error_carries_the_log,
     unknown_function_is_not_found,
@@ -52,6 +53,7 @@ fn typed_scale_launch_matches_the_cpu() {
 #[test]
 fn param_sizes_with_and_without_cu_func_get_param_info() {
     standin::run(param_sizes_come_from_the_driver, &[]);
+    standin::run(param_sizes_come_from_the_driver_where_the_blob_differs, &[]);
     standin::run(
         param_sizes_come_from_the_blob_without_param_info,
         &["-DSTANDIN_NO_PARAM_INFO"],
@@ -119,6 +121,19 @@ fn param_sizes_come_from_the_driver() {
     assert_eq!(scale.param_sizes().unwrap(), Some(&[8, 4, 4][..]));
     let noop = registry.function("noop", "noop").unwrap();
     assert_eq!(noop.param_sizes().unwrap(), Some(&[][..]));
+    // Asked as far as the blob's count, which the driver confirms: never one past the last.
+    assert_eq!(standin::probe().count("cuFuncGetParamInfo"), 3);
+}
+
+/// A blob whose declaration differs from the kernel the driver has (here the stand-in's `scale`,
+/// 8 + 4 + 4 bytes): the driver's layout wins, read to its end.
+fn param_sizes_come_from_the_driver_where_the_blob_differs() {
+    let blob: &[u8] =
+        b".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry scale(.param .u64 x, .param .u64 y)\n{\n    ret;\n}\n";
+    let registry = AtlasRegistry::load(0, &[("elementwise", blob)]).unwrap();
+    let scale = registry.function("elementwise", "scale").unwrap();
+    assert_eq!(scale.param_sizes().unwrap(), Some(&[8, 4, 4][..]));
+    assert_eq!(standin::probe().count("cuFuncGetParamInfo"), 4);
 }
 
 fn param_sizes_come_from_the_blob_without_param_info() {

@@ -84,8 +84,8 @@ mod nvrtc_bindings;
 
 pub use bindings::*;
 pub use loader::{
-    LIBCUDA_PATH_VAR, LIBRARY_NAMES, LoadAttempt, LoadError, MissingSymbol, RuntimeLibrary, driver,
-    resolve, resolve_named,
+    LIBCUDA_PATH_VAR, LIBRARY_NAMES, LoadAttempt, LoadError, MissingSymbol, RuntimeLibrary,
+    Searched, driver, resolve, resolve_named,
 };
 pub use nvrtc::{NVRTC_LIBRARY_NAMES, NVRTC_PATH_VAR, NvrtcLoadError, nvrtc};
 pub use nvrtc_bindings::*;

@@ -28,21 +28,67 @@ pub struct LoadAttempt {
 }
 
 /// The CUDA driver library could not be loaded: every path tried, with the loader's message.
+///
+/// Displayed as one line that names each path once: `cannot load the CUDA driver library (is an
+/// NVIDIA driver installed?): libcuda.so.1, libcuda.so: cannot open shared object file: No such
+/// file or directory`, or, when `ATLAS_LIBCUDA_PATH` chose the file, `cannot load the CUDA driver
+/// library that ATLAS_LIBCUDA_PATH names: /opt/x/libcuda.so: ...`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot load the CUDA driver library (is an NVIDIA driver installed?); tried {}", Attempts(.attempts))]
+#[error(
+    "cannot load the CUDA driver library{}: {}",
+    .searched.hint(LIBCUDA_PATH_VAR, " (is an NVIDIA driver installed?)"),
+    Attempts(.attempts)
+)]
 #[non_exhaustive]
 pub struct LoadError {
     /// Every library tried, in order.
     pub attempts: Vec<LoadAttempt>,
+    /// Where the paths tried came from.
+    pub searched: Searched,
 }
 
+/// Where the libraries a [`LoadError`] tried came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Searched {
+    /// The path in the library's environment variable (`ATLAS_LIBCUDA_PATH`), alone.
+    Override,
+    /// The platform's names ([`LIBRARY_NAMES`] for the driver).
+    PlatformNames,
+    /// The path given to `load_from`.
+    GivenPath,
+}
+
+impl Searched {
+    /// What an error says of the search, before the attempts: the variable `var` that chose the
+    /// file, or `advice` after the platform's names.
+    pub(crate) fn hint(self, var: &str, advice: &str) -> String {
+        match self {
+            Self::Override => format!(" that {var} names"),
+            Self::PlatformNames => advice.to_string(),
+            Self::GivenPath => String::new(),
+        }
+    }
+}
+
+/// The attempts, each path once; paths that failed for the same reason share it
+/// (`libcuda.so.1, libcuda.so: cannot open shared object file`).
 pub(crate) struct Attempts<'a>(pub(crate) &'a [LoadAttempt]);
 
 impl fmt::Display for Attempts<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, attempt) in self.0.iter().enumerate() {
-            let sep = if i == 0 { "" } else { "; " };
-            write!(f, "{sep}{}: {}", attempt.path.display(), attempt.reason)?;
+            let shares_previous = i > 0 && self.0[i - 1].reason == attempt.reason;
+            let shares_next = (self.0.get(i + 1)).is_some_and(|next| next.reason == attempt.reason);
+            let sep = match (i, shares_previous) {
+                (0, _) => "",
+                (_, true) => ", ",
+                _ => "; ",
+            };
+            write!(f, "{sep}{}", attempt.path.display())?;
+            if !shares_next {
+                write!(f, ": {}", attempt.reason)?;
+            }
         }
         Ok(())
     }
@@ -130,6 +176,7 @@ impl CudaDriver {
         // SAFETY: the caller's duties 1 and 2 are this function's own.
         unsafe { load_path(path.as_ref()) }.map_err(|attempt| LoadError {
             attempts: vec![attempt],
+            searched: Searched::GivenPath,
         })
     }
 }
@@ -177,7 +224,7 @@ impl RuntimeLibrary for CudaDriver {
 
     unsafe fn open(path: &Path) -> Result<Self, String> {
         // SAFETY: the caller vouches for the library (this function's contract).
-        let driver = unsafe { CudaDriver::new(path) }.map_err(|e| e.to_string())?;
+        let driver = unsafe { CudaDriver::new(path) }.map_err(|e| loader_message(&e, path))?;
         if let Err(e) = &driver.cuInit {
             return Err(format!(
                 "loaded, but it is not a CUDA driver library (no cuInit: {e})"
@@ -185,6 +232,16 @@ impl RuntimeLibrary for CudaDriver {
         }
         Ok(driver)
     }
+}
+
+/// The platform loader's message for `path`, without the path it starts with (the attempt names
+/// it).
+pub(crate) fn loader_message(e: &libloading::Error, path: &Path) -> String {
+    let message = e.to_string();
+    let named = format!("{}: ", path.display());
+    message
+        .strip_prefix(&named)
+        .map_or_else(|| message.clone(), str::to_string)
 }
 
 /// Loads `path` as an `L` (see [`RuntimeLibrary::open`]); its failure as a [`LoadAttempt`].
@@ -202,10 +259,13 @@ pub(crate) unsafe fn load_path<L: RuntimeLibrary>(path: &Path) -> Result<L, Load
 
 /// The libraries to try, in order: the environment's override alone when it is set and not empty,
 /// else the platform's `names`.
-fn candidates(env: Option<OsString>, names: &[&str]) -> Vec<PathBuf> {
+fn candidates(env: Option<OsString>, names: &[&str]) -> (Vec<PathBuf>, Searched) {
     match env {
-        Some(path) if !path.is_empty() => vec![PathBuf::from(path)],
-        _ => names.iter().map(PathBuf::from).collect(),
+        Some(path) if !path.is_empty() => (vec![PathBuf::from(path)], Searched::Override),
+        _ => (
+            names.iter().map(PathBuf::from).collect(),
+            Searched::PlatformNames,
+        ),
     }
 }
 
@@ -213,9 +273,15 @@ fn candidates(env: Option<OsString>, names: &[&str]) -> Vec<PathBuf> {
 /// then nothing else: an explicit choice is never silently replaced by another library), otherwise
 /// each of [`L::NAMES`](RuntimeLibrary::NAMES) through the platform's loader. The first library
 /// that loads and is an `L` is taken; the error lists every attempt, in order.
-pub(crate) fn search<L: RuntimeLibrary>() -> Result<L, Vec<LoadAttempt>> {
+pub(crate) fn search<L: RuntimeLibrary>() -> Result<L, (Vec<LoadAttempt>, Searched)> {
+    search_in(std::env::var_os(L::PATH_VAR))
+}
+
+/// [`search`], with the environment variable's value given.
+fn search_in<L: RuntimeLibrary>(env: Option<OsString>) -> Result<L, (Vec<LoadAttempt>, Searched)> {
+    let (paths, searched) = candidates(env, L::NAMES);
     let mut attempts = Vec::new();
-    for path in candidates(std::env::var_os(L::PATH_VAR), L::NAMES) {
+    for path in paths {
         // SAFETY: these are the library's own names, or the path the user named for it in its
         // environment variable; the library is kept loaded for the life of the value.
         match unsafe { load_path::<L>(&path) } {
@@ -223,7 +289,7 @@ pub(crate) fn search<L: RuntimeLibrary>() -> Result<L, Vec<LoadAttempt>> {
             Err(attempt) => attempts.push(attempt),
         }
     }
-    Err(attempts)
+    Err((attempts, searched))
 }
 
 /// The process-wide driver table, loaded on first use and kept until the process exits.
@@ -240,7 +306,9 @@ pub(crate) fn search<L: RuntimeLibrary>() -> Result<L, Vec<LoadAttempt>> {
 pub fn driver() -> Result<&'static CudaDriver, LoadError> {
     static DRIVER: OnceLock<Result<CudaDriver, LoadError>> = OnceLock::new();
     DRIVER
-        .get_or_init(|| search::<CudaDriver>().map_err(|attempts| LoadError { attempts }))
+        .get_or_init(|| {
+            search::<CudaDriver>().map_err(|(attempts, searched)| LoadError { attempts, searched })
+        })
         .as_ref()
         .map_err(Clone::clone)
 }
@@ -253,31 +321,72 @@ mod tests {
     fn override_replaces_the_search() {
         assert_eq!(
             candidates(Some("/opt/x/libcuda.so".into()), LIBRARY_NAMES),
-            vec![PathBuf::from("/opt/x/libcuda.so")]
+            (vec![PathBuf::from("/opt/x/libcuda.so")], Searched::Override)
         );
         let defaults: Vec<PathBuf> = LIBRARY_NAMES.iter().map(PathBuf::from).collect();
-        assert_eq!(candidates(None, LIBRARY_NAMES), defaults);
-        assert_eq!(candidates(Some(OsString::new()), LIBRARY_NAMES), defaults);
+        assert_eq!(
+            candidates(None, LIBRARY_NAMES),
+            (defaults.clone(), Searched::PlatformNames)
+        );
+        assert_eq!(
+            candidates(Some(OsString::new()), LIBRARY_NAMES),
+            (defaults, Searched::PlatformNames)
+        );
+    }
+
+    fn attempt(path: &str, reason: &str) -> LoadAttempt {
+        LoadAttempt {
+            path: path.into(),
+            reason: reason.into(),
+        }
     }
 
     #[test]
-    fn error_lists_every_attempt() {
+    fn error_lists_every_attempt_naming_each_path_once() {
         let err = LoadError {
             attempts: vec![
-                LoadAttempt {
-                    path: "libcuda.so.1".into(),
-                    reason: "not found".into(),
-                },
-                LoadAttempt {
-                    path: "libcuda.so".into(),
-                    reason: "also not found".into(),
-                },
+                attempt("libcuda.so.1", "not found"),
+                attempt("libcuda.so", "also not found"),
             ],
+            searched: Searched::PlatformNames,
         };
+        assert_eq!(
+            err.to_string(),
+            "cannot load the CUDA driver library (is an NVIDIA driver installed?): \
+             libcuda.so.1: not found; libcuda.so: also not found"
+        );
+        let same = LoadError {
+            attempts: vec![
+                attempt("libcuda.so.1", "cannot open shared object file"),
+                attempt("libcuda.so", "cannot open shared object file"),
+            ],
+            searched: Searched::PlatformNames,
+        };
+        assert_eq!(
+            same.to_string(),
+            "cannot load the CUDA driver library (is an NVIDIA driver installed?): \
+             libcuda.so.1, libcuda.so: cannot open shared object file"
+        );
+    }
+
+    #[test]
+    fn a_missing_override_is_one_short_line_naming_the_variable_and_the_path_once() {
+        let path = "/nonexistent/atlas/libcuda.so";
+        let (attempts, searched) = search_in::<CudaDriver>(Some(path.into()))
+            .err()
+            .expect("no such file");
+        assert_eq!(searched, Searched::Override);
+        let err = LoadError { attempts, searched };
         let text = err.to_string();
+        assert_eq!(text.matches(path).count(), 1, "{text}");
         assert!(
-            text.contains("libcuda.so.1: not found; libcuda.so: also not found"),
+            text.starts_with(
+                "cannot load the CUDA driver library that ATLAS_LIBCUDA_PATH names: \
+                 /nonexistent/atlas/libcuda.so: "
+            ),
             "{text}"
         );
+        assert!(!text.contains("NVIDIA driver installed"), "{text}");
+        assert!(!text.contains('\n') && text.len() < 160, "{text}");
     }
 }

@@ -5,7 +5,9 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use crate::Nvrtc;
-use crate::loader::{Attempts, LoadAttempt, RuntimeLibrary, load_path, search};
+use crate::loader::{
+    Attempts, LoadAttempt, RuntimeLibrary, Searched, load_path, loader_message, search,
+};
 
 /// The environment variable that names the NVRTC library to load, overriding the search.
 pub const NVRTC_PATH_VAR: &str = "ATLAS_NVRTC_PATH";
@@ -22,15 +24,20 @@ pub const NVRTC_LIBRARY_NAMES: &[&str] = &["nvrtc64_130_0.dll", "nvrtc64_120_0.d
 /// NVRTC could not be loaded: every path tried, with the loader's message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "cannot load NVRTC, the CUDA run-time compiler (install the CUDA toolkit's NVRTC or the \
-     nvidia-cuda-nvrtc-cu12 wheel, and set {NVRTC_PATH_VAR} to its libnvrtc if the loader does \
-     not find it); tried {}",
+    "cannot load NVRTC, the CUDA run-time compiler{}: {}",
+    .searched.hint(
+        NVRTC_PATH_VAR,
+        " (install the CUDA toolkit's NVRTC or the nvidia-cuda-nvrtc-cu12 wheel, and set \
+         ATLAS_NVRTC_PATH to its libnvrtc if the loader does not find it)"
+    ),
     Attempts(.attempts)
 )]
 #[non_exhaustive]
 pub struct NvrtcLoadError {
     /// Every library tried, in order.
     pub attempts: Vec<LoadAttempt>,
+    /// Where the paths tried came from.
+    pub searched: Searched,
 }
 
 impl RuntimeLibrary for Nvrtc {
@@ -40,7 +47,7 @@ impl RuntimeLibrary for Nvrtc {
 
     unsafe fn open(path: &Path) -> Result<Self, String> {
         // SAFETY: the caller vouches for the library (this function's contract).
-        let nvrtc = unsafe { Nvrtc::new(path) }.map_err(|e| e.to_string())?;
+        let nvrtc = unsafe { Nvrtc::new(path) }.map_err(|e| loader_message(&e, path))?;
         if let Err(e) = &nvrtc.nvrtcVersion {
             return Err(format!(
                 "loaded, but it is not an NVRTC library (no nvrtcVersion: {e})"
@@ -67,6 +74,7 @@ impl Nvrtc {
         // SAFETY: the caller's duties 1 and 2 are this function's own.
         unsafe { load_path(path.as_ref()) }.map_err(|attempt| NvrtcLoadError {
             attempts: vec![attempt],
+            searched: Searched::GivenPath,
         })
     }
 }
@@ -84,7 +92,9 @@ impl Nvrtc {
 pub fn nvrtc() -> Result<&'static Nvrtc, NvrtcLoadError> {
     static NVRTC: OnceLock<Result<Nvrtc, NvrtcLoadError>> = OnceLock::new();
     NVRTC
-        .get_or_init(|| search::<Nvrtc>().map_err(|attempts| NvrtcLoadError { attempts }))
+        .get_or_init(|| {
+            search::<Nvrtc>().map_err(|(attempts, searched)| NvrtcLoadError { attempts, searched })
+        })
         .as_ref()
         .map_err(Clone::clone)
 }
@@ -106,6 +116,7 @@ mod tests {
                     reason: "also not found".into(),
                 },
             ],
+            searched: Searched::PlatformNames,
         };
         let text = err.to_string();
         assert!(text.starts_with("cannot load NVRTC"), "{text}");

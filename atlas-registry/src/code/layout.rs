@@ -399,9 +399,13 @@ const BUNDLE_MAGIC: &[u8] = b"__CLANG_OFFLOAD_BUNDLE__";
 
 /// The bytes before the first NUL (the driver reads PTX up to there).
 fn before_nul(blob: &[u8]) -> &[u8] {
-    blob.iter()
-        .position(|&b| b == 0)
-        .map_or(blob, |end| &blob[..end])
+    // Text (all PTX) is searched with `str::find`, which skips a word at a time; a byte loop costs
+    // several times more, and every load reads its PTX's layouts.
+    let end = match std::str::from_utf8(blob) {
+        Ok(text) => text.find('\0'),
+        Err(_) => blob.iter().position(|&b| b == 0),
+    };
+    end.map_or(blob, |end| &blob[..end])
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -641,10 +645,34 @@ impl<'t> Lexer<'t> {
     }
 
     /// Skips to the `}` that closes a `{` (already read) on line `opened`.
+    ///
+    /// A body declares nothing a layout needs, and every load reads its blob's layouts: so the
+    /// bytes are scanned for newlines and braces, and only comments and strings (which may hold
+    /// braces) are lexed, several times faster than cutting the whole body into tokens.
     fn skip_block(&mut self, opened: usize) -> Result<(), LayoutError> {
+        let bytes = self.text.as_bytes();
         let mut depth = 1usize;
+        let mut token = self.peeked.take().map(|(token, _)| token);
         loop {
-            match self.next()?.0 {
+            let token = match token.take() {
+                Some(token) => token,
+                None => {
+                    let rest = bytes.get(self.at..).unwrap_or_default();
+                    let plain = plain_run(rest);
+                    self.line += rest[..plain].iter().filter(|&&b| b == b'\n').count();
+                    self.at += plain;
+                    match rest.get(plain) {
+                        None => Token::End,
+                        // A comment, or a string: `scan` lexes it and the token after a comment.
+                        Some(b'/' | b'"') => self.scan()?.0,
+                        Some(&brace) => {
+                            self.at += 1;
+                            Token::Punct(char::from(brace))
+                        }
+                    }
+                }
+            };
+            match token {
                 Token::Punct('{') => depth += 1,
                 Token::Punct('}') => {
                     depth -= 1;
@@ -657,6 +685,34 @@ impl<'t> Lexer<'t> {
             }
         }
     }
+}
+
+/// How many bytes of `bytes` come before the first `{`, `}`, `/` or `"`: eight at a time, with the
+/// zero-byte test on each 64-bit word (a byte loop with four comparisons costs several times
+/// more, and every load reads its PTX's layouts).
+fn plain_run(bytes: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // Whether a byte of `word` is `b`: exact, no false positives.
+    let holds = |word: u64, b: u8| {
+        let x = word ^ (ONES * u64::from(b));
+        x.wrapping_sub(ONES) & !x & HIGHS != 0
+    };
+    let mut at = 0;
+    while let Some(word) = bytes
+        .get(at..at + 8)
+        .and_then(|w| <[u8; 8]>::try_from(w).ok())
+    {
+        let word = u64::from_le_bytes(word);
+        if holds(word, b'{') || holds(word, b'}') || holds(word, b'/') || holds(word, b'"') {
+            break;
+        }
+        at += 8;
+    }
+    let tail = &bytes[at..];
+    at + (tail.iter())
+        .position(|&b| matches!(b, b'{' | b'}' | b'/' | b'"'))
+        .unwrap_or(tail.len())
 }
 
 /// Size in bytes of each scalar type a kernel parameter can have.

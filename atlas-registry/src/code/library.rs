@@ -7,7 +7,7 @@ use atlas_sys::{CUlibrary, CUresult};
 
 use crate::code::blob::{BlobKind, code_targets};
 use crate::code::jit::{no_binary_for, retry_with_log, with_jit_log};
-use crate::code::module::{BlobLayouts, Module, layouts_if_needed};
+use crate::code::module::{BlobLayouts, Module, blob_layouts};
 use crate::device::host::CudaHost;
 use crate::driver::{self, calls};
 use crate::error::{AtlasError, Result, report_cleanup};
@@ -17,8 +17,8 @@ use crate::error::{AtlasError, Result, report_cleanup};
 pub(crate) struct LibraryBlob {
     raw: CUlibrary,
     kind: BlobKind,
-    /// As a module's: the blob's kernel layouts, read only when the driver cannot tell them.
-    blob_layouts: Option<Arc<BlobLayouts>>,
+    /// As a module's: the blob's kernel layouts, read at load.
+    blob_layouts: Arc<BlobLayouts>,
     /// What is kept of the blob to explain a failure of `cuLibraryGetModule`, where the driver
     /// first compiles or picks code for a device.
     kept: Kept,
@@ -54,7 +54,7 @@ impl LibraryBlob {
         Ok(Self {
             raw,
             kind,
-            blob_layouts: layouts_if_needed(image),
+            blob_layouts: blob_layouts(image),
             kept,
         })
     }

@@ -21,26 +21,25 @@ pub(crate) type ParamSizes = std::result::Result<Box<[usize]>, String>;
 /// Every kernel's parameter layout as a blob declares it, or why it cannot be read.
 pub(crate) type BlobLayouts = std::result::Result<Vec<KernelLayout>, String>;
 
-/// The blob's kernel layouts when the driver cannot tell them (no `cuFuncGetParamInfo`: older than
-/// CUDA 12.4, or an injection library); `None` when it can, so that nothing is parsed.
+/// The blob's kernel layouts: the layouts themselves when the driver cannot tell them (no
+/// `cuFuncGetParamInfo`: older than CUDA 12.4, or an injection library), and otherwise each
+/// kernel's parameter count, so that the driver is asked about those parameters and not one past
+/// the last (a call that fails, which compute-sanitizer reports as an error).
 ///
 /// A fatbin's layouts come from the first of its uncompressed entries (PTX or cubin) that can be
 /// read: every entry is the same source compiled for another architecture.
-pub(crate) fn layouts_if_needed(blob: &[u8]) -> Option<Arc<BlobLayouts>> {
-    if calls::has_param_info() {
-        return None;
-    }
+pub(crate) fn blob_layouts(blob: &[u8]) -> Arc<BlobLayouts> {
     let mut first_error = None;
     for code in plain_code(blob) {
         match kernel_layouts(code) {
-            Ok(layouts) => return Some(Arc::new(Ok(layouts))),
+            Ok(layouts) => return Arc::new(Ok(layouts)),
             Err(e) => {
                 first_error.get_or_insert(e.to_string());
             }
         }
     }
     let why = first_error.unwrap_or_else(|| "it holds no uncompressed PTX or cubin".into());
-    Some(Arc::new(Err(why)))
+    Arc::new(Err(why))
 }
 
 /// One module loaded in a context. Unloaded by [`unload_all`] or, silently, on drop.
@@ -52,9 +51,8 @@ pub(crate) struct Module {
     /// The library this module is a view of, which owns it (kept alive, never unloaded here);
     /// `None` for a module loaded alone.
     library: Option<Arc<dyn Send + Sync>>,
-    /// The kernels' parameter layouts as the blob declares them, read at load only when the driver
-    /// lacks `cuFuncGetParamInfo`.
-    blob_layouts: Option<Arc<BlobLayouts>>,
+    /// The kernels' parameter layouts as the blob declares them, read at load.
+    blob_layouts: Arc<BlobLayouts>,
 }
 
 // SAFETY: a CUmodule is a driver handle usable from any thread; the module is unloaded only
@@ -84,7 +82,7 @@ pub(crate) fn load_all<'a>(
             kind,
             context,
             library: None,
-            blob_layouts: layouts_if_needed(image),
+            blob_layouts: blob_layouts(image),
         });
     }
     Ok(modules)
@@ -120,7 +118,7 @@ impl Module {
         name: &str,
         kind: BlobKind,
         context: CUcontext,
-        blob_layouts: Option<Arc<BlobLayouts>>,
+        blob_layouts: Arc<BlobLayouts>,
         library: Arc<dyn Send + Sync>,
     ) -> Self {
         Self {
@@ -172,10 +170,9 @@ impl Module {
     }
 
     /// The parameter sizes of kernel `function` as the blob declares them, or why they cannot be
-    /// known; `None` when the module did not read them because the driver can tell.
-    pub(crate) fn blob_param_sizes(&self, function: &str) -> Option<ParamSizes> {
-        let layouts = self.blob_layouts.as_deref()?;
-        Some(match layouts {
+    /// known (worded for a driver without `cuFuncGetParamInfo`, the only one it is shown for).
+    pub(crate) fn blob_param_sizes(&self, function: &str) -> ParamSizes {
+        match &*self.blob_layouts {
             Ok(kernels) => kernels
                 .iter()
                 .find(|kernel| kernel.name == function)
@@ -190,7 +187,7 @@ impl Module {
                 "the driver lacks cuFuncGetParamInfo and the parameter layouts of module `{}` cannot be read from its blob: {why}",
                 self.name
             )),
-        })
+        }
     }
 
     /// `cuModuleGetGlobal`: the address and size of a `__device__` variable.

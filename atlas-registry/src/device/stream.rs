@@ -105,6 +105,33 @@ impl CudaStream {
     ///
     /// 1. `raw` is a live stream, or a default stream handle.
     /// 2. It stays valid for as long as the returned value (and anything enqueued through it) is used.
+    ///
+    /// # Examples
+    ///
+    /// A stream another library made (here with a raw driver call), used for Atlas's safe calls:
+    ///
+    /// ```no_run
+    /// # fn f(registry: &atlas_registry::AtlasRegistry) -> Result<(), Box<dyn std::error::Error>> {
+    /// use atlas_registry::{CudaStream, DeviceBuffer};
+    /// let cuda = atlas_registry::sys::driver()?;
+    /// let (create, destroy) = (
+    ///     atlas_registry::sys::entry!(cuda, cuStreamCreate)?,
+    ///     atlas_registry::sys::entry!(cuda, cuStreamDestroy_v2)?,
+    /// );
+    /// registry.ctx().bind()?; // cuStreamCreate acts in the current context
+    /// let mut raw = std::ptr::null_mut();
+    /// // SAFETY: `raw` is a live out-pointer; the registry's context is current.
+    /// assert_eq!(unsafe { create(&mut raw, 0) }, atlas_registry::sys::CUresult::CUDA_SUCCESS);
+    /// {
+    ///     // SAFETY: `raw` was created in the registry's context and outlives `theirs`.
+    ///     let theirs = unsafe { CudaStream::wrap(registry.ctx(), raw) }?;
+    ///     let x = DeviceBuffer::from_slice(registry.ctx(), &theirs, &[1.0f32; 16])?;
+    ///     assert_eq!(x.to_vec(&theirs)?, [1.0; 16]);
+    /// }
+    /// // SAFETY: nothing uses the stream any more.
+    /// unsafe { destroy(raw) };
+    /// # Ok(()) }
+    /// ```
     #[doc(alias = "cuStreamGetCtx")]
     pub unsafe fn wrap(context: &CudaContext, raw: CUstream) -> Result<Self> {
         if !is_default(raw) {
@@ -219,5 +246,41 @@ impl Drop for CudaStream {
         // SAFETY: the stream was created by Atlas in this context and is destroyed only here.
         let result = bound.and_then(|()| Ok(unsafe { calls::stream_destroy(raw) }?));
         report_cleanup("destroying a stream", result);
+    }
+}
+
+/// A stream as the launches and the registry's copies take it: a [`&CudaStream`](CudaStream), or
+/// the raw `CUstream` the original registry took (null: the legacy default stream). Sealed:
+/// Atlas implements it for those two alone.
+///
+/// A `&CudaStream` names its context, and the call checks it against its own (the function's,
+/// the graph's, the registry's). A raw `CUstream` names none: it is taken to be of the call's
+/// context, which the caller vouches for, so only `unsafe` calls take one. Safe calls
+/// ([`synchronize`](CudaStream::synchronize), [`DeviceBuffer::to_vec`](crate::DeviceBuffer::to_vec),
+/// ...) take a `&CudaStream`; [`CudaStream::wrap`] makes one of a raw stream, once.
+pub trait StreamArg: sealed::Sealed + Copy {
+    /// The raw handle, and the context the stream belongs to: a `&CudaStream`'s own; for a raw
+    /// `CUstream`, `call`, the context of the call it is given to.
+    fn stream_in(self, call: CUcontext) -> (CUstream, CUcontext);
+}
+
+mod sealed {
+    /// Implemented by Atlas for the stream forms only.
+    pub trait Sealed {}
+    impl Sealed for &super::CudaStream {}
+    impl Sealed for atlas_sys::CUstream {}
+}
+
+impl StreamArg for &CudaStream {
+    #[inline]
+    fn stream_in(self, _call: CUcontext) -> (CUstream, CUcontext) {
+        (self.raw, self.context)
+    }
+}
+
+impl StreamArg for CUstream {
+    #[inline]
+    fn stream_in(self, call: CUcontext) -> (CUstream, CUcontext) {
+        (self, call)
     }
 }

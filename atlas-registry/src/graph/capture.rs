@@ -54,6 +54,30 @@ impl CudaStream {
     /// event recorded on this one), and a launch made by another thread on this stream while the
     /// capture begins or ends, unless the capture both begins and ends while that one launch is
     /// being enqueued.
+    ///
+    /// ```no_run
+    /// # fn f(registry: &atlas_registry::AtlasRegistry, x: &mut atlas_registry::DeviceBuffer<f32>) -> atlas_registry::Result<()> {
+    /// use atlas_registry::{CudaStream, LaunchConfig};
+    /// let stream = CudaStream::new(registry.ctx())?;
+    /// let scale = registry.function_cached("elementwise", "scale")?; // looked up before capturing
+    /// let (n, cfg) = (x.len() as u32, LaunchConfig::for_elements(x.len() as u32, 256));
+    /// stream.begin_capture()?;
+    /// for factor in [2.0f32, 0.5, 3.0] {
+    ///     // SAFETY: captured, not run: each replay touches the `n` floats of `x`, which outlives
+    ///     // the graph.
+    ///     unsafe { scale.launch(&stream, &cfg, (&mut *x, factor, n))? };
+    /// }
+    /// let mut exec = stream.end_capture()?.instantiate()?;
+    /// assert_eq!(exec.kernel_count(), 3);
+    /// for _ in 0..10 {
+    ///     // SAFETY: `x` and the registry (so the module) outlive the replays.
+    ///     unsafe { exec.launch(&stream)? }; // one cuGraphLaunch for three kernels
+    /// }
+    /// // SAFETY: as for the captured launch it replaces.
+    /// unsafe { exec.set_kernel_args(1, &scale, &cfg, (&mut *x, 1.0f32, n))? };
+    /// stream.synchronize()?;
+    /// # Ok(()) }
+    /// ```
     #[doc(alias = "cuStreamBeginCapture_v2")]
     pub fn begin_capture(&self) -> Result<()> {
         if self.raw().is_null() {

@@ -8,7 +8,7 @@ use atlas_sys::{CUDA_KERNEL_NODE_PARAMS, CUgraphExec, CUgraphNode};
 use crate::device::capture::Keep;
 use crate::device::context::ensure_bound;
 use crate::device::host::ordinal_of;
-use crate::device::stream::CudaStream;
+use crate::device::stream::{CudaStream, StreamArg, is_default};
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, Result, report_cleanup};
 use crate::graph::capture::CudaGraph;
@@ -106,17 +106,27 @@ impl GraphExec {
     /// 2. A function the graph launches that came to a raw launch from elsewhere than the
     ///    registry it was launched through ([`RawCudaFunc::from_raw`](crate::RawCudaFunc::from_raw),
     ///    another registry) is still loaded.
+    /// 3. A raw `CUstream` is a live stream of the context the graph was captured in, or null.
+    ///    (`stream` is a `&CudaStream` or a raw `CUstream`, [`StreamArg`]; a `&CudaStream` of
+    ///    another context is refused with [`AtlasError::WrongContext`].)
     #[doc(alias = "cuGraphLaunch")]
-    pub unsafe fn launch(&self, stream: &CudaStream) -> Result<()> {
-        if stream.context() != self.graph.context() {
-            return Err(self.wrong_context("the stream", stream));
+    pub unsafe fn launch(&self, stream: impl StreamArg) -> Result<()> {
+        let (stream, context) = stream.stream_in(self.graph.context());
+        if context != self.graph.context() {
+            return Err(AtlasError::WrongContext {
+                what: "the stream".into(),
+                expected: ordinal_of(self.graph.context()),
+                given: ordinal_of(context),
+            });
         }
-        stream.bind_if_default()?;
-        // SAFETY: live executable graph, and a live stream of its context (checked above; for
-        // the legacy default stream that context is current); the modules of the kernels are
+        if is_default(stream) {
+            ensure_bound(context)?;
+        }
+        // SAFETY: live executable graph, and a live stream of its context (checked above, or
+        // duty 3; for a default stream that context is current); the modules of the kernels are
         // loaded and the memory of their buffer arguments allocated (the graph keeps both); what
         // else the kernels reach is the caller's duties 1 and 2.
-        Ok(unsafe { calls::graph_launch(self.raw, stream.raw()) }?)
+        Ok(unsafe { calls::graph_launch(self.raw, stream) }?)
     }
 
     /// The refusal of a stream (or graph) of another context than the graph's.

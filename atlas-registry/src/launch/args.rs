@@ -18,6 +18,18 @@
 //! }
 //! ```
 //!
+//! A buffer is passed by reference, `&buf` when the kernel reads it and `&mut buf` when it writes
+//! it; by value it is not an argument (the compiler says to pass `&buf` or `&mut buf`):
+//!
+//! ```compile_fail
+//! # fn f(scale: &atlas_registry::CudaFunction, stream: &atlas_registry::CudaStream,
+//! #      x: atlas_registry::DeviceBuffer<f32>) -> atlas_registry::Result<()> {
+//! let cfg = atlas_registry::LaunchConfig::for_elements(1000, 256);
+//! // SAFETY: never compiled.
+//! unsafe { scale.launch(stream, &cfg, (x, 2.0f32, 1000u32)) }
+//! # }
+//! ```
+//!
 //! ```compile_fail
 //! // KernelArgs is sealed: no type outside Atlas can claim a parameter layout.
 //! struct Lying;
@@ -55,6 +67,9 @@ use crate::memory::buffer::{DeviceBuffer, DeviceCopy};
 /// 2. When the argument is the address of device memory, `memory_context` returns the context that
 ///    memory was allocated in (a launch refuses memory of another context); `None` only for values
 ///    that are not addresses of device memory Atlas can attribute.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a kernel argument: pass a `DeviceBuffer` as `&buf` (read) or `&mut buf` (written), a scalar by value"
+)]
 pub unsafe trait KernelParam {
     /// The argument's size in bytes, as the kernel's parameter must have it.
     const SIZE: usize;
@@ -136,6 +151,9 @@ mod sealed {
 ///
 /// Sealed: Atlas implements it for tuples only, so the sizes a launch is checked against are always
 /// those of the values actually passed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a launch's arguments: pass a tuple of kernel arguments, `(&mut buf, 2.0f32, n)`, `(&buf,)` for one, `()` for none"
+)]
 pub trait KernelArgs: sealed::Sealed {
     /// The size in bytes of each argument, in order.
     const SIZES: &'static [usize];

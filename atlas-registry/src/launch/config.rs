@@ -5,6 +5,17 @@ use crate::device::limits::DeviceLimits;
 use crate::error::LimitError;
 
 /// Grid, block and dynamic shared memory of a launch.
+///
+/// ```
+/// use atlas_registry::LaunchConfig;
+///
+/// let cfg = LaunchConfig::for_elements(1000, 256); // one thread per element
+/// assert_eq!((cfg.grid, cfg.block, cfg.shared_mem_bytes), ((4, 1, 1), (256, 1, 1), 0));
+/// let staged = cfg.with_shared_mem(96 << 10); // 96 KiB: Atlas makes the opt-in at launch
+/// assert_eq!(staged.shared_mem_bytes, 98_304);
+/// let tiles = LaunchConfig { grid: (8, 8, 1), block: (16, 16, 1), shared_mem_bytes: 0 };
+/// # let _ = tiles;
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LaunchConfig {
     /// Blocks in x, y, z.

@@ -14,7 +14,7 @@ use atlas_sys::{CUcontext, CUfunction};
 use crate::code::module::ParamSizes;
 use crate::device::context::ensure_bound;
 use crate::device::host::{CudaHost, ordinal_of};
-use crate::device::stream::CudaStream;
+use crate::device::stream::StreamArg;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, LaunchRefusal, Result};
 use crate::launch::args::KernelArgs;
@@ -39,9 +39,9 @@ pub struct Kernel {
     /// (so the module stays loaded); upgraded only then.
     owner: Weak<dyn Send + Sync>,
     opt_in: SharedMemOptIn,
-    /// The layout the module's blob declares, for a driver without `cuFuncGetParamInfo`; `None`
-    /// when the module did not read it (the driver can tell).
-    from_blob: Option<ParamSizes>,
+    /// The layout the module's blob declares, or why it cannot be read: the layout for a driver
+    /// without `cuFuncGetParamInfo`, and how far to ask one that has it.
+    from_blob: ParamSizes,
     /// The parameter sizes, read on first use: from `cuFuncGetParamInfo`, else from the blob.
     params: OnceLock<ParamSizes>,
     /// What launches with attributes read of the function and keep (cluster dimensions,
@@ -68,7 +68,7 @@ impl Kernel {
         (module, function): (&str, &str),
         host: Arc<CudaHost>,
         (registry, owner): (u64, Weak<dyn Send + Sync>),
-        from_blob: Option<ParamSizes>,
+        from_blob: ParamSizes,
     ) -> Self {
         Self {
             raw,
@@ -119,8 +119,9 @@ impl Kernel {
             && self.name.as_bytes().ends_with(function.as_bytes())
     }
 
-    /// The kernel's parameter sizes in bytes, read once with `cuFuncGetParamInfo` (CUDA 12.4+) or,
-    /// on older drivers, from the module's blob; `None` when neither can tell.
+    /// The kernel's parameter sizes in bytes, read once with `cuFuncGetParamInfo` (CUDA 12.4+), as
+    /// many as the module's blob declares when the driver agrees with each (else to the driver's
+    /// last) or, on older drivers, from the blob; `None` when neither can tell.
     #[doc(alias = "cuFuncGetParamInfo")]
     pub fn param_sizes(&self) -> Result<Option<&[usize]>> {
         Ok(self.layout()?.as_deref().ok())
@@ -138,21 +139,23 @@ impl Kernel {
     #[cold]
     fn read_layout(&self) -> Result<&ParamSizes> {
         if !calls::has_param_info() {
-            let from_blob = self.from_blob.clone().unwrap_or_else(|| {
-                Err(
-                    "the driver lacks cuFuncGetParamInfo and the module's layouts were not read"
-                        .into(),
-                )
-            });
-            return Ok(self.params.get_or_init(|| from_blob));
+            return Ok(self.params.get_or_init(|| self.from_blob.clone()));
         }
         ensure_bound(self.host.context().raw())?;
+        // The driver's sizes, read up to the blob's count when each agrees with the blob: asking
+        // one index past the last is answered with an error, which compute-sanitizer reports
+        // (CUDA 13.0 has no entry point for the count). When the blob cannot tell, or differs,
+        // the walk goes on to the driver's end.
+        let bound = self.from_blob.as_deref().ok();
         let mut sizes = Vec::new();
-        // SAFETY: the function is live (its registry is, as `&self` is).
-        while let Some((_, size)) = unsafe { calls::param_info(self.raw, sizes.len()) }
-            .about(|| format!("`{}`", self.name))?
-        {
-            sizes.push(size);
+        while bound != Some(&sizes[..]) {
+            // SAFETY: the function is live (its registry is, as `&self` is).
+            match unsafe { calls::param_info(self.raw, sizes.len()) }
+                .about(|| format!("`{}`", self.name))?
+            {
+                Some((_, size)) => sizes.push(size),
+                None => break,
+            }
         }
         Ok(self.params.get_or_init(|| Ok(sizes.into_boxed_slice())))
     }
@@ -242,7 +245,7 @@ impl Kernel {
     /// to this function's device, the arguments match the kernel's real parameters in count and
     /// size, and `cfg` fits the device's limits. A refusal is an error and nothing reaches the
     /// driver. No heap allocation, one `cuLaunchKernel`. See [`KernelArgs`] for what an argument
-    /// can be.
+    /// can be. `stream` is a `&CudaStream` or a raw `CUstream` ([`StreamArg`]).
     ///
     /// On a stream being captured (a capture Atlas began), the launch is recorded into the graph
     /// and the kernel runs at each replay instead. The graph then keeps this kernel's registry
@@ -259,29 +262,50 @@ impl Kernel {
     ///    launch, the kernel runs at each replay: memory the graph does not keep (addresses passed
     ///    as integers) is the caller's to keep, as [`GraphExec::launch`](crate::GraphExec::launch)
     ///    asks.
+    /// 3. A raw `CUstream` is a live stream of this function's context, or null (a `&CudaStream`
+    ///    is checked instead).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
+    /// use atlas_registry::{DeviceBuffer, LaunchConfig};
+    /// let (stream, n) = (registry.stream(), 1000u32);
+    /// let mut x = DeviceBuffer::from_slice(registry.ctx(), stream, &vec![1.0f32; n as usize])?;
+    /// let scale = registry.function_cached("elementwise", "scale")?; // scale(float*, float, unsigned)
+    /// let cfg = LaunchConfig::for_elements(n, 256);
+    /// // SAFETY: `scale` touches the `n` floats `x` holds; `to_vec` waits for it on the same stream.
+    /// unsafe { scale.launch(stream, &cfg, (&mut x, 2.0f32, n))? };
+    /// // The same launch on the raw handle of the registry's stream:
+    /// // SAFETY: as above; the raw stream is a live stream of the function's context.
+    /// unsafe { scale.launch(registry.raw_stream(), &cfg, (&mut x, 2.0f32, n))? };
+    /// assert_eq!(x.to_vec(stream)?[0], 4.0);
+    /// # Ok(()) }
+    /// ```
     #[doc(alias = "cuLaunchKernel")]
     #[inline]
     pub unsafe fn launch<A: KernelArgs>(
         &self,
-        stream: &CudaStream,
+        stream: impl StreamArg,
         cfg: &LaunchConfig,
         args: A,
     ) -> Result<()> {
-        if stream.context() != self.host.context().raw() {
-            return Err(self.wrong_device("the stream".into(), stream.context()));
+        let (stream, context) = stream.stream_in(self.host.context().raw());
+        if context != self.host.context().raw() {
+            return Err(self.wrong_device("the stream".into(), context));
         }
         self.preflight(cfg, &args)?;
         let gather = |holds: &mut GraphHolds| {
             self.hold_for_graph(holds);
             args.hold_for_graph(holds);
         };
-        held::enqueue(stream.raw(), false, gather, || {
-            // Function and stream are live and of the host's context (checked above); preflight
+        held::enqueue(stream, false, gather, || {
+            // Function and stream are live and of the host's context (checked above, or duty 3); preflight
             // matched the array to the kernel's parameters, its buffers to that context and `cfg`
             // to the device, and made the shared memory opt-in.
             // SAFETY: as just said; what the kernel does with its arguments is duties 1 and 2.
             args.with_params(|params| unsafe {
-                launch_kernel(&self.host, self.raw, self, cfg, stream.raw(), params)
+                launch_kernel(&self.host, self.raw, self, cfg, stream, params)
             })
         })
     }
@@ -312,17 +336,20 @@ impl Kernel {
     /// 2. That memory stays allocated, and is not freed or reused by the host, until the kernel has
     ///    run (synchronize the stream, or an event recorded after the launch); captured, as for
     ///    [`launch`](Self::launch).
+    /// 3. A raw `CUstream` is a live stream of this function's context, or null (a `&CudaStream`
+    ///    is checked instead).
     #[doc(alias = "cuLaunchKernelEx")]
     #[inline]
     pub unsafe fn launch_with<A: KernelArgs>(
         &self,
-        stream: &CudaStream,
+        stream: impl StreamArg,
         cfg: &LaunchConfig,
         attrs: &LaunchAttributes,
         args: A,
     ) -> Result<()> {
-        if stream.context() != self.host.context().raw() {
-            return Err(self.wrong_device("the stream".into(), stream.context()));
+        let (stream, context) = stream.stream_in(self.host.context().raw());
+        if context != self.host.context().raw() {
+            return Err(self.wrong_device("the stream".into(), context));
         }
         self.preflight(cfg, &args)?;
         // SAFETY: the function is live and of the host's context (it is this registry's).
@@ -331,15 +358,15 @@ impl Kernel {
             self.hold_for_graph(holds);
             args.hold_for_graph(holds);
         };
-        held::enqueue(stream.raw(), attrs.constrains_grid(), gather, || {
-            // Function and stream are live and of the host's context (checked above); preflight
+        held::enqueue(stream, attrs.constrains_grid(), gather, || {
+            // Function and stream are live and of the host's context (checked above, or duty 3); preflight
             // matched the array to the kernel's parameters, its buffers to that context and `cfg`
             // to the device, and made the shared memory opt-in; the attributes passed their check.
             // SAFETY: as just said; an event among the attributes is live in this context
             // (`LaunchAttributes::programmatic_event`'s duty); the kernel's use of its arguments
             // is duties 1 and 2.
             args.with_params(|params| unsafe {
-                launch_kernel_ex(&self.host, self.raw, self, cfg, attrs, stream.raw(), params)
+                launch_kernel_ex(&self.host, self.raw, self, cfg, attrs, stream, params)
             })
         })
     }

@@ -22,6 +22,11 @@ use crate::memory::pool::require_memory_pools;
 ///
 /// 1. Every bit pattern of `size_of::<Self>()` bytes is a valid value (the device may write any).
 /// 2. The type has no padding, pointers to host memory, or drop glue.
+// A buffer passed to a launch by value lands here (the scalar arguments' impl of `KernelParam`
+// asks for `DeviceCopy`), so the message says what to pass instead.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not plain device data (`DeviceCopy`); as a kernel argument, pass a `DeviceBuffer` as `&buf` (read) or `&mut buf` (written)"
+)]
 pub unsafe trait DeviceCopy: Copy + Send + Sync + 'static {}
 
 macro_rules! device_copy {
@@ -56,6 +61,23 @@ unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 /// device has finished the work enqueued until then (`cuCtxSynchronize`, then `cuMemFree`; while a
 /// capture Atlas began is in progress anywhere, when the last one has ended). So a buffer dropped
 /// during or after the capture never leaves a replay pointing at freed memory.
+///
+/// A kernel takes a buffer as `&buf` (it reads it) or `&mut buf` (it writes it): the buffer's
+/// device address, checked to be memory of the function's context.
+///
+/// ```no_run
+/// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
+/// use atlas_registry::{DeviceBuffer, LaunchConfig};
+/// let (ctx, stream) = (registry.ctx(), registry.stream());
+/// let x = DeviceBuffer::from_slice(ctx, stream, &[1.0f32, 2.0, 3.0])?; // allocate and copy
+/// let mut y = DeviceBuffer::<f32>::alloc(ctx, 3)?; // contents unspecified
+/// y.copy_from(stream, &[10.0, 20.0, 30.0])?;
+/// let axpy = registry.function_cached("elementwise", "axpy")?; // y = a * x + y
+/// // SAFETY: `axpy` reads 3 floats of `x` and updates 3 of `y`; `to_vec` waits for it.
+/// unsafe { axpy.launch(stream, &LaunchConfig::for_elements(3, 256), (&x, &mut y, 2.0f32, 3u32))? };
+/// assert_eq!(y.to_vec(stream)?, [12.0, 24.0, 36.0]);
+/// # Ok(()) }
+/// ```
 pub struct DeviceBuffer<T: DeviceCopy> {
     ptr: CUdeviceptr,
     len: usize,

@@ -18,6 +18,20 @@ use crate::memory::copy::{dtoh, htod};
 /// [`size`](Self::size) (or `<(CUdeviceptr, usize)>::from(&symbol)`) give the plain pair, for the
 /// raw copies ([`AtlasRegistry::copy_h2d_async`](crate::AtlasRegistry::copy_h2d_async)) and for
 /// kernel arguments.
+///
+/// ```no_run
+/// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
+/// use atlas_registry::sys::CUdeviceptr;
+/// // __device__ float bias; in module `device_global`
+/// let bias = registry.device_symbol("device_global", "bias")?;
+/// assert_eq!(bias.size(), 4);
+/// bias.write(&[0.25f32])?;
+/// let mut back = [0.0f32];
+/// bias.read(&mut back)?;
+/// assert_eq!(back, [0.25]);
+/// let (ptr, size): (CUdeviceptr, usize) = (&bias).into(); // the original registry's pair
+/// # let _ = (ptr, size); Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct DeviceSymbol {
     ptr: CUdeviceptr,

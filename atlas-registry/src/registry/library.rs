@@ -19,8 +19,11 @@ use crate::registry::model::{Compiled, Model, kernel_names_if_needed};
 ///
 /// # fn main() -> atlas_registry::Result<()> {
 /// let library = AtlasLibrary::load(atlas_kernels::ptx_for_model("demo").unwrap())?;
-/// let on_gpu0 = library.registry(0)?;
-/// let on_gpu1 = library.registry(1)?;
+/// for ordinal in 0..atlas_registry::device_count()? {
+///     let registry = library.registry(ordinal)?; // the one load, in this device's context
+///     let scale = registry.function_cached("elementwise", "scale")?;
+///     # let _ = scale;
+/// }
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]

@@ -25,7 +25,7 @@ use crate::code::module::{Module, load_all, unload_all};
 use crate::compile::CacheOutcome;
 use crate::device::context::CudaContext;
 use crate::device::host::{CudaHost, host, ordinal_of};
-use crate::device::stream::CudaStream;
+use crate::device::stream::{CudaStream, StreamArg};
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, NotFoundKind, Result};
 use crate::launch::attributes::{LaunchAttributes, LaunchFacts, launch_kernel_ex};
@@ -33,7 +33,7 @@ use crate::launch::config::LaunchConfig;
 use crate::launch::enqueue::{SharedMemOptIn, UnknownFunction, check_config, launch_kernel};
 use crate::launch::held::{self, GraphHolds};
 use crate::launch::kernel::Kernel;
-use crate::memory::copy::{copy_to_device_async, copy_to_host_async};
+use crate::memory::copy::{dtoh, htod};
 use crate::memory::symbol::DeviceSymbol;
 use call_sites::CallSiteTable;
 use function::{CudaFunction, FunctionRef, RawCudaFunc};
@@ -77,6 +77,37 @@ impl AtlasRegistry {
     /// blob, or a duplicate module name, is an [`AtlasError::InvalidModule`] naming the module; a
     /// JIT failure is an [`AtlasError::ModuleLoad`] carrying the JIT log. Modules loaded before a
     /// failure are unloaded again.
+    ///
+    /// # Examples
+    ///
+    /// Your own kernels, as PTX (`nvcc -ptx`, NVRTC) embedded in the binary; cubins and fatbins are
+    /// loaded the same way (`include_bytes!("my_kernels.sm_90.cubin")`). The README's "Your own
+    /// kernels" goes from a `.cu` file to a launch.
+    ///
+    /// ```no_run
+    /// use atlas_registry::{AtlasRegistry, DeviceBuffer, LaunchConfig};
+    ///
+    /// // extern "C" __global__ void touch(float* out) {}
+    /// const PTX: &str = "
+    /// .version 8.0
+    /// .target sm_75
+    /// .address_size 64
+    /// .visible .entry touch(.param .u64 out)
+    /// {
+    ///     ret;
+    /// }
+    /// ";
+    ///
+    /// # fn main() -> atlas_registry::Result<()> {
+    /// let registry = AtlasRegistry::load(0, &[("my_kernels", PTX.as_bytes())])?;
+    /// let touch = registry.function("my_kernels", "touch")?;
+    /// assert_eq!(touch.param_sizes()?, Some(&[8][..]));
+    /// let mut out = DeviceBuffer::<f32>::alloc(registry.ctx(), 1)?;
+    /// // SAFETY: `touch` reads and writes nothing.
+    /// unsafe { touch.launch(registry.stream(), &LaunchConfig::for_elements(1, 1), (&mut out,))? };
+    /// registry.stream().synchronize()?;
+    /// # Ok(()) }
+    /// ```
     #[doc(alias = "cuModuleLoadData")]
     #[doc(alias = "cuModuleLoadDataEx")]
     pub fn load(ordinal: usize, blobs: &[(&str, &[u8])]) -> Result<Self> {
@@ -235,7 +266,17 @@ impl AtlasRegistry {
     }
 
     /// Looks `function` up in `module` with `cuModuleGetFunction`, every call.
-    /// The returned handle keeps the registry's modules loaded while it lives.
+    /// The returned handle keeps the registry's modules loaded while it lives. An unknown name is
+    /// [`AtlasError::NotFound`] naming `module::function`.
+    ///
+    /// ```no_run
+    /// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
+    /// let scale = registry.function("elementwise", "scale")?;
+    /// assert_eq!(scale.name(), "elementwise::scale");
+    /// assert_eq!(scale.param_sizes()?, Some(&[8, 4, 4][..])); // float*, float, unsigned int
+    /// assert!(registry.function("elementwise", "no_such_kernel").is_err());
+    /// # Ok(()) }
+    /// ```
     #[doc(alias = "cuModuleGetFunction")]
     pub fn function(&self, module: &str, function: &str) -> Result<CudaFunction> {
         let kernel = self.look_up_kernel(module, function)?;
@@ -245,6 +286,14 @@ impl AtlasRegistry {
     /// As [`function`](Self::function), looked up once per registry and then served from its
     /// function table (a hash lookup, no lock). For the hot path, see
     /// [`FunctionCache`](crate::FunctionCache).
+    ///
+    /// ```no_run
+    /// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
+    /// let first = registry.function_cached("elementwise", "axpy")?; // cuModuleGetFunction
+    /// let again = registry.function_cached("elementwise", "axpy")?; // no driver call
+    /// assert_eq!(first.raw(), again.raw());
+    /// # Ok(()) }
+    /// ```
     pub fn function_cached(&self, module: &str, function: &str) -> Result<CudaFunction> {
         let kernel = self.cached_kernel(module, function)?;
         Ok(self.owning(kernel))
@@ -292,7 +341,8 @@ impl AtlasRegistry {
     }
 
     /// The `__device__` variable `symbol` of `module` (`cuModuleGetGlobal`): its address and size,
-    /// in a value that keeps the module loaded. Errors name `module::symbol`.
+    /// in a value that keeps the module loaded. Errors name `module::symbol`. See
+    /// [`DeviceSymbol`] for an example.
     #[doc(alias = "cuModuleGetGlobal_v2")]
     pub fn device_symbol(&self, module: &str, symbol: &str) -> Result<DeviceSymbol> {
         let (ptr, size) = self.module(module)?.global(symbol)?;
@@ -305,59 +355,82 @@ impl AtlasRegistry {
         ))
     }
 
-    /// `Ok` when `stream` is of this registry's context.
-    fn check_stream(&self, stream: &CudaStream) -> Result<()> {
-        if stream.context() == self.ctx().raw() {
-            return Ok(());
+    /// `stream`'s raw handle, when it is of this registry's context (a raw `CUstream` is taken to
+    /// be, as the caller vouches).
+    #[inline]
+    fn check_stream(&self, stream: impl StreamArg) -> Result<CUstream> {
+        let (raw, context) = stream.stream_in(self.ctx().raw());
+        if context == self.ctx().raw() {
+            return Ok(raw);
         }
         Err(AtlasError::WrongContext {
             what: "the stream".into(),
             expected: Some(self.inner.host.ordinal()),
-            given: ordinal_of(stream.context()),
+            given: ordinal_of(context),
         })
     }
 
     /// Enqueues a copy of `bytes` from host memory `src` to device address `dst` (a buffer, a
-    /// [`DeviceSymbol`], any device memory of this registry's device) on `stream`, which may be
-    /// capturing. The stream must be of this registry's context.
+    /// [`DeviceSymbol`], any device memory of this registry's device) on `stream` (a
+    /// `&CudaStream` or a raw `CUstream`: [`StreamArg`]), which may be capturing. The stream must
+    /// be of this registry's context.
     ///
     /// # Safety
     ///
     /// 1. `dst .. dst + bytes` is allocated device memory of this registry's device.
     /// 2. `src` holds `bytes` readable bytes that stay alive and unmodified until the copy has
     ///    finished (synchronize the stream; for a captured copy, until the last replay has).
+    /// 3. A raw `CUstream` is a live stream of this registry's context, or null (a `&CudaStream`
+    ///    is checked instead).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
+    /// let bias = registry.device_symbol("device_global", "bias")?;
+    /// let value = 0.5f32;
+    /// // SAFETY: `bias` is 4 bytes of this device; `value` outlives the copy (synchronized below).
+    /// unsafe { registry.copy_h2d_async(bias.ptr(), (&raw const value).cast(), 4, registry.raw_stream())? };
+    /// registry.stream_synchronize(registry.stream())?;
+    /// # Ok(()) }
+    /// ```
     #[doc(alias = "cuMemcpyHtoDAsync_v2")]
     pub unsafe fn copy_h2d_async(
         &self,
         dst: CUdeviceptr,
         src: *const c_void,
         bytes: usize,
-        stream: &CudaStream,
+        stream: impl StreamArg,
     ) -> Result<()> {
-        self.check_stream(stream)?;
-        // SAFETY: the caller's duties 1 and 2; the stream is of the memory's context (above).
-        unsafe { copy_to_device_async(stream, dst, src, bytes) }
+        let stream = self.check_stream(stream)?;
+        // SAFETY: the caller's duties 1 and 2; the stream is of the memory's context (checked
+        // above, or duty 3).
+        unsafe { htod(self.ctx().raw(), dst, src, bytes, stream) }
     }
 
-    /// Enqueues a copy of `bytes` from device address `src` to host memory `dst` on `stream`, which
-    /// may be capturing. The stream must be of this registry's context.
+    /// Enqueues a copy of `bytes` from device address `src` to host memory `dst` on `stream` (a
+    /// `&CudaStream` or a raw `CUstream`), which may be capturing. The stream must be of this
+    /// registry's context.
     ///
     /// # Safety
     ///
     /// 1. `src .. src + bytes` is allocated device memory of this registry's device.
     /// 2. `dst` has room for `bytes` and stays alive, neither read nor written, until the copy has
     ///    finished.
+    /// 3. A raw `CUstream` is a live stream of this registry's context, or null (a `&CudaStream`
+    ///    is checked instead).
     #[doc(alias = "cuMemcpyDtoHAsync_v2")]
     pub unsafe fn copy_d2h_async(
         &self,
         dst: *mut c_void,
         src: CUdeviceptr,
         bytes: usize,
-        stream: &CudaStream,
+        stream: impl StreamArg,
     ) -> Result<()> {
-        self.check_stream(stream)?;
-        // SAFETY: the caller's duties 1 and 2; the stream is of the memory's context (above).
-        unsafe { copy_to_host_async(stream, dst, src, bytes) }
+        let stream = self.check_stream(stream)?;
+        // SAFETY: the caller's duties 1 and 2; the stream is of the memory's context (checked
+        // above, or duty 3).
+        unsafe { dtoh(self.ctx().raw(), dst, src, bytes, stream) }
     }
 
     /// Waits for all work on `stream` (this registry's [`stream`](Self::stream), or any other of
@@ -370,7 +443,8 @@ impl AtlasRegistry {
         stream.synchronize()
     }
 
-    /// Launches `func` on the caller's raw `stream` (null: the legacy default stream) with a raw
+    /// Launches `func` on the caller's `stream` (a raw `CUstream`, null for the legacy default
+    /// stream, or a `&CudaStream` such as [`stream`](Self::stream): [`StreamArg`]) with a raw
     /// parameter array: the lowest-overhead path. `cfg` is checked against the device's limits and,
     /// when Atlas knows the kernel's parameter layout (a handle of this registry), the number of
     /// parameters against it; the >48 KiB shared memory opt-in is made once per function and size,
@@ -388,23 +462,45 @@ impl AtlasRegistry {
     /// # Safety
     ///
     /// 1. `func` is a function of a module that is still loaded in this registry's context (this
-    ///    registry's own, or another live one of the same context), and `stream` a live stream
-    ///    created in that context, or null. Captured, a function that is not this registry's own
-    ///    stays loaded while any graph made from the capture lives.
+    ///    registry's own, or another live one of the same context), and a raw `stream` a live
+    ///    stream created in that context, or null (a `&CudaStream` is checked instead). Captured,
+    ///    a function that is not this registry's own stays loaded while any graph made from the
+    ///    capture lives.
     /// 2. `params` holds one pointer per kernel parameter, in order, each to a value of exactly that
     ///    parameter's type, valid until this call returns.
     /// 3. What the kernel reads and writes through its arguments is valid, in-bounds memory of this
     ///    registry's device that stays allocated until the kernel has run (captured: at each
     ///    replay, as [`GraphExec::launch`](crate::GraphExec::launch) asks).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(registry: &atlas_registry::AtlasRegistry, x: &mut atlas_registry::DeviceBuffer<f32>) -> atlas_registry::Result<()> {
+    /// use std::ffi::c_void;
+    /// use atlas_registry::LaunchConfig;
+    /// let scale = registry.raw_function_cached("elementwise", "scale")?; // scale(float*, float, unsigned)
+    /// let (mut ptr, mut factor, mut n) = (x.device_ptr(), 2.0f32, x.len() as u32);
+    /// let mut params: [*mut c_void; 3] =
+    ///     [(&raw mut ptr).cast(), (&raw mut factor).cast(), (&raw mut n).cast()];
+    /// let cfg = LaunchConfig::for_elements(n, 256);
+    /// // SAFETY: a function of this registry; the array points to a device pointer, a float and a
+    /// // u32, `scale`'s parameters; `x` holds `n` floats and outlives the launch (synchronized).
+    /// unsafe { registry.launch_on_stream(scale, &cfg, registry.raw_stream(), &mut params)? };
+    /// // SAFETY: as above, on the same stream as a `&CudaStream`.
+    /// unsafe { registry.launch_on_stream(scale, &cfg, registry.stream(), &mut params)? };
+    /// registry.stream().synchronize()?;
+    /// # Ok(()) }
+    /// ```
     #[doc(alias = "cuLaunchKernel")]
     #[inline]
     pub unsafe fn launch_on_stream(
         &self,
         func: impl Into<RawCudaFunc>,
         cfg: &LaunchConfig,
-        stream: CUstream,
+        stream: impl StreamArg,
         params: &mut [*mut c_void],
     ) -> Result<()> {
+        let stream = self.check_stream(stream)?;
         let func: RawCudaFunc = func.into();
         let host = &*self.inner.host;
         let count = params.len();
@@ -463,9 +559,10 @@ impl AtlasRegistry {
     /// # Safety
     ///
     /// 1. `func` is a function of a module that is still loaded in this registry's context (this
-    ///    registry's own, or another live one of the same context), and `stream` a live stream
-    ///    created in that context, or null. Captured, a function that is not this registry's own
-    ///    stays loaded while any graph made from the capture lives.
+    ///    registry's own, or another live one of the same context), and a raw `stream` a live
+    ///    stream created in that context, or null (a `&CudaStream` is checked instead). Captured,
+    ///    a function that is not this registry's own stays loaded while any graph made from the
+    ///    capture lives.
     /// 2. `params` holds one pointer per kernel parameter, in order, each to a value of exactly that
     ///    parameter's type, valid until this call returns.
     /// 3. What the kernel reads and writes through its arguments is valid, in-bounds memory of this
@@ -478,9 +575,10 @@ impl AtlasRegistry {
         func: impl Into<RawCudaFunc>,
         cfg: &LaunchConfig,
         attrs: &LaunchAttributes,
-        stream: CUstream,
+        stream: impl StreamArg,
         params: &mut [*mut c_void],
     ) -> Result<()> {
+        let stream = self.check_stream(stream)?;
         let func: RawCudaFunc = func.into();
         let host = &*self.inner.host;
         let count = params.len();

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Atlas under NVIDIA's tools, on a GPU machine, in about 4 minutes on an H200:
+#
+# 1. The GPU tests (the ignored ones), except those that fault or make the driver fail on purpose
+#    (listed below, with why), under compute-sanitizer's memcheck, racecheck, initcheck and
+#    synccheck, one tool after another, with --error-exitcode 9: each test binary's ERROR SUMMARY,
+#    and every failed API call the tool reported, counted. The excluded tests run without the
+#    sanitizer, in the plain GPU suite (`bash .gpu/run.sh`).
+# 2. Whether Nsight Compute (ncu) and Nsight Systems (nsys) are there; a short launch loop
+#    (clean_program's gpu_launch_loop) under `ncu --clock-control none` and, when present, nsys.
+#
+# Test binaries come from ../shared/tools/gpu-pack (built where Rust is; .gpu/tests/). Then, on
+# the GPU machine, from the repository root:
+#
+#   bash atlas-registry/tests/gpu/nvidia_tools.sh [TEST_BINARY_DIR]     # default .gpu/tests
+#
+# Logs go to $OUT/nvidia_tools (or /tmp/nvidia_tools). The last line says whether every
+# sanitizer run reported 0 errors.
+set -u
+
+bins=${1:-.gpu/tests}
+logs=${OUT:-/tmp}/nvidia_tools
+mkdir -p "$logs"
+export PATH=$PATH:/usr/local/cuda/bin
+start=$SECONDS
+
+# Tests excluded from the sanitizer runs: `name  why`. Matched against the test's function name.
+excluded='
+a_trapping_kernel_loses_the_context_and_every_next_call_says_restart  faults on purpose (a trap)
+an_out_of_bounds_write_loses_the_context_and_every_next_call_says_restart  faults on purpose (an illegal address)
+fuzz_mutants_load_without_crashing  hands the driver mutated blobs that it refuses
+a_thousand_random_blobs_are_refused_without_a_crash  hands the driver PTX-looking garbage that it refuses
+truncated_ptx_fails_to_load_naming_the_module  broken PTX, refused by the JIT
+a_ptx_syntax_error_gives_a_jit_log_naming_the_line  broken PTX, refused by the JIT
+a_good_module_then_a_bad_one_fails_naming_the_bad_one  broken PTX, refused by the JIT
+ptx_syntax_error_reports_the_jit_log  broken PTX, refused by the JIT
+ptx_that_does_not_compile_fails_at_registry_with_the_jit_log  broken PTX, refused by the JIT
+an_unknown_function_is_not_found_naming_module_and_name  unknown names: cuModuleGetFunction answers NOT_FOUND
+a_function_of_another_module_is_not_found  unknown names: cuModuleGetFunction answers NOT_FOUND
+an_unknown_device_symbol_is_not_found_naming_module_and_name  unknown names: cuModuleGetGlobal answers NOT_FOUND
+unknown_names_give_errors_naming_them  unknown names: the driver answers NOT_FOUND
+a_cubin_for_another_architecture_is_refused_naming_both  the driver refuses cubins of other architectures (NO_BINARY_FOR_GPU)
+another_topology_is_instantiated_again  cuGraphExecUpdate refuses a graph of another shape, by design
+blob_layouts_of_every_model_match_the_driver  walks cuFuncGetParamInfo past the last parameter, on purpose
+ptx_layouts_of_every_type_and_alignment_match_the_driver  the same walk, and PTX the JIT refuses
+exit_with_registries_in_statics_and_thread_locals_prints_nothing  unloads at process exit, answered with teardown codes
+process_exit_from_a_test_with_live_registries_prints_nothing  unloads at process exit, answered with teardown codes
+a_thousand_load_drop_cycles_keep_device_and_host_memory_flat  time: a thousand loads
+two_gpus_a_buffer_or_stream_of_the_other_device_is_refused  needs two GPUs
+a_graph_or_stream_of_another_device_is_refused_and_the_graph_replays_as_before  needs two GPUs
+two_gpus_one_library_load_serves_both  needs two GPUs
+two_gpus_are_independent  needs two GPUs
+fuzz_child  the body of a child process (does nothing alone)
+child_print_driver_outcome  the body of a child process (does nothing alone)
+'
+is_excluded() { grep -q "^$1 " <<<"$excluded"; }
+
+# Test binaries in the order they are worth the time (the clean program first); then the rest.
+order='clean_program gpu graph stream_forms copies stream_memory launch_attributes library blobs launch_limits
+graph_update safety bad_blobs concurrency teardown param_layout'
+binaries=()
+for name in $order; do
+  for b in "$bins/$name"-*; do [ -x "$b" ] && binaries+=("$b"); done
+done
+for b in "$bins"/*; do
+  [ -x "$b" ] || continue
+  case " ${binaries[*]} " in *" $b "*) ;; *) binaries+=("$b") ;; esac
+done
+[ ${#binaries[@]} -gt 0 ] || { echo "no test binaries in $bins: run ../shared/tools/gpu-pack first" >&2; exit 2; }
+
+# The ignored (GPU) tests of a binary that are not excluded, one per line.
+gpu_tests() {
+  "$1" --list --ignored 2>/dev/null | sed -n 's/: test$//p' | while read -r t; do
+    is_excluded "${t##*::}" || echo "$t"
+  done
+}
+
+echo "== excluded from the sanitizer runs (they run in the plain GPU suite)"
+sed '/^$/d; s/^\([^ ]*\)  \(.*\)$/  \1: \2/' <<<"$excluded"
+
+sanitizer=$(command -v compute-sanitizer || true)
+failed=0
+if [ -z "$sanitizer" ]; then
+  echo "== compute-sanitizer: not found"
+  failed=1
+else
+  echo "== $("$sanitizer" --version | tail -1)"
+  # Seconds each tool may take in all; what does not fit is named, not run.
+  for spec in memcheck:75 racecheck:35 initcheck:35 synccheck:30; do
+    tool=${spec%:*} budget=${spec#*:} tool_start=$SECONDS
+    echo "== $tool (up to ${budget}s)"
+    for b in "${binaries[@]}"; do
+      mapfile -t tests < <(gpu_tests "$b")
+      [ ${#tests[@]} -gt 0 ] || continue
+      left=$((budget - (SECONDS - tool_start)))
+      name=$(basename "$b")
+      if [ "$left" -le 5 ]; then
+        echo "  $name: not run (the ${budget}s of $tool are spent): ${tests[*]##*::}"
+        continue
+      fi
+      log="$logs/$tool.$name.log"
+      t0=$SECONDS
+      timeout -k 5 "$left" "$sanitizer" --tool "$tool" --error-exitcode 9 --target-processes all \
+        "$b" --ignored --exact --test-threads=1 "${tests[@]}" >"$log" 2>&1
+      rc=$?
+      summaries=$(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "$log" | sort | uniq -c | sed 's/^ *//' | paste -sd ',' -)
+      result=$(grep -E '^test result:' "$log" | tail -1)
+      echo "  $name ($((SECONDS - t0))s, exit $rc): ${summaries:-no ERROR SUMMARY}; ${result:-no test result}"
+      # "Program hit CUDA_ERROR_X (error N) due to "..." on CUDA API call to cuY.", counted.
+      grep 'on CUDA API call to' "$log" |
+        sed -E 's/.*Program hit ([A-Z_]+).* on CUDA API call to ([A-Za-z0-9_]+).*/\1 on \2/' |
+        sort | uniq -c | sed 's/^/      /'
+      grep -E '^test .* FAILED$' "$log" | sed 's/^/      /' | head -10
+      if [ "$rc" -ne 0 ]; then failed=1; fi
+      if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then echo "      (timed out; log: $log)"; fi
+    done
+  done
+fi
+
+echo "== Nsight tools"
+launch_loop=$(ls "$bins"/clean_program-* 2>/dev/null | head -1)
+ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+if [ -n "$ncu" ]; then
+  echo "-- ncu: $ncu ($("$ncu" --version | tail -1))"
+  # The first five launches of the loop (200 launches of elementwise::axpy on 65,536 floats),
+  # summarized per kernel; clocks left as the driver sets them.
+  timeout -k 5 30 "$ncu" --clock-control none --launch-count 5 --print-summary per-kernel \
+    --target-processes all "$launch_loop" --ignored --exact --test-threads=1 gpu_launch_loop \
+    >"$logs/ncu.log" 2>&1
+  echo "   exit $?"
+  grep -vE '^(running|test |$)' "$logs/ncu.log" | head -80 | sed 's/^/   /'
+else
+  echo "-- ncu: not found (PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute)"
+fi
+if [ -n "$nsys" ]; then
+  echo "-- nsys: $nsys ($("$nsys" --version | tail -1))"
+  timeout -k 5 30 "$nsys" profile --trace=cuda --stats=true --force-overwrite true \
+    -o "$logs/launch_loop" "$launch_loop" --ignored --exact --test-threads=1 gpu_launch_loop \
+    >"$logs/nsys.log" 2>&1
+  echo "   exit $?"
+  grep -E 'cuLaunchKernel|cuModuleLoadData|cuFuncGetParamInfo|cuStreamSynchronize|axpy|Time \(%\)' \
+    "$logs/nsys.log" | head -20 | sed 's/^/   /'
+else
+  echo "-- nsys: not found (PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-systems)"
+fi
+
+echo "== $((SECONDS - start))s in all; logs in $logs"
+if [ "$failed" = 0 ]; then
+  echo "every sanitizer run: 0 errors"
+else
+  echo "some sanitizer run reported errors, failed or timed out (see above)"
+fi
+exit "$failed"
