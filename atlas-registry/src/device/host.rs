@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use atlas_sys::{CUcontext, CUdevice_attribute};
+use atlas_sys::{CUcontext, CUdevice, CUdevice_attribute};
 
 use crate::device::context::CudaContext;
 use crate::device::limits::{DeviceLimits, attribute};
@@ -64,11 +64,7 @@ impl CudaHost {
         let about = || format!("device {ordinal}");
         let device = calls::device_get(ordinal_c).about(about)?;
         let name = calls::device_name(device).about(about)?;
-        let capability = |a| attribute(device, a, ordinal);
-        let compute_capability = (
-            capability(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            capability(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-        );
+        let compute_capability = compute_capability_of(device, ordinal)?;
         let context = CudaContext::retain_primary(device, ordinal)?;
         let limits = DeviceLimits::read(device, ordinal)?;
         let stream = CudaStream::new(&context)?;
@@ -87,6 +83,29 @@ impl CudaHost {
 #[doc(alias = "cuDeviceGetCount")]
 pub fn device_count() -> Result<usize> {
     Ok(usize::try_from(calls::device_count()?).unwrap_or(0))
+}
+
+/// The compute capability `(major, minor)` of `device`, device `ordinal`.
+fn compute_capability_of(device: CUdevice, ordinal: usize) -> Result<(u32, u32)> {
+    let capability = |a| attribute(device, a, ordinal);
+    Ok((
+        capability(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+        capability(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+    ))
+}
+
+/// The compute capabilities of the devices the driver sees, each once, without creating their
+/// hosts (no context is made).
+pub(crate) fn compute_capabilities() -> Result<Vec<(u32, u32)>> {
+    let mut capabilities = Vec::new();
+    for (ordinal, ordinal_c) in (0..calls::device_count()?).enumerate() {
+        let device = calls::device_get(ordinal_c).about(|| format!("device {ordinal}"))?;
+        let capability = compute_capability_of(device, ordinal)?;
+        if !capabilities.contains(&capability) {
+            capabilities.push(capability);
+        }
+    }
+    Ok(capabilities)
 }
 
 /// Every host created so far, by ordinal.

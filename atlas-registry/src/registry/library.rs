@@ -4,8 +4,9 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::code::blob;
 use crate::code::library::LibraryBlob;
-use crate::device::host::host;
+use crate::device::host::{compute_capabilities, host};
 use crate::error::Result;
 use crate::registry::AtlasRegistry;
 
@@ -29,18 +30,25 @@ pub struct AtlasLibrary {
 
 impl AtlasLibrary {
     /// Loads each `(module name, blob)` once, for every device. Blobs are checked as by
-    /// [`AtlasRegistry::load`]; a JIT failure carries the JIT log.
+    /// [`AtlasRegistry::load`], the code of a fatbin's entries for every device present: the
+    /// driver may pick an entry for any of them, so each device's refusal is made here, before
+    /// the driver sees the blob (devices of the same compute capability are checked once). A JIT
+    /// failure carries the JIT log.
     #[doc(alias = "cuLibraryLoadData")]
     pub fn load(blobs: &[(&str, &[u8])]) -> Result<Self> {
-        let prepared = AtlasRegistry::prepare_all(blobs)?;
+        let prepared = AtlasRegistry::prepare_all(blobs, false)?;
+        let capabilities = compute_capabilities()?;
+        for ((name, _), blob) in blobs.iter().zip(&prepared) {
+            for &capability in &capabilities {
+                blob::check_for_device(name, blob, capability)?;
+            }
+        }
         let loaded = blobs
             .iter()
             .zip(prepared)
-            .map(|((name, _), (kind, image))| {
-                Ok((
-                    name.to_string(),
-                    Arc::new(LibraryBlob::load(name, kind, &image)?),
-                ))
+            .map(|((name, _), blob)| {
+                let library = LibraryBlob::load(name, blob.kind, &blob.image, &capabilities)?;
+                Ok((name.to_string(), Arc::new(library)))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {

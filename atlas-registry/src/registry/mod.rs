@@ -12,7 +12,6 @@ pub(crate) mod function;
 pub(crate) mod function_table;
 pub(crate) mod library;
 
-use std::borrow::Cow;
 use std::ffi::c_void;
 use std::fmt;
 use std::sync::Arc;
@@ -20,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use atlas_sys::{CUdeviceptr, CUmodule, CUstream};
 
-use crate::code::blob::{self, BlobKind};
+use crate::code::blob::{self, BlobKind, Prepared};
 use crate::code::module::{Module, load_all, unload_all};
 use crate::device::context::CudaContext;
 use crate::device::host::{CudaHost, host, ordinal_of};
@@ -64,36 +63,79 @@ impl AtlasRegistry {
     /// [`CudaHost`] is created if needed).
     ///
     /// Every blob is checked before the driver is loaded (see [`validate_blob`](crate::validate_blob)),
-    /// so a malformed one is refused the same on a machine without a GPU. PTX (UTF-8 text) is
-    /// passed NUL-terminated and JIT-compiled by the driver; ELF cubins, fatbins and clang offload
-    /// bundles, and anything else that is not UTF-8, are passed as binaries. An empty or malformed
-    /// blob, or a duplicate module name, is an [`AtlasError::InvalidModule`] naming the module; a
-    /// JIT failure is an [`AtlasError::ModuleLoad`] carrying the JIT log. Modules loaded before a
-    /// failure are unloaded again.
+    /// so a malformed one is refused the same on a machine without a GPU; of a fatbin, the code of
+    /// the entries the driver may pick for the device is checked once the device is known, exactly
+    /// as [`validate_blob_for_device`](crate::validate_blob_for_device) checks it. PTX is passed
+    /// NUL-terminated and JIT-compiled by the driver; ELF cubins, fatbins and clang offload
+    /// bundles are passed as binaries. Bytes of any other format are refused
+    /// ([`load_with_unknown_formats`](Self::load_with_unknown_formats) takes them, unsafely). An
+    /// empty, malformed or unknown blob, or a duplicate module name, is an
+    /// [`AtlasError::InvalidModule`] naming the module; a JIT failure is an
+    /// [`AtlasError::ModuleLoad`] carrying the JIT log. Modules loaded before a failure are
+    /// unloaded again.
     #[doc(alias = "cuModuleLoadData")]
     #[doc(alias = "cuModuleLoadDataEx")]
     pub fn load(ordinal: usize, blobs: &[(&str, &[u8])]) -> Result<Self> {
-        let prepared = Self::prepare_all(blobs)?;
+        Self::load_prepared(ordinal, blobs, Self::prepare_all(blobs, false)?)
+    }
+
+    /// As [`load`](Self::load), except that a blob of no format Atlas knows ([`BlobKind::Binary`]:
+    /// not PTX, an ELF cubin or AMD GPU code object, a fatbin or a clang offload bundle) is handed
+    /// to the driver as it is (with a NUL after it), unchecked. Blobs of the formats Atlas knows
+    /// are checked as by `load`.
+    ///
+    /// # Safety
+    ///
+    /// For each blob of a format Atlas does not know:
+    ///
+    /// 1. It is code in a format the driver of this process loads (a driver other than NVIDIA's
+    ///    may take formats NVIDIA's does not).
+    /// 2. It is well formed: no offset, size, index or string in it leads the driver's reader
+    ///    outside the blob or to the wrong structure. The driver does not check this; a malformed
+    ///    image can crash the process inside `cuModuleLoadData`, which is why `load` refuses what
+    ///    Atlas cannot check.
+    #[doc(alias = "cuModuleLoadData")]
+    pub unsafe fn load_with_unknown_formats(
+        ordinal: usize,
+        blobs: &[(&str, &[u8])],
+    ) -> Result<Self> {
+        Self::load_prepared(ordinal, blobs, Self::prepare_all(blobs, true)?)
+    }
+
+    /// The device half of a load: `blobs`, checked by [`prepare_all`](Self::prepare_all) as
+    /// `prepared`, checked for device `ordinal` and loaded there.
+    fn load_prepared(
+        ordinal: usize,
+        blobs: &[(&str, &[u8])],
+        prepared: Vec<Prepared<'_>>,
+    ) -> Result<Self> {
         let host = host(ordinal)?;
+        let capability = host.compute_capability();
+        for ((name, _), blob) in blobs.iter().zip(&prepared) {
+            blob::check_for_device(name, blob, capability)?;
+        }
         let modules = load_all(
             &host,
             blobs
                 .iter()
                 .zip(&prepared)
-                .map(|((name, _), (kind, image))| (*name, *kind, &**image)),
+                .map(|((name, _), blob)| (*name, blob.kind, &*blob.image)),
         )?;
         Ok(Self::from_modules(host, modules))
     }
 
     /// Checks a model's names and blobs before the driver is loaded (so a bad blob is reported the
-    /// same on a machine without a GPU) and returns each blob's kind and the bytes to hand over.
+    /// same on a machine without a GPU) and returns each blob's kind and the bytes to hand over;
+    /// with `unknown_formats`, bytes of no format Atlas knows pass unchecked (the caller's
+    /// promise, [`load_with_unknown_formats`](Self::load_with_unknown_formats)).
     pub(crate) fn prepare_all<'b>(
         blobs: &[(&str, &'b [u8])],
-    ) -> Result<Vec<(BlobKind, Cow<'b, [u8]>)>> {
+        unknown_formats: bool,
+    ) -> Result<Vec<Prepared<'b>>> {
         Self::check_unique(blobs)?;
         blobs
             .iter()
-            .map(|(name, blob)| blob::prepare(name, blob))
+            .map(|(name, blob)| blob::prepare(name, blob, unknown_formats))
             .collect()
     }
 
