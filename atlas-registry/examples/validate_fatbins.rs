@@ -111,7 +111,7 @@ fn main() -> ExitCode {
                 }
             }
             largest.push((fatbin.len(), format!("{name} fatbin {i}"), a, d));
-            largest.sort_by(|x, y| y.0.cmp(&x.0));
+            largest.sort_by_key(|x| std::cmp::Reverse(x.0));
             largest.truncate(5);
         }
         println!(

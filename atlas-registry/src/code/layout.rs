@@ -10,7 +10,10 @@
 //!   alignment, as the JIT compiler lays them out.
 //! - ELF cubin: each kernel's `.nv.info.NAME` section holds one `EIATTR_KPARAM_INFO` record per
 //!   parameter (ordinal, offset, size) next to the total size of the parameter buffer, which the
-//!   reader checks the records against.
+//!   reader checks the records against. The cubin is read with blob validation's ELF reader.
+//!
+//! On a driver without `cuFuncGetParamInfo`, a loaded fatbin's layouts are read from the entries
+//! the driver may load for the device, and must agree ([`device_layouts`]).
 //!
 //! The reader refuses whatever it does not fully understand (unknown PTX syntax, unknown record
 //! formats, records that disagree with each other) with a [`LayoutError`] saying what and where.

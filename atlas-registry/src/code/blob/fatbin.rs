@@ -41,7 +41,7 @@
 //! - Every byte the driver parses: the code of every entry the driver may pick for the device
 //!   (see [`target`](crate::code::target); for [`validate_blob`](super::validate_blob), for any
 //!   device) is checked as a blob of its kind is, compressed entries decompressed first
-//!   ([`compressed`](super::compressed)). An entry the driver never picks for the device is not
+//!   ([`compressed`]). An entry the driver never picks for the device is not
 //!   read beyond its header, so it cannot sink a fatbin whose other entries are fine.
 
 use std::borrow::Cow;

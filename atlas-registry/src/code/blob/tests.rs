@@ -1608,6 +1608,130 @@ fn offload_bundles_are_checked() {
     assert_refused(&good[..28], &["too short for its entry count"]);
 }
 
+/// A compressed offload bundle (`CCOB`) of version `version` holding `plain` as one zstd frame.
+fn compressed_bundle(version: u16, method: u16, plain: &[u8]) -> Vec<u8> {
+    let frame = zstd_frame(plain);
+    let mut b = b"CCOB".to_vec();
+    b.extend_from_slice(&version.to_le_bytes());
+    b.extend_from_slice(&method.to_le_bytes());
+    let header = match version {
+        1 => 20,
+        2 => 24,
+        _ => 32,
+    };
+    let total = (header + frame.len()) as u64;
+    match version {
+        1 => b.extend_from_slice(&(plain.len() as u32).to_le_bytes()),
+        2 => {
+            b.extend_from_slice(&(total as u32).to_le_bytes());
+            b.extend_from_slice(&(plain.len() as u32).to_le_bytes());
+        }
+        _ => {
+            b.extend_from_slice(&total.to_le_bytes());
+            b.extend_from_slice(&(plain.len() as u64).to_le_bytes());
+        }
+    }
+    b.extend_from_slice(&0x1234_5678u64.to_le_bytes()); // the hash, which nothing reads
+    b.extend_from_slice(&frame);
+    b
+}
+
+#[test]
+fn compressed_offload_bundles_are_checked_inside() {
+    let cubin = demo_cubin("elementwise");
+    let plain = bundle(cubin);
+    for version in [1, 2, 3] {
+        let good = compressed_bundle(version, 1, &plain);
+        assert_eq!(sniff(&good), BlobKind::OffloadBundle);
+        assert_eq!(
+            check(&good),
+            Ok(BlobKind::OffloadBundle),
+            "version {version}"
+        );
+        // Trailing bytes after the bundle are not its.
+        let mut longer = good.clone();
+        longer.extend_from_slice(b"more");
+        if version > 1 {
+            assert_eq!(
+                check(&longer),
+                Ok(BlobKind::OffloadBundle),
+                "version {version}"
+            );
+        }
+    }
+    // What it decompresses to is checked as a plain bundle.
+    let broken = Image::new(cubin).with_field(".symtab", SH_LINK, &99u32.to_le_bytes());
+    assert_refused(
+        &compressed_bundle(2, 1, &bundle(&broken)),
+        &[
+            "in the compressed offload bundle: offload bundle entry 1",
+            "sh_link 99",
+        ],
+    );
+    assert_refused(
+        &compressed_bundle(2, 1, &cubin[..300]),
+        &["does not decompress to an offload bundle"],
+    );
+    assert_refused(
+        &compressed_bundle(2, 0, &plain),
+        &["a zlib-compressed offload bundle"],
+    );
+    assert_refused(&compressed_bundle(2, 7, &plain), &["method 7"]);
+    assert_refused(
+        &compressed_bundle(4, 1, &plain),
+        &["version 4; Atlas reads versions 1 to 3"],
+    );
+    let good = compressed_bundle(2, 1, &plain);
+    assert_refused(
+        &good[..good.len() - 1],
+        &["truncated compressed offload bundle"],
+    );
+    assert_refused(&good[..10], &["truncated compressed offload bundle"]);
+    let mut wrong_size = good.clone();
+    wrong_size[12..16].copy_from_slice(&(plain.len() as u32 + 1).to_le_bytes());
+    assert_refused(&wrong_size, &["decompress to"]);
+}
+
+/// A bundle's host entry may hold the host's object file: not the driver's code, not checked.
+#[test]
+fn host_objects_in_bundles_are_not_the_drivers() {
+    let mut x86 = Image::new(demo_cubin("noop"));
+    x86.set(18, &62u16.to_le_bytes());
+    x86.set(40, &u64::MAX.to_le_bytes());
+    assert_eq!(check(&bundle(&x86.b)), Ok(BlobKind::OffloadBundle));
+}
+
+/// Real compressed entries with any one byte of their streams changed: decompression and the
+/// checks of what comes out refuse or pass, and never panic. (A panic fails this test.)
+#[test]
+fn changed_compressed_streams_never_panic() {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (mut passed, mut refused) = (0, 0);
+    for fatbin in [NVCC13_LZ4_FATBIN, NVCC13_ZSTD_FATBIN, NVCC13_FATBIN] {
+        let streams: Vec<(usize, usize)> = fatbin_entries(fatbin)
+            .iter()
+            .filter(|e| Image::new(fatbin).u32(e.at + 16) != 0)
+            .map(|e| (e.payload_at(), Image::new(fatbin).u32(e.at + 16) as usize))
+            .collect();
+        for _ in 0..1500 {
+            let (at, len) = streams[next() as usize % streams.len()];
+            let mut b = fatbin.to_vec();
+            b[at + next() as usize % len] = next() as u8;
+            match check(&b) {
+                Ok(_) => passed += 1,
+                Err(_) => refused += 1,
+            }
+        }
+    }
+    assert!(refused > 1000, "{passed} passed, {refused} refused");
+}
+
 #[test]
 fn truncations_are_refused_as_truncated() {
     let cubins = CUBIN_ARCHS

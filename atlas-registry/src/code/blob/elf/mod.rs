@@ -31,6 +31,8 @@
 //! readers cast the image to its header types, which needs the image aligned for them (its
 //! `unaligned` feature is off), while blobs come from `include_bytes!` and from inside fatbins and
 //! bundles at any address; and a refusal here must say which section and which field is wrong.
+//! It is the crate's one ELF reader: parameter layouts ([`crate::code::layout`]) read cubins
+//! through [`Elf`] too.
 
 pub(super) mod cuda;
 
@@ -1073,7 +1075,7 @@ impl<'a> Elf<'a> {
 /// Whether a section of type `kind` has bytes in the file (of a cubin, when `cuda`).
 #[inline]
 fn occupies_file(kind: u32, cuda: bool) -> bool {
-    !matches!(kind, SHT_NOBITS | SHT_NULL) && !(cuda && cuda::occupies_no_file(kind))
+    !(matches!(kind, SHT_NOBITS | SHT_NULL) || (cuda && cuda::occupies_no_file(kind)))
 }
 
 /// Whether the checks read the bytes of a section of type `kind` entry by entry: symbol tables,
