@@ -94,6 +94,13 @@ impl AtlasRegistry {
     ///    outside the blob or to the wrong structure. The driver does not check this; a malformed
     ///    image can crash the process inside `cuModuleLoadData`, which is why `load` refuses what
     ///    Atlas cannot check.
+    ///
+    /// Safe code cannot hand the driver unknown bytes: this does not compile outside `unsafe`.
+    ///
+    /// ```compile_fail
+    /// let blobs: &[(&str, &[u8])] = &[("mystery", b"\xff\xfe")];
+    /// let registry = atlas_registry::AtlasRegistry::load_with_unknown_formats(0, blobs);
+    /// ```
     #[doc(alias = "cuModuleLoadData")]
     pub unsafe fn load_with_unknown_formats(
         ordinal: usize,

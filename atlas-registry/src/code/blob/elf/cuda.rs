@@ -28,9 +28,9 @@
 //!   `KPARAM_INFO` (0x17) is `u32 index, u16 ordinal, u16 offset, u32 flags` with the size in
 //!   bits 18–31, inside `CBANK_PARAM_SIZE` (0x19) bytes; `EXIT_INSTR_OFFSETS` (0x1c) are offsets
 //!   into the kernel's code section.
-//! - `.nv.callgraph` (`SHT_CUDA_CALLGRAPH`, 0x7000_0001) is pairs of 32-bit symbol indexes, caller
-//!   and callee, with values from 0xffff_fff0 up as markers; in relocatable cubins (CUDA 11's
-//!   cuFFT) callees may be numbered past the symbol table, for the linker.
+//! - `.nv.callgraph` (`SHT_CUDA_CALLGRAPH`, 0x7000_0001) is pairs of 32-bit values, caller and
+//!   callee, with values from 0xffff_fff0 up as markers; callers are symbol indexes, callees not
+//!   always (CUDA 11's cuFFT numbers them past the symbol table).
 //! - The low 24 bits of a kernel's `.text.<kernel>` `sh_info` are the kernel's symbol; the high 8
 //!   hold its register count in NVRTC 12.0's cubins for sm_75 to sm_89, and are 0 otherwise.
 //! - Relocations are REL (NVRTC 12.0 before sm_90) or RELA (sm_90, nvcc 13), of R_CUDA types.
@@ -41,7 +41,7 @@
 //!   driver's to judge.
 
 use object::elf::{
-    EM_CUDA, ET_REL, SHF_ALLOC, SHF_EXECINSTR, SHN_LORESERVE, SHT_LOPROC, SHT_NOBITS, SHT_PROGBITS,
+    EM_CUDA, SHF_ALLOC, SHF_EXECINSTR, SHN_LORESERVE, SHT_LOPROC, SHT_NOBITS, SHT_PROGBITS,
 };
 
 use super::{Elf, MAGIC, Section, Symbols};
@@ -282,10 +282,10 @@ fn check_callgraph(elf: &Elf<'_>, i: u32, s: &Section, symtab: &Symbols<'_>) -> 
         )));
     }
     let data = elf.data(i, s)?;
-    // A relocatable cubin's callees may be numbered past its symbols, for the linker (cuFFT 10's
-    // sm_35 to sm_90 cubins, which the driver loads): there only the callers are symbols.
-    let step = if elf.file_type == ET_REL { 2 } else { 1 };
-    for (n, index) in data.chunks_exact(4).enumerate().step_by(step) {
+    // Callees are not always symbols: CUDA 11's cuFFT numbers them past the symbol table, in
+    // relocatable and executable cubins alike (sm_35 to sm_90), and the driver loads those. The
+    // callers are.
+    for (n, index) in data.chunks_exact(4).enumerate().step_by(2) {
         let index = u32::from_le_bytes([index[0], index[1], index[2], index[3]]);
         if index < CALLGRAPH_MARKERS && u64::from(index) >= symtab.count {
             return Err(in_section(format!(
