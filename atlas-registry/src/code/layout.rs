@@ -501,7 +501,7 @@ pub fn ptx_kernel_layouts(ptx: &[u8]) -> Result<Vec<KernelLayout>, LayoutError> 
     }
     let mut kernels: Vec<KernelLayout> = Vec::new();
     // Looked up in a set: a text may declare tens of thousands of kernels.
-    let mut names: HashSet<String> = HashSet::new();
+    let mut names: HashSet<&str> = HashSet::new();
     loop {
         let (token, line) = lexer.next()?;
         match token {
@@ -510,13 +510,14 @@ pub fn ptx_kernel_layouts(ptx: &[u8]) -> Result<Vec<KernelLayout>, LayoutError> 
             Token::Punct('{') => lexer.skip_block(line)?,
             Token::Punct('}') => return Err(ptx_error(line, None, PtxProblem::StrayBrace)),
             Token::Directive(".entry") => {
-                if let Some(kernel) = entry(&mut lexer)? {
-                    if !names.insert(kernel.name.clone()) {
-                        let name = kernel.name;
+                if let Some((name, kernel)) = entry(&mut lexer)? {
+                    if !names.insert(name) {
                         return Err(ptx_error(
                             line,
-                            Some(&name),
-                            PtxProblem::DuplicateKernel { name: name.clone() },
+                            Some(name),
+                            PtxProblem::DuplicateKernel {
+                                name: name.to_owned(),
+                            },
                         ));
                     }
                     kernels.push(kernel);
@@ -794,21 +795,22 @@ struct ParamDecl<'t> {
     count: usize,
 }
 
-/// Reads an `.entry` header after the `.entry` token, and skips its body. `None` for a
-/// declaration without a body.
-fn entry(lexer: &mut Lexer<'_>) -> Result<Option<KernelLayout>, LayoutError> {
+/// Reads an `.entry` header after the `.entry` token, and skips its body: the kernel's name as
+/// written and its layout, `None` for a declaration without a body.
+fn entry<'t>(lexer: &mut Lexer<'t>) -> Result<Option<(&'t str, KernelLayout)>, LayoutError> {
     let (token, at) = lexer.next()?;
     let Token::Word(name) = token else {
         return Err(unexpected(token, at, None, "a kernel name after `.entry`"));
     };
-    entry_after_name(lexer, name).map_err(|e| match e {
+    let layout = entry_after_name(lexer, name).map_err(|e| match e {
         LayoutError::Ptx {
             line,
             kernel: None,
             problem,
         } => ptx_error(line, Some(name), problem),
         other => other,
-    })
+    })?;
+    Ok(layout.map(|layout| (name, layout)))
 }
 
 /// [`entry`] from the parameter list on; errors do not name the kernel yet.
