@@ -4,7 +4,7 @@
 //! `-arch` and `-compress-mode`, the committed one (`kernels/nvrtc.py` writes it from NVRTC
 //! 12.0's PTX and cubins), what NVIDIA's nvFatbin library (12.9 and 13.5) makes of PTX and cubins
 //! with and without names, ptxas options and compression (`testdata/cuda13.elementwise.fatbin`),
-//! and the 6,548 fatbins of the `.nv_fatbin` sections of NVIDIA's CUDA 12 and 13 libraries
+//! and the 6,552 fatbins of the `.nv_fatbin` sections of NVIDIA's CUDA 12 and 13 libraries
 //! (cuBLAS, cuBLASLt, cuFFT, cuSPARSE, cuRAND, NPP); checked against public descriptions of the
 //! format:
 //!
