@@ -5,6 +5,8 @@
     python3 kernels/nvrtc.py --check    fail, with a short summary, if kernels/gen/ differs from a
                                         fresh build (nothing is written)
     python3 kernels/nvrtc.py --out DIR  write the blobs to DIR instead
+    python3 kernels/nvrtc.py --fetch    only fetch the pinned NVRTC, and print the path of its
+                                        libnvrtc.so.12 (what the compile tests and CI load)
 
 Why NVRTC 12.0: the oldest driver Atlas supports is CUDA 12.0's. PTX JIT-compiles only on drivers
 that know its ISA version, and NVRTC 12.0 writes PTX ISA 8.0, which every CUDA 12.0+ driver knows
@@ -345,8 +347,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare kernels/gen/ with a fresh build")
     parser.add_argument("--out", type=Path, default=HERE / "gen", help="where to write (default kernels/gen)")
+    parser.add_argument("--fetch", action="store_true", help="fetch the pinned NVRTC and print its path")
     args = parser.parse_args()
     try:
+        if args.fetch:
+            print(nvrtc_library())
+            return 0
         if args.check:
             with tempfile.TemporaryDirectory() as fresh:
                 names = build(Path(fresh))

@@ -2,7 +2,9 @@
 
 use std::fmt;
 
-use atlas_sys::{LoadError, MissingSymbol};
+use atlas_sys::{LoadError, MissingSymbol, NvrtcLoadError};
+
+use crate::driver::nvrtc::{self, NvrtcFailure, nvrtc_error_text};
 
 use crate::driver::status::{cuda_error_text, is_teardown_noop};
 use crate::driver::{self, DriverFailure};
@@ -160,6 +162,14 @@ pub enum CaptureMisuse {
          when the body closure returns"
     )]
     ConditionalBody,
+    /// `end_capture` on a stream without a capture begun by `begin_capture`: none is in progress,
+    /// or it was begun with the driver's own call, and Atlas cannot know what its graph launches.
+    #[error(
+        "the stream has no capture begun with `begin_capture`; a capture begun with the driver's \
+         own `cuStreamBeginCapture` ends with `cuStreamEndCapture` (Atlas cannot know what that \
+         graph launches, so it does not own it)"
+    )]
+    NotBegun,
 }
 
 /// Everything that can go wrong in Atlas. Each variant says what was being done and names the
@@ -379,6 +389,38 @@ pub enum AtlasError {
         /// The entry points the driver lacks.
         missing: Vec<&'static str>,
     },
+    /// NVRTC, the CUDA run-time compiler, cannot be loaded (not installed, or a wrong
+    /// `ATLAS_NVRTC_PATH`): a model with sources cannot be compiled.
+    #[error(transparent)]
+    NvrtcUnavailable(#[from] NvrtcLoadError),
+    /// An NVRTC call other than the compile itself failed.
+    #[error("{0}")]
+    Nvrtc(NvrtcFailure),
+    /// NVRTC refused to compile a source: `log` is what it said (the errors, with their lines).
+    #[error(
+        "compiling `{module}` for {target} failed: {}{}",
+        nvrtc_error_text(*.code),
+        compile_log(.log)
+    )]
+    Compile {
+        /// The source's name.
+        module: String,
+        /// What it was compiled for (`sm_90 SASS`, `compute_90 PTX`).
+        target: String,
+        /// The `nvrtcResult` status code.
+        code: u32,
+        /// NVRTC's log.
+        log: String,
+    },
+    /// A source cannot be compiled for the device with this NVRTC and driver; nothing was
+    /// compiled.
+    #[error("cannot compile `{module}`: {reason}")]
+    CannotCompile {
+        /// The source's name.
+        module: String,
+        /// Why.
+        reason: CompileRefusal,
+    },
 }
 
 /// A graph feature that needs driver entry points older drivers lack
@@ -581,6 +623,38 @@ pub enum AttributeRefusal {
     },
 }
 
+/// Why a source cannot be compiled for a device ([`AtlasError::CannotCompile`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompileRefusal {
+    /// The device is older than every architecture the NVRTC compiles for.
+    #[error(
+        "NVRTC {}.{} compiles for sm_{} and newer only; the device is sm_{device}",
+        .nvrtc.0, .nvrtc.1, .oldest
+    )]
+    DeviceTooOld {
+        /// The NVRTC's version.
+        nvrtc: (u32, u32),
+        /// The oldest architecture it compiles for.
+        oldest: u32,
+        /// The device's architecture.
+        device: u32,
+    },
+    /// The NVRTC is of a newer major CUDA version than the driver, whose loader cannot take what
+    /// it makes.
+    #[error(
+        "NVRTC {}.{} makes code for CUDA {}.x drivers; this driver is CUDA {}.{}: use an NVRTC of \
+         CUDA {} or older (ATLAS_NVRTC_PATH)",
+        .nvrtc.0, .nvrtc.1, .nvrtc.0, .driver.0, .driver.1, .driver.0
+    )]
+    NewerThanDriver {
+        /// The NVRTC's version.
+        nvrtc: (u32, u32),
+        /// The driver's CUDA version.
+        driver: (u32, u32),
+    },
+}
+
 fn on(subject: &str) -> String {
     if subject.is_empty() {
         String::new()
@@ -601,6 +675,25 @@ fn log(jit_log: &str) -> String {
         String::new()
     } else {
         format!("\nJIT log:\n{}", jit_log.trim_end())
+    }
+}
+
+fn compile_log(log: &str) -> String {
+    if log.is_empty() {
+        String::new()
+    } else {
+        format!("\nNVRTC log:\n{}", log.trim_end())
+    }
+}
+
+impl From<nvrtc::Error> for AtlasError {
+    #[cold]
+    fn from(e: nvrtc::Error) -> Self {
+        match e {
+            nvrtc::Error::Unavailable(e) => Self::NvrtcUnavailable(e),
+            nvrtc::Error::Missing(e) => Self::MissingSymbol(e),
+            nvrtc::Error::Failed(failure) => Self::Nvrtc(failure),
+        }
     }
 }
 

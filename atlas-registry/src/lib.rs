@@ -52,7 +52,9 @@
 //!   dynamic shared memory opt-in is made for the launch that needs it.
 //! - **Blobs**: malformed modules are refused before the driver parses them.
 //! - **Lifetimes**: a function handle keeps its module loaded ([`CudaFunction`]) or borrows the
-//!   registry that does ([`FunctionRef`]); a handle of another registry is never trusted.
+//!   registry that does ([`FunctionRef`]); a handle of another registry is never trusted. A graph
+//!   keeps the modules it launches loaded and the buffers its typed launches use allocated
+//!   ([`CudaGraph`]).
 //!
 //! What the caller vouches for: what the kernel does with valid arguments. Rust cannot see that a
 //! `u64` is meant as a pointer or that `n` is the length of the buffer before it, and a kernel can
@@ -103,21 +105,44 @@
 //! [`CudaGraph`]; [`CudaGraph::instantiate`] makes a [`GraphExec`] that replays them with one
 //! driver call and whose kernel arguments [`GraphExec::set_kernel_args`] changes in place.
 //!
+//! A graph owns what it launches: the registry of every kernel captured into it (so its modules
+//! stay loaded) and the memory of every [`DeviceBuffer`] given to a captured typed launch (freed by
+//! the last graph that uses it). So the registry, the function handle and the buffers may go
+//! before the graph does; what a replay still asks of the caller is only memory the graph cannot
+//! see (addresses passed as integers, captured copies).
+//!
 //! ```no_run
-//! # fn f(registry: &atlas_registry::AtlasRegistry, x: &mut atlas_registry::DeviceBuffer<f32>) -> atlas_registry::Result<()> {
-//! use atlas_registry::{CudaStream, LaunchConfig};
+//! # fn f(registry: atlas_registry::AtlasRegistry, mut x: atlas_registry::DeviceBuffer<f32>) -> atlas_registry::Result<()> {
+//! use atlas_registry::{CudaStream, LaunchConfig, release};
 //! let stream = CudaStream::new(registry.ctx())?;
 //! let scale = registry.function_cached("elementwise", "scale")?; // resolved before capture
 //! let (n, cfg) = (x.len() as u32, LaunchConfig::for_elements(x.len() as u32, 256));
 //! stream.begin_capture()?;
-//! // SAFETY: `scale` touches the `n` floats of `x`, which outlives every replay below.
-//! unsafe { scale.launch(&stream, &cfg, (&mut *x, 2.0f32, n)) }?;
+//! // SAFETY: `scale` touches the `n` floats of `x`, which the graph keeps allocated.
+//! unsafe { scale.launch(&stream, &cfg, (&mut x, 2.0f32, n)) }?;
 //! let mut exec = stream.end_capture()?.instantiate()?;
-//! // SAFETY: `x` and the registry (so the module) outlive every replay; the stream is the
-//! // registry's context's.
+//! drop((scale, x));
+//! assert!(release(registry).is_err()); // `InUse`: the graph keeps the module loaded
+//! // SAFETY: the graph reaches only the memory of its buffer argument, which it keeps.
 //! unsafe { exec.launch(&stream) }?;
-//! // SAFETY: as for the captured launch.
-//! unsafe { exec.set_kernel_args(0, &scale, &cfg, (&mut *x, 0.5f32, n)) }?;
+//! # Ok(()) }
+//! ```
+//!
+//! A replay is `unsafe` for what the graph cannot keep:
+//!
+//! ```compile_fail
+//! # fn f(exec: &atlas_registry::GraphExec, stream: &atlas_registry::CudaStream) -> atlas_registry::Result<()> {
+//! exec.launch(stream)
+//! # }
+//! ```
+//!
+//! and a graph is instantiated once (a graph with memory nodes may have one executable graph at a
+//! time, the driver's rule):
+//!
+//! ```compile_fail
+//! # fn f(graph: atlas_registry::CudaGraph) -> atlas_registry::Result<()> {
+//! let first = graph.instantiate()?;
+//! let second = graph.instantiate()?;
 //! # Ok(()) }
 //! ```
 //!
@@ -125,6 +150,15 @@
 //!
 //! [`AtlasLibrary::load`] loads a model once with `cuLibraryLoadData`, independent of any
 //! context; [`AtlasLibrary::registry`] gives each device a registry over that one load.
+//!
+//! # Run-time compilation
+//!
+//! A [`Model`] takes CUDA C++ [`CudaSource`]s beside blobs: [`AtlasRegistry::load_model`] and
+//! [`AtlasLibrary::load_model`] compile each with NVRTC (loaded at run time, as libcuda is) for
+//! the device's architecture, through a persistent, content-addressed [`CompileCache`], and load
+//! the result as an ordinary module. Kernels of a source's name expressions are found by their
+//! C++ name (`function_cached("gemm", "gemm<128>")`); [`Model::preload`] resolves every kernel at
+//! load. [`Compiler`] compiles without loading anything.
 //!
 //! # Threads and contexts
 //!
@@ -139,6 +173,7 @@
 //! current makes it current again itself.
 
 mod code;
+mod compile;
 mod device;
 mod driver;
 mod error;
@@ -152,13 +187,19 @@ pub use code::layout::{
     CubinProblem, KernelLayout, LayoutError, ParamSlot, PtxProblem, RecordIssue, UnreadableBlob,
     cubin_kernel_layouts, kernel_layout, kernel_layouts, ptx_kernel_layouts,
 };
+pub use compile::cache::{
+    CACHE_DIR_VAR, CACHE_DISABLE_VAR, CACHE_MAX_BYTES_VAR, DEFAULT_MAX_BYTES,
+};
+pub use compile::{CacheOutcome, CompileCache, CompileTarget, CompiledCode, Compiler, CudaSource};
 pub use device::context::CudaContext;
 pub use device::host::{CudaHost, device_count, host};
 pub use device::limits::DeviceLimits;
 pub use device::stream::CudaStream;
 pub use driver::DriverFailure;
+pub use driver::nvrtc::{NvrtcFailure, nvrtc_error_text};
 pub use driver::status::{CUDA_ERROR_DEINITIALIZED, cuda_error_text, is_teardown_noop};
 pub use error::AttributeRefusal;
+pub use error::CompileRefusal;
 pub use error::{AtlasError, CaptureMisuse, LaunchRefusal, LimitError, NotFoundKind, Result};
 pub use error::{GraphFeature, UpdateRefusal};
 pub use graph::capture::CudaGraph;
@@ -168,6 +209,7 @@ pub use graph::update::GraphUpdate;
 pub use launch::args::{KernelArgs, KernelParam};
 pub use launch::attributes::{LaunchAttributes, MemSyncDomain, PORTABLE_CLUSTER_BLOCKS};
 pub use launch::config::LaunchConfig;
+pub use launch::held::GraphHolds;
 pub use launch::kernel::Kernel;
 pub use memory::buffer::{DeviceBuffer, DeviceCopy};
 pub use memory::copy::{copy_to_device_async, copy_to_host_async};
@@ -175,6 +217,7 @@ pub use memory::symbol::DeviceSymbol;
 pub use registry::cache::FunctionCache;
 pub use registry::function::{CudaFunction, FunctionRef, RawCudaFunc};
 pub use registry::library::AtlasLibrary;
+pub use registry::model::Model;
 pub use registry::{AtlasRegistry, release};
 
 /// The raw driver API, for calls Atlas does not wrap.
@@ -202,8 +245,15 @@ mod send_sync {
         send_sync::<DeviceSymbol>();
         send_sync::<LaunchAttributes>();
         send_only::<GraphExec>();
+        send_sync::<CudaGraph>();
+        send_sync::<GraphHolds>();
         send_sync::<ConditionalHandle>();
         send_sync::<GraphUpdate>();
+        send_sync::<Model<'static>>();
+        send_sync::<CudaSource>();
+        send_sync::<Compiler>();
+        send_sync::<CompileCache>();
+        send_sync::<CompiledCode>();
     };
 }
 

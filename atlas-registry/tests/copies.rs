@@ -11,15 +11,20 @@ use std::ffi::c_void;
 
 use atlas_kernels::ptx_for_model;
 use atlas_registry::sys::CUdeviceptr;
+use atlas_registry::sys::CUresult;
 use atlas_registry::{
     AtlasError, AtlasRegistry, CudaStream, DeviceBuffer, DeviceSymbol, LaunchConfig, release,
 };
 use support::blobs::load;
 use support::child;
+use support::graphs::assert_wrong_context;
 use support::rng::Rng;
 use support::standin::{self, probe};
 
-child::bodies!(a_stream_of_another_device_is_refused_for_copies_and_nothing_is_copied);
+child::bodies!(
+    a_stream_of_another_device_is_refused_for_copies_and_nothing_is_copied,
+    buffer_copies_wraps_and_synchronizes_check_the_streams_device,
+);
 
 const N: usize = 4099;
 
@@ -180,4 +185,85 @@ fn a_stream_of_another_device_is_refused_for_copies_and_nothing_is_copied() {
     let mut back = [0.0f32];
     bias.read(&mut back).unwrap();
     assert_eq!(back[0], value);
+}
+
+#[test]
+fn buffer_copies_wrapped_streams_and_synchronize_refuse_another_devices_stream() {
+    standin::run(
+        buffer_copies_wraps_and_synchronizes_check_the_streams_device,
+        &["-DSTANDIN_DEVICES=2"],
+    );
+}
+
+/// The refusal of `what` on device 1's stream where device 0's was needed.
+fn refused_for_device_1(e: AtlasError, what: &str) {
+    assert_wrong_context(e, what, 0, 1);
+}
+
+/// A buffer of device 0 copied on device 1's stream, device 1's stream wrapped for device 0 or
+/// synchronized through device 0's registry: each refused before the driver is called.
+fn buffer_copies_wraps_and_synchronizes_check_the_streams_device() {
+    let blobs = ptx_for_model("demo").unwrap();
+    let gpu0 = AtlasRegistry::load(0, blobs).unwrap();
+    let gpu1 = AtlasRegistry::load(1, blobs).unwrap();
+    let (ctx0, other) = (gpu0.ctx(), gpu1.stream());
+    let mut rng = Rng::new();
+    let data = rng.vec(64);
+    let mut x = DeviceBuffer::from_slice(ctx0, gpu0.stream(), &data).unwrap();
+    let p = probe();
+    let copies = || p.count("cuMemcpyHtoDAsync_v2") + p.count("cuMemcpyDtoHAsync_v2");
+    let (before, allocations, synchronizes) = (
+        copies(),
+        p.count("cuMemAlloc_v2"),
+        p.count("cuStreamSynchronize"),
+    );
+    refused_for_device_1(
+        DeviceBuffer::from_slice(ctx0, other, &data).unwrap_err(),
+        "the stream",
+    );
+    refused_for_device_1(x.copy_from(other, &data).unwrap_err(), "the stream");
+    let mut back = vec![f32::NAN; 64];
+    refused_for_device_1(x.copy_to(other, &mut back).unwrap_err(), "the stream");
+    refused_for_device_1(x.to_vec(other).unwrap_err(), "the stream");
+    // SAFETY: refused before anything is enqueued.
+    refused_for_device_1(
+        unsafe { x.copy_from_async(other, &data) }.unwrap_err(),
+        "the stream",
+    );
+    // SAFETY: as above.
+    refused_for_device_1(
+        unsafe { x.copy_to_async(other, &mut back) }.unwrap_err(),
+        "the stream",
+    );
+    refused_for_device_1(gpu0.stream_synchronize(other).unwrap_err(), "the stream");
+    assert_eq!(copies(), before, "the driver saw a copy");
+    assert_eq!(
+        p.count("cuMemAlloc_v2"),
+        allocations,
+        "from_slice allocated"
+    );
+    assert_eq!(p.count("cuStreamSynchronize"), synchronizes);
+
+    // A caller's raw stream of device 1, wrapped as device 0's: the driver says whose it is.
+    let cuda = atlas_registry::sys::driver().unwrap();
+    let create = atlas_registry::sys::entry!(cuda, cuStreamCreate).unwrap();
+    let destroy = atlas_registry::sys::entry!(cuda, cuStreamDestroy_v2).unwrap();
+    gpu1.ctx().bind().unwrap();
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: a live out-pointer; device 1's context is current.
+    assert_eq!(unsafe { create(&mut raw, 0) }, CUresult::CUDA_SUCCESS);
+    // SAFETY: `raw` is a live stream (of device 1), destroyed below.
+    let e = unsafe { CudaStream::wrap(ctx0, raw) }.unwrap_err();
+    refused_for_device_1(e, "the wrapped stream");
+    // SAFETY: as above.
+    let wrapped = unsafe { CudaStream::wrap(gpu1.ctx(), raw) }.unwrap();
+    assert!(!wrapped.is_owned());
+    gpu1.stream_synchronize(&wrapped).unwrap();
+    drop(wrapped);
+    // SAFETY: nothing uses the stream any more.
+    assert_eq!(unsafe { destroy(raw) }, CUresult::CUDA_SUCCESS);
+
+    // On the right streams the same calls go through.
+    assert_eq!(x.to_vec(gpu0.stream()).unwrap(), data);
+    gpu0.stream_synchronize(gpu0.stream()).unwrap();
 }

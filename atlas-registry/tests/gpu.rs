@@ -99,7 +99,7 @@ fn elementwise_on_own_stream_wrapped_stream_and_stream_zero() {
     assert_eq!(status, atlas_sys::CUresult::CUDA_SUCCESS);
     {
         // SAFETY: `raw` is a live stream of this context, destroyed only after `wrapped` is gone.
-        let wrapped = unsafe { CudaStream::wrap(registry.ctx(), raw) };
+        let wrapped = unsafe { CudaStream::wrap(registry.ctx(), raw) }.unwrap();
         assert!(!wrapped.is_owned());
         check_scale(&registry, "elementwise", &wrapped);
     }

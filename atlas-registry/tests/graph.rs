@@ -3,9 +3,18 @@
 mod support;
 
 use atlas_kernels::ptx_for_model;
-use atlas_registry::{AtlasRegistry, CudaStream, DeviceBuffer, FunctionCache, LaunchConfig};
-use support::reference::assert_close;
+use atlas_registry::sys::CUdeviceptr;
+use atlas_registry::{
+    AtlasError, AtlasRegistry, CudaStream, DeviceBuffer, FunctionCache, LaunchConfig,
+    copy_to_device_async, copy_to_host_async, release,
+};
+use support::blobs::NEEDS_GPU;
+use support::child::{self, Ending};
+use support::graphs::replay_noop_after_release;
+use support::reference::{assert_close, transform_reference};
 use support::rng::Rng;
+
+child::bodies!(instantiate_and_replay_after_the_registry_is_released);
 
 static SCALE: FunctionCache = FunctionCache::new("elementwise", "scale");
 
@@ -131,4 +140,91 @@ fn first_launch_inside_a_capture_reads_parameters_and_opts_in() {
         1e-4,
         "block sums from the graph",
     );
+}
+
+/// Capture one launch of `noop`, end the capture, drop the function and release the registry,
+/// then instantiate and replay: the graph keeps the module loaded (the driver follows the
+/// function at instantiation, and crashed on an unloaded one), and `release` says so.
+fn instantiate_and_replay_after_the_registry_is_released() {
+    let registry = AtlasRegistry::load(0, ptx_for_model("demo").unwrap()).expect(NEEDS_GPU);
+    let (_stream, exec) = replay_noop_after_release(registry);
+    drop(exec);
+    println!("replayed after release");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_graph_instantiates_and_replays_after_its_registry_is_released() {
+    let child = child::run_on(instantiate_and_replay_after_the_registry_is_released, None);
+    assert_eq!(child.ending, Ending::Passed, "{child}");
+    assert!(child.stdout.contains("replayed after release"), "{child}");
+    assert!(child.atlas_lines().is_empty(), "{child}");
+}
+
+/// Copies `data` to the device address `ptr` on `stream` and waits.
+fn write(stream: &CudaStream, ptr: CUdeviceptr, data: &[f32]) {
+    // SAFETY: `ptr` holds `data.len()` floats that a graph keeps allocated; `data` lives until the
+    // stream is synchronized.
+    unsafe { copy_to_device_async(stream, ptr, data.as_ptr().cast(), size_of_val(data)) }.unwrap();
+    stream.synchronize().unwrap();
+}
+
+/// The `n` floats at the device address `ptr`.
+fn read(stream: &CudaStream, ptr: CUdeviceptr, n: usize) -> Vec<f32> {
+    let mut out = vec![f32::NAN; n];
+    // SAFETY: as for `write`, into `out`, which is read only after the synchronize.
+    unsafe { copy_to_host_async(stream, out.as_mut_ptr().cast(), ptr, n * 4) }.unwrap();
+    stream.synchronize().unwrap();
+    out
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_graph_replays_correctly_after_its_registries_are_released_and_its_buffers_dropped() {
+    let demo = AtlasRegistry::load(0, ptx_for_model("demo").unwrap()).expect(NEEDS_GPU);
+    let model_a = AtlasRegistry::load(0, ptx_for_model("model_a").unwrap()).unwrap();
+    let stream = CudaStream::new(demo.ctx()).unwrap();
+    let mut rng = Rng::new();
+    let n = 50_000 + rng.index(50_000);
+    let a = rng.f32_in(0.25, 2.0);
+    let x = DeviceBuffer::<f32>::alloc(demo.ctx(), n).unwrap();
+    let mut y = DeviceBuffer::<f32>::alloc(demo.ctx(), n).unwrap();
+    let (x_ptr, y_ptr) = (x.device_ptr(), y.device_ptr());
+    let transform = model_a.function_cached("model", "transform").unwrap();
+    let axpy = demo.function_cached("elementwise", "axpy").unwrap();
+    let cfg = LaunchConfig::for_elements(n as u32, 256);
+    stream.begin_capture().unwrap();
+    // SAFETY: captured, not run: at each replay transform writes the `n` floats of `y` from those
+    // of `x`, then axpy adds `a * x` to them; the graph keeps both buffers allocated.
+    unsafe {
+        transform
+            .launch(&stream, &cfg, (&x, &mut y, n as u32))
+            .unwrap();
+        axpy.launch(&stream, &cfg, (&x, &mut y, a, n as u32))
+            .unwrap();
+    }
+    drop(x);
+    let exec = stream.end_capture().unwrap().instantiate().unwrap();
+    drop((y, transform, axpy));
+    for registry in [demo, model_a] {
+        let e = release(registry).unwrap_err();
+        assert!(matches!(e, AtlasError::InUse { handles: 1, .. }), "{e}");
+    }
+    for replay in 0..4 {
+        let input = rng.vec(n);
+        write(&stream, x_ptr, &input);
+        write(&stream, y_ptr, &vec![f32::NAN; n]);
+        // SAFETY: the graph keeps its modules and both buffers; nothing else is reached.
+        unsafe { exec.launch(&stream) }.unwrap();
+        let want: Vec<f32> = input
+            .iter()
+            .map(|&v| a.mul_add(v, transform_reference("model_a", v)))
+            .collect();
+        assert_close(
+            &read(&stream, y_ptr, n),
+            &want,
+            1e-5,
+            &format!("replay {replay}"),
+        );
+    }
 }

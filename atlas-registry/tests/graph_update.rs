@@ -9,6 +9,7 @@ use atlas_registry::{
     AtlasError, AtlasRegistry, CaptureMisuse, CudaStream, DeviceBuffer, GraphFeature, GraphUpdate,
     LaunchConfig, UpdateRefusal,
 };
+use support::graphs::{assert_wrong_context, capture_counted_loop};
 use support::reference::assert_close;
 use support::rng::Rng;
 use support::{child, standin};
@@ -208,14 +209,7 @@ fn a_graph_or_stream_of_another_device_is_refused_and_the_graph_replays_as_befor
         .unwrap();
     let foreign = capture_scales(&r1, &s1, &mut x1, &factors(&mut rng, 3));
 
-    let refused = |e: AtlasError, what: &str| match e {
-        AtlasError::WrongContext {
-            what: w,
-            expected,
-            given,
-        } => assert_eq!((w.as_str(), expected, given), (what, Some(0), Some(1))),
-        other => panic!("expected WrongContext for {what}, got {other:?}"),
-    };
+    let refused = |e, what| assert_wrong_context(e, what, 0, 1);
     // SAFETY: refused before the driver is called; nothing of device 1 is ever replayed here.
     refused(
         unsafe { exec.update(foreign) }.unwrap_err(),
@@ -248,33 +242,13 @@ fn while_loop_runs_as_many_iterations_as_the_device_decides() {
     let mut rng = Rng::new();
     for (blob, registry) in conditional_registries() {
         let stream = CudaStream::new(registry.ctx()).unwrap();
-        let step = registry
-            .function_cached("conditional", "loop_step")
-            .unwrap();
-        let reset = registry
-            .function_cached("conditional", "reset_counter")
-            .unwrap();
         let n = 10_000 + rng.index(5_000);
         let input = rng.vec(n);
         let mut x = DeviceBuffer::from_slice(registry.ctx(), &stream, &input).unwrap();
         let mut counter = DeviceBuffer::from_slice(registry.ctx(), &stream, &[-7i32]).unwrap();
         let limit = 1 + rng.index(20) as i32;
-        let cfg = LaunchConfig::for_elements(n as u32, 256);
-        stream.begin_capture().unwrap();
-        // SAFETY: captured, not run: at each replay it writes the one int of `counter`, which
-        // outlives `exec`.
-        unsafe { reset.launch(&stream, &LaunchConfig::for_elements(1, 1), (&mut counter,)) }
-            .unwrap();
-        let cond = stream.conditional_handle(true).unwrap();
-        stream
-            .capture_while(cond, |body| {
-                // SAFETY: captured, not run: at each iteration `loop_step` touches the `n` floats
-                // of `x` and the int of `counter` (both outlive `exec`) and sets `cond`, a handle
-                // of this graph, while running in it.
-                unsafe { step.launch(body, &cfg, (&mut x, n as u32, cond, &mut counter, limit)) }
-            })
-            .unwrap();
-        let exec = stream.end_capture().unwrap().instantiate().unwrap();
+        let graph = capture_counted_loop(&registry, &stream, &mut x, &mut counter, limit);
+        let exec = graph.instantiate().unwrap();
         let mut want = input.clone();
         for replay in 0..2 {
             // SAFETY: `x` and `counter` outlive `exec`.
@@ -404,11 +378,18 @@ fn conditional_misuse_is_refused() {
 
 // Stand-in (no GPU): a driver without the entry points of a feature refuses it by name.
 
-child::bodies!(conditional_nodes_need_their_entry_points);
+child::bodies!(
+    conditional_nodes_need_their_entry_points,
+    conditional_calls_from_two_threads_take_turns,
+    a_capture_never_ends_under_a_conditional_call,
+);
 
 #[test]
 fn a_driver_without_conditional_nodes_names_what_it_lacks() {
-    standin::run(conditional_nodes_need_their_entry_points, &[]);
+    standin::run(
+        conditional_nodes_need_their_entry_points,
+        &["-DSTANDIN_NO_CONDITIONAL"],
+    );
 }
 
 fn conditional_nodes_need_their_entry_points() {
@@ -434,4 +415,132 @@ fn conditional_nodes_need_their_entry_points() {
         text.contains("CUDA 12.3") && text.contains("cuStreamBeginCaptureToGraph"),
         "{text}"
     );
+}
+
+// Stand-in (no GPU): the driver does not synchronize calls on one graph object; the stand-in
+// counts two at once ("graph_race") and a graph used after it was destroyed ("stale_handle").
+
+#[test]
+fn conditional_calls_and_end_capture_from_two_threads_never_use_one_graph_at_once() {
+    standin::run(conditional_calls_from_two_threads_take_turns, &[]);
+    standin::run(a_capture_never_ends_under_a_conditional_call, &[]);
+}
+
+/// Two threads adding handles and IF nodes to one capture at once (`CudaStream` is `Sync`): the
+/// calls take turns, and the graph holds every node.
+fn conditional_calls_from_two_threads_take_turns() {
+    let p = standin::probe();
+    let registry = AtlasRegistry::load(0, ptx_for_model("conditional").unwrap()).unwrap();
+    let stream = CudaStream::new(registry.ctx()).unwrap();
+    stream.begin_capture().unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for _ in 0..10 {
+                    let cond = stream.conditional_handle(false).unwrap();
+                    stream.capture_if(cond, |_| Ok(())).unwrap();
+                }
+            });
+        }
+    });
+    let exec = stream.end_capture().unwrap().instantiate().unwrap();
+    // SAFETY: the graph holds 20 IF nodes with empty bodies: nothing runs, no memory is reached.
+    unsafe { exec.launch(&stream) }.unwrap();
+    assert_eq!(p.count("cuGraphAddNode_v2"), 20);
+    assert_eq!(p.count("graph_race"), 0, "two calls used one graph at once");
+    assert_eq!(p.count("stale_handle"), 0);
+}
+
+/// One thread makes handles while another ends and begins the capture over and over: a handle is
+/// made in a live capture or refused (`NotCapturing`), never in a graph being ended or destroyed.
+fn a_capture_never_ends_under_a_conditional_call() {
+    let p = standin::probe();
+    let registry = AtlasRegistry::load(0, ptx_for_model("conditional").unwrap()).unwrap();
+    let stream = CudaStream::new(registry.ctx()).unwrap();
+    stream.begin_capture().unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                match stream.conditional_handle(true) {
+                    Ok(_) | Err(AtlasError::Capture(CaptureMisuse::NotCapturing)) => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        });
+        for _ in 0..30 {
+            drop(stream.end_capture().unwrap());
+            stream.begin_capture().unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    drop(stream.end_capture().unwrap());
+    assert!(p.count("cuGraphConditionalHandleCreate") > 0);
+    assert_eq!(p.count("graph_race"), 0, "two calls used one graph at once");
+    assert_eq!(
+        p.count("stale_handle"),
+        0,
+        "a handle was made in a destroyed graph"
+    );
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_while_body_runs_after_its_registry_is_released_and_its_buffers_dropped() {
+    let mut rng = Rng::new();
+    for (blob, registry) in conditional_registries() {
+        let stream = CudaStream::new(registry.ctx()).unwrap();
+        let n = 10_000 + rng.index(5_000);
+        let mut x = DeviceBuffer::<f32>::alloc(registry.ctx(), n).unwrap();
+        let mut counter = DeviceBuffer::<i32>::alloc(registry.ctx(), 1).unwrap();
+        let (x_ptr, counter_ptr) = (x.device_ptr(), counter.device_ptr());
+        let limit = 1 + rng.index(20) as i32;
+        let graph = capture_counted_loop(&registry, &stream, &mut x, &mut counter, limit);
+        let exec = graph.instantiate().unwrap();
+        drop((x, counter));
+        let e = atlas_registry::release(registry).unwrap_err();
+        assert!(
+            matches!(e, AtlasError::InUse { handles: 1, .. }),
+            "{blob}: {e}"
+        );
+        for replay in 0..3 {
+            let input = rng.vec(n);
+            // SAFETY: `x_ptr` and `counter_ptr` are memory the graph keeps, of the sizes copied;
+            // the host values live until the stream is synchronized, and `got`/`count` are read
+            // only after it.
+            let (got, count) = unsafe {
+                atlas_registry::copy_to_device_async(&stream, x_ptr, input.as_ptr().cast(), n * 4)
+                    .unwrap();
+                let poison = [i32::MIN];
+                atlas_registry::copy_to_device_async(
+                    &stream,
+                    counter_ptr,
+                    poison.as_ptr().cast(),
+                    4,
+                )
+                .unwrap();
+                exec.launch(&stream).unwrap();
+                let mut got = vec![f32::NAN; n];
+                let mut count = [i32::MIN];
+                atlas_registry::copy_to_host_async(&stream, got.as_mut_ptr().cast(), x_ptr, n * 4)
+                    .unwrap();
+                atlas_registry::copy_to_host_async(
+                    &stream,
+                    count.as_mut_ptr().cast(),
+                    counter_ptr,
+                    4,
+                )
+                .unwrap();
+                stream.synchronize().unwrap();
+                (got, count)
+            };
+            assert_close(
+                &got,
+                &loop_reference(&input, limit as usize),
+                1e-5,
+                &format!("{blob}: replay {replay} of a {limit}-iteration loop"),
+            );
+            assert_eq!(count, [limit], "{blob}: replay {replay}");
+        }
+    }
 }

@@ -27,6 +27,8 @@ child::bodies!(
     refusals_never_reach_the_driver,
     an_older_device_refuses_what_it_lacks,
     a_driver_without_launch_ex_is_named,
+    argument_updates_of_captured_nodes_check_their_attributes_again,
+    a_cooperative_launch_opts_in_before_it_counts_blocks,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -64,9 +66,37 @@ fn a_driver_without_cu_launch_kernel_ex_is_a_missing_symbol() {
     );
 }
 
+#[test]
+fn set_kernel_args_checks_the_clusters_and_cooperative_grid_of_a_captured_node() {
+    standin::run(
+        argument_updates_of_captured_nodes_check_their_attributes_again,
+        &[],
+    );
+}
+
+#[test]
+fn a_cooperative_launch_with_more_than_48_kib_of_shared_memory_fits_from_both_doors() {
+    standin::run(a_cooperative_launch_opts_in_before_it_counts_blocks, &[]);
+}
+
 /// The `launch` model's PTX on the stand-in (which knows its kernels by name).
 fn launch_model() -> AtlasRegistry {
     AtlasRegistry::load(0, ptx_for_model("launch").expect("the launch model")).expect("load")
+}
+
+/// `cluster_shape` and `cluster_shape_pair` (compiled with `__cluster_dims__(2, 1, 1)`).
+fn cluster_kernels(registry: &AtlasRegistry) -> (CudaFunction, CudaFunction) {
+    let kernel = |name| registry.function_cached("cluster", name).unwrap();
+    (kernel("cluster_shape"), kernel("cluster_shape_pair"))
+}
+
+/// A 1-D grid of `blocks` blocks of 64 threads, no dynamic shared memory.
+fn blocks_of_64(blocks: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid: (blocks, 1, 1),
+        block: (64, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// The attribute refusal inside `e`; panics on any other error.
@@ -240,26 +270,16 @@ fn refusals_never_reach_the_driver() {
     let probe = standin::probe();
     let registry = launch_model();
     let stream = registry.stream();
-    let shape = registry
-        .function_cached("cluster", "cluster_shape")
-        .unwrap();
-    let pair = registry
-        .function_cached("cluster", "cluster_shape_pair")
-        .unwrap();
+    let (shape, pair) = cluster_kernels(&registry);
     let step = registry.function_cached("pdl", "pdl_step").unwrap();
     let mut out = DeviceBuffer::<u32>::alloc(registry.ctx(), 2 * 8192).unwrap();
     let mut x = DeviceBuffer::<f32>::alloc(registry.ctx(), 256).unwrap();
-    let grid = |blocks: u32| LaunchConfig {
-        grid: (blocks, 1, 1),
-        block: (64, 1, 1),
-        shared_mem_bytes: 0,
-    };
     let mut ptr = out.device_ptr();
     probe.reset();
     let mut shape_with = |f: &CudaFunction, blocks: u32, attrs: LaunchAttributes| {
         // SAFETY: the cluster kernels write two words per block; `out` has room for 8192 blocks
         // and outlives every launch.
-        unsafe { f.launch_with(stream, &grid(blocks), &attrs, (&mut out,)) }
+        unsafe { f.launch_with(stream, &blocks_of_64(blocks), &attrs, (&mut out,)) }
     };
     let cluster = |dims| LaunchAttributes::new().cluster(dims);
 
@@ -326,9 +346,15 @@ fn refusals_never_reach_the_driver() {
     );
     // The typed launch's own checks still come first.
     // SAFETY: refused before the driver (wrong argument types).
-    let e =
-        unsafe { step.launch_with(stream, &grid(1), &LaunchAttributes::new(), (&mut x, 1.0f32)) }
-            .unwrap_err();
+    let e = unsafe {
+        step.launch_with(
+            stream,
+            &blocks_of_64(1),
+            &LaunchAttributes::new(),
+            (&mut x, 1.0f32),
+        )
+    }
+    .unwrap_err();
     assert!(
         matches!(
             &e,
@@ -343,7 +369,7 @@ fn refusals_never_reach_the_driver() {
     let e = unsafe {
         step.launch_with(
             stream,
-            &grid(0),
+            &blocks_of_64(0),
             &cluster((1, 1, 1)),
             (&mut x, 1u32, 1.0f32, 0.0f32),
         )
@@ -366,7 +392,7 @@ fn refusals_never_reach_the_driver() {
         let e = unsafe {
             registry.launch_on_stream_with(
                 func,
-                &grid(6),
+                &blocks_of_64(6),
                 &cluster((4, 1, 1)),
                 stream.raw(),
                 &mut params,
@@ -382,7 +408,7 @@ fn refusals_never_reach_the_driver() {
     let e = unsafe {
         registry.launch_on_stream_with(
             shape.raw(),
-            &grid(1),
+            &blocks_of_64(1),
             &LaunchAttributes::new(),
             stream.raw(),
             &mut [params[0], params[0]],
@@ -512,6 +538,172 @@ fn a_driver_without_launch_ex_is_named() {
     assert_eq!(x.to_vec(stream).unwrap(), vec![3.0f32; 64]);
 }
 
+/// Nodes captured from a launch in clusters and from a cooperative launch: an argument update
+/// that their attributes cannot take (a grid the cluster does not divide, a cooperative grid that
+/// does not fit) is refused before the driver, as the launch would have been; a plain node takes
+/// any grid.
+fn argument_updates_of_captured_nodes_check_their_attributes_again() {
+    let probe = standin::probe();
+    let registry = launch_model();
+    let stream = CudaStream::new(registry.ctx()).unwrap();
+    let (shape, pair) = cluster_kernels(&registry);
+    let mut out = DeviceBuffer::<u32>::alloc(registry.ctx(), 2 * 8192).unwrap();
+    let cooperative = LaunchAttributes::new().cooperative(true);
+    stream.begin_capture().unwrap();
+    // SAFETY: captured, not run: the cluster kernels write two words per block of `out` (room
+    // for 8192 blocks), which the graph keeps.
+    unsafe {
+        shape
+            .launch_with(
+                &stream,
+                &blocks_of_64(8),
+                &LaunchAttributes::new().cluster((2, 1, 1)),
+                (&mut out,),
+            )
+            .unwrap();
+        shape
+            .launch_with(&stream, &blocks_of_64(64), &cooperative, (&mut out,))
+            .unwrap();
+        shape
+            .launch(&stream, &blocks_of_64(4), (&mut out,))
+            .unwrap();
+    }
+    let mut exec = stream.end_capture().unwrap().instantiate().unwrap();
+    let mut set = |node: usize, f: &CudaFunction, blocks: u32| {
+        // SAFETY: the cluster kernels write two words per block of `out`, which has room for the
+        // largest grid here and which the executable graph keeps.
+        unsafe { exec.set_kernel_args(node, f, &blocks_of_64(blocks), (&mut out,)) }
+    };
+    assert_eq!(
+        refusal(set(0, &shape, 7).unwrap_err()),
+        AttributeRefusal::GridNotDivisible {
+            grid: (7, 1, 1),
+            cluster: (2, 1, 1)
+        }
+    );
+    assert_eq!(
+        refusal(set(1, &shape, 32 * 132 + 1).unwrap_err()),
+        AttributeRefusal::CooperativeGridTooLarge {
+            blocks: 4225,
+            max: 4224,
+            per_multiprocessor: 32,
+            multiprocessors: 132
+        }
+    );
+    assert_eq!(
+        probe.count("cuGraphExecKernelNodeSetParams_v2"),
+        0,
+        "a refused update reached the driver"
+    );
+    set(0, &pair, 8).unwrap();
+    set(1, &shape, 32 * 132).unwrap();
+    set(2, &shape, 6).unwrap();
+    assert_eq!(probe.count("cuGraphExecKernelNodeSetParams_v2"), 3);
+    // SAFETY: as above.
+    unsafe { exec.launch(&stream) }.unwrap();
+    let got = out.to_vec(&stream).unwrap();
+    // The last nodes overwrite the first: every block of the cooperative grid, unclustered.
+    for b in 0..32 * 132usize {
+        assert_eq!((got[2 * b], got[2 * b + 1]), (0, b as u32), "block {b}");
+    }
+}
+
+/// `coop_sum` with 64 KiB of dynamic shared memory (more than the 48 KiB a function may use before
+/// its opt-in): co-residency is counted after the opt-in, so the largest co-resident grid passes
+/// from the raw door and then from the typed door, and the sums match the CPU's.
+fn a_cooperative_launch_opts_in_before_it_counts_blocks() {
+    let registry = launch_model();
+    let sum = registry.function_cached("cooperative", "coop_sum").unwrap();
+    let mut rng = Rng::new();
+    let threads = 256u32;
+    // The stand-in holds 2048 threads an SM and 227 KiB of dynamic shared memory: 3 such blocks.
+    let blocks = 3 * 132;
+    let cfg = LaunchConfig {
+        grid: (blocks, 1, 1),
+        block: (threads, 1, 1),
+        shared_mem_bytes: 64 << 10,
+    };
+    for door in [Door::Raw, Door::Typed, Door::Foreign] {
+        let n = blocks * threads + rng.index(5000) as u32;
+        let input: Vec<u32> = (0..n).map(|_| rng.next_u64() as u32).collect();
+        let want = input.iter().fold(0u32, |s, &v| s.wrapping_add(v));
+        assert_eq!(
+            coop_sum_through(&registry, &sum, door, &cfg, &input),
+            (want, blocks),
+            "{door:?} door: the sum, and the blocks that arrived"
+        );
+    }
+}
+
+/// How a launch reaches the driver: [`Kernel::launch_with`](atlas_registry::Kernel::launch_with),
+/// [`AtlasRegistry::launch_on_stream_with`] with the registry's handle, or with a handle made by
+/// [`RawCudaFunc::from_raw`].
+#[derive(Debug, Clone, Copy)]
+enum Door {
+    Typed,
+    Raw,
+    Foreign,
+}
+
+/// `coop_sum` over `input`, launched cooperatively with `cfg` through `door` on the registry's
+/// stream, its outputs poisoned first: the sum and the count of blocks that arrived.
+fn coop_sum_through(
+    registry: &AtlasRegistry,
+    sum: &CudaFunction,
+    door: Door,
+    cfg: &LaunchConfig,
+    input: &[u32],
+) -> (u32, u32) {
+    let (stream, ctx) = (registry.stream(), registry.ctx());
+    let coop = LaunchAttributes::new().cooperative(true);
+    let blocks = cfg.grid.0 as usize;
+    let data = DeviceBuffer::from_slice(ctx, stream, input).unwrap();
+    let mut partials = DeviceBuffer::from_slice(ctx, stream, &vec![u32::MAX; blocks]).unwrap();
+    let mut out = DeviceBuffer::from_slice(ctx, stream, &[u32::MAX]).unwrap();
+    let mut arrived = DeviceBuffer::from_slice(ctx, stream, &[0u32]).unwrap();
+    let mut n = input.len() as u32;
+    let launched = match door {
+        // SAFETY: coop_sum reads the `n` words of `data`, writes one partial per block, one word
+        // of `out` and counts in `arrived`; all outlive the launch (`to_vec` below waits); every
+        // block is resident at once (cooperative, and the grid fits, or it is refused).
+        Door::Typed => unsafe {
+            sum.launch_with(
+                stream,
+                cfg,
+                &coop,
+                (&data, &mut partials, &mut out, n, &mut arrived),
+            )
+        },
+        Door::Raw | Door::Foreign => {
+            let func = match door {
+                Door::Raw => sum.raw(),
+                _ => RawCudaFunc::from_raw(sum.raw().raw()),
+            };
+            let mut ptrs = [
+                data.device_ptr(),
+                partials.device_ptr(),
+                out.device_ptr(),
+                arrived.device_ptr(),
+            ];
+            let [a, b, c, d] = &mut ptrs;
+            let mut params = [
+                (a as *mut u64).cast::<c_void>(),
+                (b as *mut u64).cast(),
+                (c as *mut u64).cast(),
+                (&raw mut n).cast(),
+                (d as *mut u64).cast(),
+            ];
+            // SAFETY: as for the typed door; the parameters are coop_sum's, in order.
+            unsafe { registry.launch_on_stream_with(func, cfg, &coop, stream.raw(), &mut params) }
+        }
+    };
+    launched.unwrap_or_else(|e| panic!("{door:?} door: {e}"));
+    (
+        out.to_vec(stream).unwrap()[0],
+        arrived.to_vec(stream).unwrap()[0],
+    )
+}
+
 // ---------------------------------------------------------------------------------------------
 // GPU
 // ---------------------------------------------------------------------------------------------
@@ -558,12 +750,7 @@ fn gpu_a_pdl_chain_gives_the_cpu_reference_bit_for_bit() {
 fn gpu_the_cluster_kernel_sees_the_cluster_shape_asked_for() {
     let registry = gpu_launch_model();
     let stream = registry.stream();
-    let shape = registry
-        .function_cached("cluster", "cluster_shape")
-        .unwrap();
-    let pair = registry
-        .function_cached("cluster", "cluster_shape_pair")
-        .unwrap();
+    let (shape, pair) = cluster_kernels(&registry);
     let blocks = 64u32;
     let mut out = DeviceBuffer::<u32>::alloc(registry.ctx(), 2 * blocks as usize).unwrap();
     let cfg = LaunchConfig {
@@ -787,4 +974,55 @@ fn gpu_priority_domain_and_programmatic_event_launches_run() {
         refusal(e),
         AttributeRefusal::PriorityOutOfRange { .. }
     ));
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_a_cooperative_sum_with_64_kib_of_shared_memory_runs_from_both_doors() {
+    let registry = gpu_launch_model();
+    let stream = registry.stream();
+    let sum = registry.function_cached("cooperative", "coop_sum").unwrap();
+    let threads = 256u32;
+    let shared = 64u32 << 10;
+    let cfg = |blocks: u32| LaunchConfig {
+        grid: (blocks, 1, 1),
+        block: (threads, 1, 1),
+        shared_mem_bytes: shared,
+    };
+    let coop = LaunchAttributes::new().cooperative(true);
+    let mut rng = Rng::new();
+    let mut check = |door: Door, blocks: u32| {
+        let n = blocks * threads * 2 + rng.index(1000) as u32;
+        let input: Vec<u32> = (0..n).map(|_| rng.next_u64() as u32).collect();
+        let want = input.iter().fold(0u32, |s, &v| s.wrapping_add(v));
+        assert_eq!(
+            coop_sum_through(&registry, &sum, door, &cfg(blocks), &input),
+            (want, blocks),
+            "{door:?} door: the sum of {n} words over {blocks} blocks, and the blocks that arrived"
+        );
+    };
+    // The raw door first, with one block per multiprocessor (which fits wherever 64 KiB does): it
+    // read the occupancy before the opt-in (0 blocks), kept it, and the typed door then refused
+    // the same configuration too.
+    let one_per_multiprocessor = registry.host().limits().multiprocessors;
+    check(Door::Raw, one_per_multiprocessor);
+    check(Door::Typed, one_per_multiprocessor);
+    // Then the largest co-resident grid: far too many blocks are refused, saying how many fit.
+    // SAFETY: refused before the driver (the grid does not fit); null addresses of the right
+    // sizes never reach a kernel.
+    let probe_launch =
+        unsafe { sum.launch_with(stream, &cfg(1 << 20), &coop, (0u64, 0u64, 0u64, 0u32, 0u64)) };
+    let AttributeRefusal::CooperativeGridTooLarge {
+        max,
+        per_multiprocessor,
+        ..
+    } = refusal(probe_launch.unwrap_err())
+    else {
+        panic!("expected CooperativeGridTooLarge")
+    };
+    println!("coop_sum with {shared} B of shared memory: {per_multiprocessor} blocks per SM");
+    assert!(per_multiprocessor >= 1, "nothing fits");
+    for door in [Door::Raw, Door::Typed] {
+        check(door, u32::try_from(max).unwrap());
+    }
 }

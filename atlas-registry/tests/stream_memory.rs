@@ -8,12 +8,13 @@
 mod support;
 
 use atlas_kernels::ptx_for_model;
-use atlas_registry::sys::{CUgraph, CUgraphNode, CUgraphNodeType, CUresult};
+use atlas_registry::sys::{CUgraph, CUgraphNodeType};
 use atlas_registry::{
     AtlasError, AtlasRegistry, CaptureMisuse, CudaStream, DeviceBuffer, FunctionCache,
     LaunchConfig, host,
 };
 use support::child;
+use support::graphs::node_types;
 use support::reference::{assert_close, transform_reference};
 use support::rng::Rng;
 use support::standin;
@@ -29,6 +30,8 @@ child::bodies!(
     release_threshold_round_trips_on_the_standin,
     missing_pool_entry_points_are_named,
     device_without_memory_pools_is_refused,
+    memory_allocated_in_the_capture_belongs_to_the_graph,
+    a_pool_buffer_dropped_during_its_streams_capture_waits_for_it,
 );
 
 static SCALE: FunctionCache = FunctionCache::new("elementwise", "scale");
@@ -75,6 +78,76 @@ fn stream_ordered_memory_on_the_standin() {
         &["-DSTANDIN_DEVICES=2"],
     );
     standin::run(release_threshold_round_trips_on_the_standin, &[]);
+}
+
+#[test]
+fn stream_ordered_allocations_in_a_capture_follow_the_graph_memory_rules() {
+    standin::run(memory_allocated_in_the_capture_belongs_to_the_graph, &[]);
+    standin::run(
+        a_pool_buffer_dropped_during_its_streams_capture_waits_for_it,
+        &[],
+    );
+}
+
+/// The graph's own allocation is not held again by the typed launches captured with it: only the
+/// buffers allocated before (`x`, `y`) are freed after the device's work, and everything is
+/// freed in the end.
+fn memory_allocated_in_the_capture_belongs_to_the_graph() {
+    let p = standin::probe();
+    let (live, syncs) = (p.count("live_allocations"), p.count("cuCtxSynchronize"));
+    replay_a_graph_that_allocates_its_temporary(64 + Rng::new().index(500));
+    assert_eq!(
+        p.count("cuCtxSynchronize") - syncs,
+        2,
+        "x and y waited for the device; the graph's own allocation is not held"
+    );
+    assert_eq!(p.count("live_allocations"), live);
+    assert_eq!(p.count("fault"), 0);
+}
+
+/// A pool buffer allocated before the capture and dropped while its stream is captured would be a
+/// free node of memory that is not the graph's, which the driver refuses (invalidating the
+/// capture): its free waits for the capture to end, used by the capture or not.
+fn a_pool_buffer_dropped_during_its_streams_capture_waits_for_it() {
+    let p = standin::probe();
+    let registry = demo();
+    let ctx = registry.ctx();
+    let stream = CudaStream::new(ctx).unwrap();
+    let live = p.count("live_allocations");
+    let scale = SCALE.get(&registry).unwrap();
+    let cfg = LaunchConfig::for_elements(32, 32);
+    // SAFETY: used only on `stream`, which outlives both; freed outside the capture (by Atlas).
+    let (unused, mut used) = unsafe {
+        (
+            DeviceBuffer::<f32>::alloc_async(ctx, &stream, 32).unwrap(),
+            DeviceBuffer::<f32>::alloc_async(ctx, &stream, 32).unwrap(),
+        )
+    };
+    let frees = p.count("cuMemFreeAsync");
+    stream.begin_capture().unwrap();
+    // SAFETY: captured, not run: scale touches the 32 floats of `used`, which the graph keeps.
+    unsafe { scale.launch(&stream, &cfg, (&mut used, 1.0f32, 32u32)) }.unwrap();
+    drop(unused);
+    drop(used);
+    assert_eq!(
+        p.count("cuMemFreeAsync"),
+        frees,
+        "no free reached the capture"
+    );
+    assert!(stream.is_capturing().unwrap());
+    let graph = stream.end_capture().unwrap();
+    assert_eq!(
+        p.count("cuMemFreeAsync"),
+        frees + 1,
+        "`unused` freed as the capture ended"
+    );
+    assert_eq!(p.count("live_allocations"), live + 1);
+    drop(graph);
+    assert_eq!(
+        p.count("live_allocations"),
+        live,
+        "`used` freed with the graph"
+    );
 }
 
 #[test]
@@ -147,7 +220,7 @@ fn synchronize_is_refused_while_capturing() {
     );
     // The same stream seen through another wrapper, and from another thread.
     // SAFETY: `stream` is a live stream of `ctx` and outlives `view`.
-    let view = unsafe { CudaStream::wrap(ctx, stream.raw()) };
+    let view = unsafe { CudaStream::wrap(ctx, stream.raw()) }.unwrap();
     assert_eq!(
         capture_misuse(view.synchronize()),
         CaptureMisuse::SynchronizeWhileCapturing
@@ -269,12 +342,14 @@ fn a_failed_end_keeps_the_record_while_the_capture_goes_on() {
 
 /// `cuMemFree` from a capturing thread would invalidate its capture (the stand-in, like the driver,
 /// refuses it and marks the capture invalid): a buffer dropped or freed then is freed when the
-/// thread's capture ends, or when the capturing stream is dropped.
+/// thread's capture ends, or when the capturing stream is dropped (its capture ended in the driver
+/// first, so that the frees are not refused). What is freed is counted, not only the calls.
 fn a_buffer_dropped_while_capturing_is_freed_when_the_capture_ends() {
     let registry = demo();
     let ctx = registry.ctx();
     let stream = CudaStream::new(ctx).unwrap();
     let probe = standin::probe();
+    let live = probe.count("live_allocations");
     let alloc = || DeviceBuffer::<f32>::alloc(ctx, 16).unwrap();
     let (dropped, freed, elsewhere) = (alloc(), alloc(), alloc());
     let frees = probe.count("cuMemFree_v2");
@@ -299,16 +374,29 @@ fn a_buffer_dropped_while_capturing_is_freed_when_the_capture_ends() {
         frees + 3,
         "freed as the capture ended"
     );
+    assert_eq!(
+        probe.count("live_allocations"),
+        live,
+        "every free was accepted"
+    );
 
     // A capturing stream dropped: what its thread held is freed with it.
     let doomed = CudaStream::new(ctx).unwrap();
-    let held = alloc();
+    let (held, also) = (alloc(), alloc());
     doomed.begin_capture().unwrap();
     drop(held);
+    also.free().unwrap();
     assert_eq!(probe.count("cuMemFree_v2"), frees + 3);
+    assert_eq!(probe.count("live_allocations"), live + 2);
     drop(doomed);
-    assert_eq!(probe.count("cuMemFree_v2"), frees + 4);
-    // Every free reached the driver and was accepted: nothing is left allocated by this test.
+    assert_eq!(probe.count("cuMemFree_v2"), frees + 5);
+    assert_eq!(
+        probe.count("live_allocations"),
+        live,
+        "the frees held for the dropped capture were refused"
+    );
+    assert_eq!(probe.count("live_graphs"), 1, "only `_graph` is left");
+    // Nothing captures any more: a new allocation is not refused.
     let again = alloc();
     again.free().unwrap();
 }
@@ -544,39 +632,30 @@ fn stream_memory_gpu_alloc_kernel_free_matches_cpu() {
 
 /// `(memory allocation nodes, memory free nodes)` of a graph, asked of the driver directly.
 fn memory_nodes(graph: CUgraph) -> (usize, usize) {
-    let cuda = atlas_registry::sys::driver().unwrap();
-    let get_nodes = atlas_registry::sys::entry!(cuda, cuGraphGetNodes).unwrap();
-    let node_type = atlas_registry::sys::entry!(cuda, cuGraphNodeGetType).unwrap();
-    let mut count = 0usize;
-    // SAFETY: the graph is live; a null array asks for the count.
-    let status = unsafe { get_nodes(graph, std::ptr::null_mut(), &mut count) };
-    assert_eq!(status, CUresult::CUDA_SUCCESS);
-    let mut nodes: Vec<CUgraphNode> = vec![std::ptr::null_mut(); count];
-    // SAFETY: the array has room for `count` nodes.
-    let status = unsafe { get_nodes(graph, nodes.as_mut_ptr(), &mut count) };
-    assert_eq!(status, CUresult::CUDA_SUCCESS);
-    let (mut allocs, mut frees) = (0, 0);
-    for node in nodes {
-        let mut kind = CUgraphNodeType(u32::MAX);
-        // SAFETY: a node of the live graph; `kind` is a live out-pointer.
-        let status = unsafe { node_type(node, &mut kind) };
-        assert_eq!(status, CUresult::CUDA_SUCCESS);
-        allocs += usize::from(kind == CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC);
-        frees += usize::from(kind == CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE);
-    }
-    (allocs, frees)
+    let kinds = node_types(graph);
+    let count = |kind| kinds.iter().filter(|&&k| k == kind).count();
+    (
+        count(CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC),
+        count(CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE),
+    )
 }
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn stream_memory_gpu_alloc_inside_a_replayed_graph() {
+    replay_a_graph_that_allocates_its_temporary(50_000 + Rng::new().index(100_000));
+}
+
+/// A graph that allocates and frees its own temporary (`alloc_async` and the drop in the capture:
+/// an allocation node and a free node) between `transform` and `axpy`, replayed against the CPU.
+/// The buffers it keeps (`x`, `y`) are dropped at the end, after the graph.
+fn replay_a_graph_that_allocates_its_temporary(n: usize) {
     let demo = demo();
     let model_a = AtlasRegistry::load(0, ptx_for_model("model_a").unwrap()).unwrap();
     let ctx = demo.ctx();
     let stream = CudaStream::new(ctx).unwrap();
     let (transform, axpy) = (TRANSFORM.get(&model_a).unwrap(), AXPY.get(&demo).unwrap());
     let mut rng = Rng::new();
-    let n = 50_000 + rng.index(100_000);
     let (x_host, y0) = (rng.vec(n), rng.vec(n));
     let a = rng.f32_in(0.25, 1.0);
     let x = DeviceBuffer::from_slice(ctx, &stream, &x_host).unwrap();
@@ -588,7 +667,8 @@ fn stream_memory_gpu_alloc_inside_a_replayed_graph() {
     // only by the two kernels captured on `stream` between.
     let mut temp = unsafe { DeviceBuffer::<f32>::alloc_async(ctx, &stream, n) }.unwrap();
     // SAFETY: captured, not run: at each replay `x`, `temp` and `y` hold the `n` floats the
-    // kernels touch (`temp` allocated by the graph itself); `x` and `y` outlive `exec`.
+    // kernels touch (`temp` allocated by the graph itself, not held again; `x` and `y` kept by
+    // the graph).
     unsafe {
         transform
             .launch(&stream, &cfg, (&x, &mut temp, n as u32))
@@ -597,6 +677,10 @@ fn stream_memory_gpu_alloc_inside_a_replayed_graph() {
             .unwrap();
     }
     drop(temp);
+    assert!(
+        stream.is_capturing().unwrap(),
+        "the free is the graph's free node"
+    );
     let graph = stream.end_capture().unwrap();
     assert_eq!(
         memory_nodes(graph.raw()),
@@ -609,7 +693,7 @@ fn stream_memory_gpu_alloc_inside_a_replayed_graph() {
 
     let mut want = y0.clone();
     for replay in 0..5 {
-        // SAFETY: `x` and `y` are alive, the graph allocates `temp` itself, both registries live.
+        // SAFETY: the graph keeps `x`, `y` and both modules, and allocates `temp` itself.
         unsafe { exec.launch(&stream) }.unwrap();
         for (w, x) in want.iter_mut().zip(&x_host) {
             *w = a.mul_add(transform_reference("model_a", *x), *w);
@@ -621,6 +705,7 @@ fn stream_memory_gpu_alloc_inside_a_replayed_graph() {
             &format!("replay {replay}"),
         );
     }
+    drop(exec);
 }
 
 #[test]

@@ -45,6 +45,15 @@
 //!
 //! Versioned entry points keep their real symbol names (`cuMemAlloc_v2`, `cuModuleGetGlobal_v2`):
 //! `cuda.h` maps the plain names to them with macros, which bindgen does not see.
+//!
+//! # NVRTC
+//!
+//! [`Nvrtc`] is the same for NVRTC, the CUDA run-time compiler (`nvrtc.h` of CUDA 12.9, generated
+//! by the same script), loaded the same way by [`nvrtc`] (`ATLAS_NVRTC_PATH`, exclusive when set,
+//! else `libnvrtc.so.13`, `libnvrtc.so.12`, `libnvrtc.so`): one search for both libraries
+//! ([`RuntimeLibrary`]). [`entry!`] works on it too, and its generated methods return
+//! `NVRTC_ERROR_INTERNAL_ERROR` (a null pointer for `nvrtcGetErrorString`) for a function the
+//! library does not export. Nothing of NVRTC is loaded until it is asked for.
 
 #[allow(
     missing_docs,
@@ -59,8 +68,24 @@
 )]
 mod bindings;
 mod loader;
+mod nvrtc;
+#[allow(
+    missing_docs,
+    unreachable_pub,
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals,
+    unsafe_op_in_unsafe_fn,
+    clippy::all,
+    clippy::undocumented_unsafe_blocks,
+    clippy::missing_safety_doc
+)]
+mod nvrtc_bindings;
 
 pub use bindings::*;
 pub use loader::{
-    LIBCUDA_PATH_VAR, LIBRARY_NAMES, LoadAttempt, LoadError, MissingSymbol, driver, resolve,
+    LIBCUDA_PATH_VAR, LIBRARY_NAMES, LoadAttempt, LoadError, MissingSymbol, RuntimeLibrary, driver,
+    resolve, resolve_named,
 };
+pub use nvrtc::{NVRTC_LIBRARY_NAMES, NVRTC_PATH_VAR, NvrtcLoadError, nvrtc};
+pub use nvrtc_bindings::*;

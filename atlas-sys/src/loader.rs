@@ -1,4 +1,5 @@
-//! Finding and loading libcuda: the process-wide table and its errors.
+//! Finding and loading the libraries Atlas opens at run time (libcuda, NVRTC): one search for
+//! both ([`RuntimeLibrary`]), the process-wide driver table, and their errors.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -35,7 +36,7 @@ pub struct LoadError {
     pub attempts: Vec<LoadAttempt>,
 }
 
-struct Attempts<'a>(&'a [LoadAttempt]);
+pub(crate) struct Attempts<'a>(pub(crate) &'a [LoadAttempt]);
 
 impl fmt::Display for Attempts<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -47,22 +48,36 @@ impl fmt::Display for Attempts<'_> {
     }
 }
 
-/// A driver function that the loaded library does not export (an older driver, or a profiler's
+/// A function that the loaded library does not export (an older driver or NVRTC, or a profiler's
 /// injection library that forwards only part of the API).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the CUDA driver library does not export {name}: {message}")]
+#[error("{library} does not export {name}: {message}")]
 #[non_exhaustive]
 pub struct MissingSymbol {
-    /// The C name of the function, as in `cuda.h` after its version macros (`cuMemAlloc_v2`).
+    /// The C name of the function, as in its header after its version macros (`cuMemAlloc_v2`).
     pub name: &'static str,
     /// The loader's message.
     pub message: String,
+    /// The library asked, as [`RuntimeLibrary::WHAT`] names it ("the CUDA driver library").
+    pub library: &'static str,
 }
 
 /// Returns one entry point of a [`CudaDriver`] as a plain function pointer, or the error naming it.
 ///
-/// Prefer the [`entry!`](crate::entry) macro, which passes the field and its name together.
+/// Prefer the [`entry!`](crate::entry) macro, which passes the field and its name together (and
+/// works for [`Nvrtc`](crate::Nvrtc) too).
 pub fn resolve<F: Copy>(
+    slot: &Result<F, libloading::Error>,
+    name: &'static str,
+) -> Result<F, MissingSymbol> {
+    resolve_named(CudaDriver::WHAT, slot, name)
+}
+
+/// What [`entry!`](crate::entry) calls: the entry point in `slot`, or the error naming it and
+/// `library`.
+#[doc(hidden)]
+pub fn resolve_named<F: Copy>(
+    library: &'static str,
     slot: &Result<F, libloading::Error>,
     name: &'static str,
 ) -> Result<F, MissingSymbol> {
@@ -71,12 +86,14 @@ pub fn resolve<F: Copy>(
         Err(e) => Err(MissingSymbol {
             name,
             message: e.to_string(),
+            library,
         }),
     }
 }
 
-/// `entry!(driver, cuName)`: the entry point `cuName` of a [`CudaDriver`] as a function pointer,
-/// or a [`MissingSymbol`] naming `cuName`. Never panics.
+/// `entry!(library, name)`: the entry point `name` of a [`CudaDriver`] (or an
+/// [`Nvrtc`](crate::Nvrtc)) as a function pointer, or a [`MissingSymbol`] naming `name` and the
+/// library. Never panics.
 ///
 /// ```no_run
 /// let cuda = atlas_sys::driver()?;
@@ -89,9 +106,11 @@ pub fn resolve<F: Copy>(
 /// ```
 #[macro_export]
 macro_rules! entry {
-    ($driver:expr, $name:ident) => {
-        $crate::resolve(&$driver.$name, ::core::stringify!($name))
-    };
+    ($library:expr, $name:ident) => {{
+        use $crate::RuntimeLibrary as _;
+        let library = &$library;
+        $crate::resolve_named(library.what(), &library.$name, ::core::stringify!($name))
+    }};
 }
 
 impl CudaDriver {
@@ -108,40 +127,103 @@ impl CudaDriver {
     ///    those signatures.
     #[doc(alias = "dlopen")]
     pub unsafe fn load_from(path: impl AsRef<Path>) -> Result<CudaDriver, LoadError> {
-        let path = path.as_ref();
         // SAFETY: the caller's duties 1 and 2 are this function's own.
-        unsafe { load_one(path) }.map_err(|reason| LoadError {
-            attempts: vec![LoadAttempt {
-                path: path.to_path_buf(),
-                reason,
-            }],
+        unsafe { load_path(path.as_ref()) }.map_err(|attempt| LoadError {
+            attempts: vec![attempt],
         })
     }
 }
 
-/// Loads `path`, checking it is a CUDA driver. The `Err` is the reason, for a [`LoadAttempt`].
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for crate::CudaDriver {}
+    impl Sealed for crate::Nvrtc {}
+}
+
+/// A library Atlas opens at run time instead of linking it: [`CudaDriver`] and
+/// [`Nvrtc`](crate::Nvrtc). Both are found the same way: the path in the environment
+/// variable [`PATH_VAR`](Self::PATH_VAR) alone when it is set, else each of
+/// [`NAMES`](Self::NAMES) through the platform's loader; the first that loads and exports the
+/// library's marker function is taken.
+pub trait RuntimeLibrary: Sized + sealed::Sealed {
+    /// What the library is, as errors name it ("the CUDA driver library", "NVRTC").
+    const WHAT: &'static str;
+    /// The environment variable that names the library to load, replacing the search.
+    const PATH_VAR: &'static str;
+    /// The names given to the platform's loader, in the order tried.
+    const NAMES: &'static [&'static str];
+
+    /// Loads the library at `path` and checks that it is this library. The `Err` is the reason,
+    /// for a [`LoadAttempt`].
+    ///
+    /// # Safety
+    ///
+    /// 1. Loading a library runs its initialisation code: `path` must name a library that is sound
+    ///    to load into this process (this library, or one standing in for it).
+    /// 2. Each entry point is typed after the library's header: the library's functions of those
+    ///    names must have those signatures.
+    unsafe fn open(path: &Path) -> Result<Self, String>;
+
+    /// [`WHAT`](Self::WHAT), through a value (what [`entry!`](crate::entry) asks).
+    fn what(&self) -> &'static str {
+        Self::WHAT
+    }
+}
+
+impl RuntimeLibrary for CudaDriver {
+    const WHAT: &'static str = "the CUDA driver library";
+    const PATH_VAR: &'static str = LIBCUDA_PATH_VAR;
+    const NAMES: &'static [&'static str] = LIBRARY_NAMES;
+
+    unsafe fn open(path: &Path) -> Result<Self, String> {
+        // SAFETY: the caller vouches for the library (this function's contract).
+        let driver = unsafe { CudaDriver::new(path) }.map_err(|e| e.to_string())?;
+        if let Err(e) = &driver.cuInit {
+            return Err(format!(
+                "loaded, but it is not a CUDA driver library (no cuInit: {e})"
+            ));
+        }
+        Ok(driver)
+    }
+}
+
+/// Loads `path` as an `L` (see [`RuntimeLibrary::open`]); its failure as a [`LoadAttempt`].
 ///
 /// # Safety
 ///
-/// As [`CudaDriver::load_from`].
-unsafe fn load_one(path: &Path) -> Result<CudaDriver, String> {
-    // SAFETY: the caller vouches for the library (this function's contract).
-    let driver = unsafe { CudaDriver::new(path) }.map_err(|e| e.to_string())?;
-    if let Err(e) = &driver.cuInit {
-        return Err(format!(
-            "loaded, but it is not a CUDA driver library (no cuInit: {e})"
-        ));
-    }
-    Ok(driver)
+/// As [`RuntimeLibrary::open`].
+pub(crate) unsafe fn load_path<L: RuntimeLibrary>(path: &Path) -> Result<L, LoadAttempt> {
+    // SAFETY: the caller's duties are `open`'s.
+    unsafe { L::open(path) }.map_err(|reason| LoadAttempt {
+        path: path.to_path_buf(),
+        reason,
+    })
 }
 
 /// The libraries to try, in order: the environment's override alone when it is set and not empty,
-/// else the platform's names.
-fn candidates(env: Option<OsString>) -> Vec<PathBuf> {
+/// else the platform's `names`.
+fn candidates(env: Option<OsString>, names: &[&str]) -> Vec<PathBuf> {
     match env {
         Some(path) if !path.is_empty() => vec![PathBuf::from(path)],
-        _ => LIBRARY_NAMES.iter().map(PathBuf::from).collect(),
+        _ => names.iter().map(PathBuf::from).collect(),
     }
+}
+
+/// Finds and loads `L`: the path in [`L::PATH_VAR`](RuntimeLibrary::PATH_VAR) when it is set (and
+/// then nothing else: an explicit choice is never silently replaced by another library), otherwise
+/// each of [`L::NAMES`](RuntimeLibrary::NAMES) through the platform's loader. The first library
+/// that loads and is an `L` is taken; the error lists every attempt, in order.
+pub(crate) fn search<L: RuntimeLibrary>() -> Result<L, Vec<LoadAttempt>> {
+    let mut attempts = Vec::new();
+    for path in candidates(std::env::var_os(L::PATH_VAR), L::NAMES) {
+        // SAFETY: these are the library's own names, or the path the user named for it in its
+        // environment variable; the library is kept loaded for the life of the value.
+        match unsafe { load_path::<L>(&path) } {
+            Ok(library) => return Ok(library),
+            Err(attempt) => attempts.push(attempt),
+        }
+    }
+    Err(attempts)
 }
 
 /// The process-wide driver table, loaded on first use and kept until the process exits.
@@ -158,18 +240,7 @@ fn candidates(env: Option<OsString>) -> Vec<PathBuf> {
 pub fn driver() -> Result<&'static CudaDriver, LoadError> {
     static DRIVER: OnceLock<Result<CudaDriver, LoadError>> = OnceLock::new();
     DRIVER
-        .get_or_init(|| {
-            let mut attempts = Vec::new();
-            for path in candidates(std::env::var_os(LIBCUDA_PATH_VAR)) {
-                // SAFETY: these are the CUDA driver's own names, or the path the user named for it
-                // in ATLAS_LIBCUDA_PATH; the library is kept loaded for the life of the process.
-                match unsafe { load_one(&path) } {
-                    Ok(driver) => return Ok(driver),
-                    Err(reason) => attempts.push(LoadAttempt { path, reason }),
-                }
-            }
-            Err(LoadError { attempts })
-        })
+        .get_or_init(|| search::<CudaDriver>().map_err(|attempts| LoadError { attempts }))
         .as_ref()
         .map_err(Clone::clone)
 }
@@ -181,12 +252,12 @@ mod tests {
     #[test]
     fn override_replaces_the_search() {
         assert_eq!(
-            candidates(Some("/opt/x/libcuda.so".into())),
+            candidates(Some("/opt/x/libcuda.so".into()), LIBRARY_NAMES),
             vec![PathBuf::from("/opt/x/libcuda.so")]
         );
         let defaults: Vec<PathBuf> = LIBRARY_NAMES.iter().map(PathBuf::from).collect();
-        assert_eq!(candidates(None), defaults);
-        assert_eq!(candidates(Some(OsString::new())), defaults);
+        assert_eq!(candidates(None, LIBRARY_NAMES), defaults);
+        assert_eq!(candidates(Some(OsString::new()), LIBRARY_NAMES), defaults);
     }
 
     #[test]

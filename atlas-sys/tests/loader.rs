@@ -3,12 +3,17 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use atlas_sys::{CUresult, CudaDriver, LoadError, entry};
+use atlas_sys::{CUresult, CudaDriver, LoadError, Nvrtc, entry, nvrtcResult};
 
 /// A stand-in driver: exports cuInit and cuDriverGetVersion, and nothing else.
 const FAKE_DRIVER: &str = r#"
 int cuInit(unsigned int flags) { return flags == 0 ? 0 : 1; }
 int cuDriverGetVersion(int *version) { *version = 12090; return 0; }
+"#;
+
+/// A stand-in NVRTC: exports nvrtcVersion, and nothing else.
+const FAKE_NVRTC: &str = r#"
+int nvrtcVersion(int *major, int *minor) { *major = 12; *minor = 9; return 0; }
 "#;
 
 /// A shared library that has nothing to do with CUDA.
@@ -126,30 +131,122 @@ fn child_print_driver_outcome() {
     }
 }
 
-#[test]
-fn process_wide_driver_honours_the_override() {
+/// Runs the ignored test `child` in a child process with `var` set to `value`, and returns the
+/// outcome it printed.
+fn child_outcome(child: &str, var: &str, value: &str) -> String {
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
-            "child_print_driver_outcome",
+            child,
             "--exact",
             "--ignored",
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(atlas_sys::LIBCUDA_PATH_VAR, "/nonexistent/libcuda.so")
+        .env(var, value)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "child failed: {stdout}{stderr}");
-    let line = stdout
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stdout
         .lines()
-        .find_map(|l| l.split_once("OUTCOME: ").map(|(_, outcome)| outcome))
-        .unwrap_or_else(|| panic!("child printed no outcome: {stdout}{stderr}"));
+        .find_map(|l| {
+            l.split_once("OUTCOME: ")
+                .map(|(_, outcome)| outcome.to_string())
+        })
+        .unwrap_or_else(|| panic!("child printed no outcome: {stdout}{stderr}"))
+}
+
+#[test]
+fn process_wide_driver_honours_the_override() {
+    let line = child_outcome(
+        "child_print_driver_outcome",
+        atlas_sys::LIBCUDA_PATH_VAR,
+        "/nonexistent/libcuda.so",
+    );
     assert!(line.contains("/nonexistent/libcuda.so"), "{line}");
     assert!(
         !line.contains("libcuda.so.1"),
         "the override must replace the search: {line}"
     );
-    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn nvrtc_loads_through_the_same_search_and_names_a_missing_entry_point() {
+    let path = build_library("fakenvrtc", FAKE_NVRTC);
+    // SAFETY: the stand-in has no initialisers and its one function has nvrtc.h's signature.
+    let nvrtc = unsafe { Nvrtc::load_from(&path) }.expect("the stand-in NVRTC loads");
+    let version = entry!(nvrtc, nvrtcVersion).expect("nvrtcVersion is exported");
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: both pointers are to live c_ints.
+    let status = unsafe { version(&mut major, &mut minor) };
+    assert_eq!(status, nvrtcResult::NVRTC_SUCCESS);
+    assert_eq!((major, minor), (12, 9));
+
+    let missing = entry!(nvrtc, nvrtcCompileProgram)
+        .err()
+        .expect("the stand-in lacks nvrtcCompileProgram");
+    assert_eq!(missing.name, "nvrtcCompileProgram");
+    assert_eq!(missing.library, "NVRTC");
+    assert!(
+        missing
+            .to_string()
+            .starts_with("NVRTC does not export nvrtcCompileProgram"),
+        "{missing}"
+    );
+    // The generated methods return an error status instead of calling nothing.
+    // SAFETY: the stand-in lacks the function, so nothing is called.
+    let status = unsafe { nvrtc.nvrtcCompileProgram(std::ptr::null_mut(), 0, std::ptr::null()) };
+    assert_eq!(status, nvrtcResult::NVRTC_ERROR_INTERNAL_ERROR);
+    // SAFETY: as above.
+    assert!(unsafe { nvrtc.nvrtcGetErrorString(nvrtcResult::NVRTC_SUCCESS) }.is_null());
+
+    // The driver's missing-symbol text is as it was.
+    let driver = load(&build_library("fakecuda-named", FAKE_DRIVER)).expect("the stand-in loads");
+    let missing = entry!(driver, cuMemAlloc_v2).err().expect("missing");
+    assert!(
+        missing
+            .to_string()
+            .starts_with("the CUDA driver library does not export cuMemAlloc_v2"),
+        "{missing}"
+    );
+}
+
+#[test]
+fn a_library_that_is_not_nvrtc_is_rejected_naming_it() {
+    let path = build_library("notnvrtc", NOT_CUDA);
+    // SAFETY: the library is the test's own, with no initialisers.
+    let err = unsafe { Nvrtc::load_from(&path) }
+        .err()
+        .expect("a library without nvrtcVersion is not NVRTC");
+    let text = err.to_string();
+    assert!(text.contains(&*path.to_string_lossy()), "{text}");
+    assert!(text.contains("not an NVRTC library"), "{text}");
+    assert!(text.contains(atlas_sys::NVRTC_PATH_VAR), "{text}");
+}
+
+/// Runs in a child process (see `process_wide_nvrtc_honours_the_override`).
+#[test]
+#[ignore = "run by process_wide_nvrtc_honours_the_override in a child process"]
+fn child_print_nvrtc_outcome() {
+    match atlas_sys::nvrtc() {
+        Ok(_) => println!("OUTCOME: loaded"),
+        Err(e) => println!("OUTCOME: {e}"),
+    }
+}
+
+#[test]
+fn process_wide_nvrtc_honours_the_override() {
+    let line = child_outcome(
+        "child_print_nvrtc_outcome",
+        atlas_sys::NVRTC_PATH_VAR,
+        "/nonexistent/libnvrtc.so.12",
+    );
+    assert!(line.starts_with("cannot load NVRTC"), "{line}");
+    assert!(line.contains("/nonexistent/libnvrtc.so.12"), "{line}");
+    assert!(
+        !line.contains("libnvrtc.so.13"),
+        "the override must replace the search: {line}"
+    );
 }

@@ -15,6 +15,9 @@
 //! | model load              | `model_load/{demo_ptx,demo_cubin}/{raw,atlas}` (time per load)                     |
 //! | model load, paired      | `model_load_paired/{demo_ptx,demo_cubin}/atlas` (× raw)                            |
 //! | graph replay            | `graph_replay/noop256/{eager,replay}` (per kernel, synchronize included)           |
+//! | graph capture           | `graph_capture/{noop256,scale256}/{raw,atlas_typed}` (per captured launch: begin, 256 launches, end, drop) |
+//! | graph capture, paired   | `graph_capture_paired/{noop256,scale256}/{raw,atlas_typed}` (× raw capture)        |
+//! | graph replay, paired    | `graph_replay_paired/noop256/{raw,atlas}` (16 replays enqueued, × raw `cuGraphLaunch`) |
 //! | graph update            | `graph_update/{chain64,chain1024,while64,layers64}/{update,reinstantiate,update_ready,reinstantiate_ready,raw_update,raw_reinstantiate}`, `graph_update/{chain64,chain1024}/{set_one_node,reinstantiate_one_node}` (per change) |
 //! | conditional loop        | `while_loop/steps64/{graph,host}` (per 64-step loop, synchronize included)         |
 //! | load everywhere         | `load_all_devices/{N}_gpus/{registry_per_device,one_library}`                      |
@@ -26,6 +29,7 @@
 //!
 //! Each bench lives in the file named after its benchmark group (`enqueue.rs`, `roundtrip.rs`,
 //! `lookup.rs`, `replaced.rs`, `model_load.rs`, `graph_replay.rs`, `load_all_devices.rs`;
+//! `graph_capture.rs` holds `graph_capture`, `graph_capture_paired` and `graph_replay_paired`;
 //! `stream_memory.rs` holds `alloc_paired` and `synchronize_paired`, `pdl.rs` `pdl_chain` and
 //! `launch_ex_paired`, `graph_update.rs` `graph_update` and `while_loop`);
 //! `launches.rs` holds the launches that enqueue and round trip share, `paired.rs` the ratio
@@ -48,6 +52,7 @@
 //! what is wrong and exits 0.
 
 mod enqueue;
+mod graph_capture;
 mod graph_replay;
 mod graph_update;
 mod launches;
@@ -214,6 +219,7 @@ fn main() {
     replaced::replaced(&mut c, &env);
     model_load::model_load(&mut c, &mut paired, &env);
     graph_replay::graph_replay(&mut c, &env);
+    graph_capture::graph_capture(&mut c, &mut paired, &env);
     graph_update::graph_update(&mut c, &env);
     load_all_devices::load_all_devices(&mut c, &mut paired);
     stream_memory::stream_memory(&mut paired, &env);

@@ -150,6 +150,20 @@ impl Module {
             .map_err(|e| self.not_found(e, name, NotFoundKind::Function))
     }
 
+    /// The symbol names of every function of the module, as the driver lists them
+    /// (`cuModuleEnumerateFunctions`, `cuFuncGetName`: CUDA 12.4+).
+    pub(crate) fn function_names(&self) -> Result<Vec<String>> {
+        ensure_bound(self.context)?;
+        let about = || format!("module `{}`", self.name);
+        // SAFETY: the module is loaded (&self); its context is current (above).
+        let functions = unsafe { calls::module_functions(self.raw) }.about(about)?;
+        functions
+            .into_iter()
+            // SAFETY: each function is one the driver just listed of this live module.
+            .map(|f| Ok(unsafe { calls::function_name(f) }.about(about)?))
+            .collect()
+    }
+
     /// The parameter sizes of kernel `function` as the blob declares them, or why they cannot be
     /// known; `None` when the module did not read them because the driver can tell.
     pub(crate) fn blob_param_sizes(&self, function: &str) -> Option<ParamSizes> {

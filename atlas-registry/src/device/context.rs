@@ -10,7 +10,7 @@
 //! Atlas leaves its context current afterwards, as `cudaSetDevice` does; code that relies on
 //! another context being current must make it current again (or push and pop it around its work).
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use atlas_sys::{CUcontext, CUdevice, CUdevice_attribute};
 
@@ -44,6 +44,11 @@ impl CudaContext {
     /// Retains the primary context of `device` (ordinal `ordinal`).
     pub(crate) fn retain_primary(device: CUdevice, ordinal: usize) -> Result<Self> {
         let raw = calls::primary_context(device).about(|| format!("device {ordinal}"))?;
+        let mut retained = RETAINED.lock().unwrap_or_else(PoisonError::into_inner);
+        if !retained.iter().any(|&(context, _)| context == raw.addr()) {
+            retained.push((raw.addr(), ordinal));
+        }
+        drop(retained);
         Ok(Self {
             raw,
             device,
@@ -103,6 +108,19 @@ impl CudaContext {
     pub fn ordinal(&self) -> usize {
         self.ordinal
     }
+}
+
+/// The primary contexts Atlas retained (as addresses: compared, never dereferenced), with their
+/// devices' ordinals.
+static RETAINED: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+/// The ordinal of the device whose primary context is `context`, if Atlas retained it.
+pub(crate) fn ordinal_of(context: CUcontext) -> Option<usize> {
+    let retained = RETAINED.lock().unwrap_or_else(PoisonError::into_inner);
+    retained
+        .iter()
+        .find(|&&(raw, _)| raw == context.addr())
+        .map(|&(_, ordinal)| ordinal)
 }
 
 /// Makes `raw` current on this thread unless the driver says it already is.

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use atlas_sys::{CUcontext, CUdevice, CUdevice_attribute};
+use atlas_sys::CUdevice_attribute;
 
 use crate::device::context::CudaContext;
 use crate::device::limits::{DeviceLimits, attribute};
@@ -79,14 +79,8 @@ impl CudaHost {
     }
 }
 
-/// How many CUDA devices the driver sees.
-#[doc(alias = "cuDeviceGetCount")]
-pub fn device_count() -> Result<usize> {
-    Ok(usize::try_from(calls::device_count()?).unwrap_or(0))
-}
-
-/// The compute capability `(major, minor)` of `device`, device `ordinal`.
-fn compute_capability_of(device: CUdevice, ordinal: usize) -> Result<(u32, u32)> {
+/// The compute capability of `device` (ordinal `ordinal`), read from the driver.
+fn compute_capability_of(device: atlas_sys::CUdevice, ordinal: usize) -> Result<(u32, u32)> {
     let capability = |a| attribute(device, a, ordinal);
     Ok((
         capability(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
@@ -94,32 +88,27 @@ fn compute_capability_of(device: CUdevice, ordinal: usize) -> Result<(u32, u32)>
     ))
 }
 
-/// The compute capabilities of the devices the driver sees, each once, without creating their
-/// hosts (no context is made).
+/// The compute capability of every device, by ordinal, without creating any host (no context is
+/// made).
 pub(crate) fn compute_capabilities() -> Result<Vec<(u32, u32)>> {
-    let mut capabilities = Vec::new();
-    for (ordinal, ordinal_c) in (0..calls::device_count()?).enumerate() {
-        let device = calls::device_get(ordinal_c).about(|| format!("device {ordinal}"))?;
-        let capability = compute_capability_of(device, ordinal)?;
-        if !capabilities.contains(&capability) {
-            capabilities.push(capability);
-        }
-    }
-    Ok(capabilities)
+    (0..device_count()?)
+        .map(|ordinal| {
+            let device = calls::device_get(ordinal as i32).about(|| format!("device {ordinal}"))?;
+            compute_capability_of(device, ordinal)
+        })
+        .collect()
+}
+
+/// How many CUDA devices the driver sees.
+#[doc(alias = "cuDeviceGetCount")]
+pub fn device_count() -> Result<usize> {
+    Ok(usize::try_from(calls::device_count()?).unwrap_or(0))
 }
 
 /// Every host created so far, by ordinal.
 static HOSTS: Mutex<Vec<Option<Arc<CudaHost>>>> = Mutex::new(Vec::new());
 
-/// The ordinal of the device whose primary context is `context`, if Atlas created a host for it.
-pub(crate) fn ordinal_of(context: CUcontext) -> Option<usize> {
-    let hosts = HOSTS.lock().unwrap_or_else(PoisonError::into_inner);
-    hosts
-        .iter()
-        .flatten()
-        .find(|host| host.context().raw() == context)
-        .map(|host| host.ordinal())
-}
+pub(crate) use crate::device::context::ordinal_of;
 
 /// The process-wide host of device `ordinal`: created on the first call (primary context retained,
 /// stream created, limits read), the same `Arc` on every later call.

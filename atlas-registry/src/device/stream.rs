@@ -5,9 +5,17 @@ use std::fmt;
 use atlas_sys::{CUcontext, CUstream, CUstream_flags};
 
 use crate::device::capture;
-use crate::device::context::{CudaContext, ensure_bound};
+use crate::device::context::{CudaContext, ensure_bound, ordinal_of};
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, Result, report_cleanup};
+
+/// Whether `stream` is one of the handles that name "the current context's" default stream: null
+/// (the legacy default stream), `CU_STREAM_LEGACY` (1) or `CU_STREAM_PER_THREAD` (2). Work on one
+/// of them goes to whatever context is current, so Atlas makes the right one current first.
+#[inline(always)]
+pub(crate) fn is_default(stream: CUstream) -> bool {
+    stream.addr() <= 2
+}
 
 /// A CUDA stream in one context: owned (created by [`CudaStream::new`], destroyed on drop) or
 /// borrowed (a caller's raw stream, or the legacy default stream, never destroyed by Atlas).
@@ -87,17 +95,35 @@ impl CudaStream {
 
     /// Uses a stream the caller created, without taking ownership: Atlas never destroys it.
     ///
+    /// The driver is asked which context the stream belongs to (`cuStreamGetCtx`), and a stream
+    /// of another context than `context` is refused ([`AtlasError::WrongContext`]). A default
+    /// stream handle (null for the legacy default stream, `CU_STREAM_LEGACY`,
+    /// `CU_STREAM_PER_THREAD`) names `context`'s own: Atlas makes `context` current before using
+    /// it.
+    ///
     /// # Safety
     ///
-    /// 1. `raw` is a stream created in `context` (not in another context of the same device), or
-    ///    null for the legacy default stream.
+    /// 1. `raw` is a live stream, or a default stream handle.
     /// 2. It stays valid for as long as the returned value (and anything enqueued through it) is used.
-    pub unsafe fn wrap(context: &CudaContext, raw: CUstream) -> Self {
-        Self {
+    #[doc(alias = "cuStreamGetCtx")]
+    pub unsafe fn wrap(context: &CudaContext, raw: CUstream) -> Result<Self> {
+        if !is_default(raw) {
+            // SAFETY: a live stream (duty 1), not a default handle, so it names its own context.
+            let belongs = unsafe { calls::stream_context(raw) }
+                .about(|| format!("a stream wrapped for device {}", context.ordinal()))?;
+            if belongs != context.raw() {
+                return Err(AtlasError::WrongContext {
+                    what: "the wrapped stream".into(),
+                    expected: Some(context.ordinal()),
+                    given: ordinal_of(belongs),
+                });
+            }
+        }
+        Ok(Self {
             raw,
             context: context.raw(),
             owned: false,
-        }
+        })
     }
 
     /// The legacy default stream (stream 0) of `context`: ordered with all blocking streams.
@@ -119,11 +145,11 @@ impl CudaStream {
         self.context
     }
 
-    /// For the legacy default stream, which means "the current context's", makes the stream's
-    /// context current; a created stream names its own context, and nothing is needed.
+    /// For a default stream, which means "the current context's", makes the stream's context
+    /// current; a created stream names its own context, and nothing is needed.
     #[inline]
     pub(crate) fn bind_if_default(&self) -> Result<()> {
-        if self.raw.is_null() {
+        if is_default(self.raw) {
             ensure_bound(self.context)
         } else {
             Ok(())
@@ -174,11 +200,24 @@ impl Drop for CudaStream {
             return;
         }
         let raw = self.raw;
-        // A capture Atlas began on it ends with it.
-        capture::ended(raw);
+        let bound = ensure_bound(self.context);
+        if bound.is_ok() && capture::is_begun(raw) {
+            // A capture Atlas began on it ends with it, in the driver first: until then the
+            // thread counts as capturing, and the frees that waited for the capture would be
+            // refused again. Its graph, which nothing can use, is destroyed.
+            // SAFETY: the stream is live and its context current (above).
+            if let Ok(graph) = unsafe { calls::end_capture(raw) } {
+                // SAFETY: the graph was just handed over by the driver, and is destroyed once.
+                let destroyed = unsafe { calls::graph_destroy(graph) }.map_err(AtlasError::from);
+                report_cleanup(
+                    "destroying the graph of a dropped capturing stream",
+                    destroyed,
+                );
+            }
+        }
+        drop(capture::ended(raw));
         // SAFETY: the stream was created by Atlas in this context and is destroyed only here.
-        let result =
-            ensure_bound(self.context).and_then(|()| Ok(unsafe { calls::stream_destroy(raw) }?));
+        let result = bound.and_then(|()| Ok(unsafe { calls::stream_destroy(raw) }?));
         report_cleanup("destroying a stream", result);
     }
 }

@@ -19,8 +19,9 @@ use atlas_sys::{
     CUdeviceptr, CUfunction, CUfunction_attribute, CUgraph, CUgraphConditionalHandle,
     CUgraphConditionalNodeType, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResult,
     CUgraphExecUpdateResultInfo, CUgraphNode, CUgraphNodeParams, CUgraphNodeType, CUjit_option,
-    CUlibrary, CUmemPool_attribute, CUmemoryPool, CUmodule, CUresult, CUstream,
-    CUstreamCaptureMode, CUstreamCaptureStatus, CUstreamUpdateCaptureDependencies_flags,
+    CUlaunchAttributeID, CUlaunchAttributeValue, CUlibrary, CUmemPool_attribute, CUmemoryPool,
+    CUmodule, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
+    CUstreamUpdateCaptureDependencies_flags,
 };
 
 use super::{Error, Result, check, driver};
@@ -228,6 +229,80 @@ pub(crate) unsafe fn module_global(module: CUmodule, name: &CStr) -> Result<(CUd
         ))
     }?;
     Ok((ptr, size))
+}
+
+/// Whether the driver can list a module's functions (`cuModuleGetFunctionCount`,
+/// `cuModuleEnumerateFunctions` and `cuFuncGetName`: CUDA 12.4+; injection libraries may lack
+/// them).
+pub(crate) fn can_enumerate_functions() -> bool {
+    driver().is_ok_and(|d| {
+        d.cuda.cuModuleGetFunctionCount.is_ok()
+            && d.cuda.cuModuleEnumerateFunctions.is_ok()
+            && d.cuda.cuFuncGetName.is_ok()
+    })
+}
+
+/// `cuModuleGetFunctionCount`, then `cuModuleEnumerateFunctions`: every function of `module`.
+///
+/// # Safety
+///
+/// 1. `module` is live; its context is current.
+pub(crate) unsafe fn module_functions(module: CUmodule) -> Result<Vec<CUfunction>> {
+    let mut count = 0u32;
+    // SAFETY: duty 1; `count` is a live out-pointer.
+    unsafe { call!(cuModuleGetFunctionCount(&mut count, module)) }?;
+    let mut functions: Vec<CUfunction> = vec![std::ptr::null_mut(); count as usize];
+    if count > 0 {
+        // SAFETY: duty 1; `functions` has room for the `count` handles the call writes.
+        unsafe {
+            call!(cuModuleEnumerateFunctions(
+                functions.as_mut_ptr(),
+                count,
+                module
+            ))
+        }?;
+    }
+    Ok(functions)
+}
+
+/// `cuFuncGetName`: the function's symbol name (mangled, for C++ kernels).
+///
+/// # Safety
+///
+/// 1. `function` is live.
+pub(crate) unsafe fn function_name(function: CUfunction) -> Result<String> {
+    let mut name: *const c_char = std::ptr::null();
+    // SAFETY: duty 1; `name` is a live out-pointer.
+    unsafe { call!(cuFuncGetName(&mut name, function)) }?;
+    if name.is_null() {
+        return Ok(String::new());
+    }
+    // SAFETY: the driver returns a NUL-terminated name that lives as long as the function.
+    Ok(unsafe { CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned())
+}
+
+/// `cuFuncLoad`: loads a lazily loaded function's code now; `Ok` without a call on drivers that
+/// lack it (older than CUDA 12.4, which load every function with its module).
+///
+/// # Safety
+///
+/// 1. `function` is live; its context is current.
+pub(crate) unsafe fn function_load(function: CUfunction) -> Result<()> {
+    if driver()?.cuda.cuFuncLoad.is_err() {
+        return Ok(());
+    }
+    // SAFETY: duty 1.
+    unsafe { call!(cuFuncLoad(function)) }
+}
+
+/// `cuDriverGetVersion`: the CUDA version of the driver, `1000 * major + 10 * minor`.
+pub(crate) fn driver_version() -> Result<i32> {
+    let mut version = 0;
+    // SAFETY: `version` is a live out-pointer.
+    unsafe { call!(cuDriverGetVersion(&mut version)) }?;
+    Ok(version)
 }
 
 /// `cuLibraryLoadData`: loads `image` for every context, with no library options.
@@ -451,6 +526,26 @@ pub(crate) unsafe fn stream_destroy(stream: CUstream) -> Result<()> {
     unsafe { call!(cuStreamDestroy_v2(stream)) }
 }
 
+/// `cuStreamGetCtx`: the context `stream` was created in (for a default stream handle, the
+/// current context).
+///
+/// # Safety
+///
+/// 1. `stream` is live, or a default stream handle (null, `CU_STREAM_LEGACY`,
+///    `CU_STREAM_PER_THREAD`).
+pub(crate) unsafe fn stream_context(stream: CUstream) -> Result<CUcontext> {
+    let mut context: CUcontext = std::ptr::null_mut();
+    // SAFETY: duty 1; `context` is a live out-pointer.
+    unsafe { call!(cuStreamGetCtx(stream, &mut context)) }?;
+    Ok(context)
+}
+
+/// `cuCtxSynchronize`: waits for all work of the current context.
+pub(crate) fn context_synchronize() -> Result<()> {
+    // SAFETY: no arguments; without a current context the call fails cleanly.
+    unsafe { call!(cuCtxSynchronize()) }
+}
+
 /// `cuStreamSynchronize`, through the pointer resolved once.
 ///
 /// # Safety
@@ -521,9 +616,11 @@ pub(crate) unsafe fn graph_node_type(node: CUgraphNode) -> Result<CUgraphNodeTyp
 /// # Safety
 ///
 /// 1. `graph` is live; its context is current.
+/// 2. Every module whose kernels the graph launches is loaded: the driver follows the functions
+///    (it crashes on an unloaded one).
 pub(crate) unsafe fn graph_instantiate(graph: CUgraph) -> Result<CUgraphExec> {
     let mut exec: CUgraphExec = std::ptr::null_mut();
-    // SAFETY: duty 1; `exec` is a live out-pointer.
+    // SAFETY: duties 1 and 2; `exec` is a live out-pointer.
     unsafe { call!(cuGraphInstantiateWithFlags(&mut exec, graph, 0)) }?;
     Ok(exec)
 }
@@ -555,6 +652,27 @@ pub(crate) unsafe fn graph_set_kernel_params(
 ) -> Result<()> {
     // SAFETY: duties 1 and 2.
     unsafe { call!(cuGraphExecKernelNodeSetParams_v2(exec, node, params)) }
+}
+
+/// The cluster dimensions and the cooperative flag of a kernel node
+/// (`cuGraphKernelNodeGetAttribute` of `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION` and
+/// `CU_LAUNCH_ATTRIBUTE_COOPERATIVE`): `(0, 0, 0)` and `false` for a node launched without them.
+///
+/// # Safety
+///
+/// 1. `node` is a kernel node of a live graph.
+pub(crate) unsafe fn kernel_node_attributes(node: CUgraphNode) -> Result<((u32, u32, u32), bool)> {
+    let read = |id| {
+        let mut value = CUlaunchAttributeValue { pad: [0; 64] };
+        // SAFETY: duty 1; `value` is a live out-pointer of the attribute value type.
+        unsafe { call!(cuGraphKernelNodeGetAttribute(node, id, &mut value)) }?;
+        Ok(value)
+    };
+    let cluster = read(CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)?;
+    let cooperative = read(CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE)?;
+    // SAFETY: each union was written by the driver through the field its id names.
+    let (dims, cooperative) = unsafe { (cluster.clusterDim, cooperative.cooperative) };
+    Ok(((dims.x, dims.y, dims.z), cooperative != 0))
 }
 
 /// `cuGraphExecDestroy`.
@@ -630,6 +748,7 @@ fn missing(entries: &[(&'static str, bool)]) -> Vec<&'static str> {
 /// # Safety
 ///
 /// 1. `exec` and `graph` are live, of one context, which is current.
+/// 2. Every module whose kernels either graph launches is loaded.
 pub(crate) unsafe fn graph_exec_update(
     exec: CUgraphExec,
     graph: CUgraph,
@@ -641,7 +760,7 @@ pub(crate) unsafe fn graph_exec_update(
         errorNode: std::ptr::null_mut(),
         errorFromNode: std::ptr::null_mut(),
     };
-    // SAFETY: duty 1; `info` is a live out-pointer.
+    // SAFETY: duties 1 and 2; `info` is a live out-pointer.
     let status = unsafe { f(exec, graph, &mut info) };
     if status == CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE {
         return Ok(info.result);
@@ -656,8 +775,9 @@ pub(crate) unsafe fn graph_exec_update(
 ///
 /// 1. `exec` is live, and `stream` a live stream of its context or null (then that context is
 ///    current).
+/// 2. Every module whose kernels the graph launches is loaded.
 pub(crate) unsafe fn graph_upload(exec: CUgraphExec, stream: CUstream) -> Result<()> {
-    // SAFETY: duty 1.
+    // SAFETY: duties 1 and 2.
     unsafe { call!(cuGraphUpload(exec, stream)) }
 }
 
@@ -896,6 +1016,30 @@ pub(crate) unsafe fn stream_priority(stream: CUstream) -> Result<i32> {
     // SAFETY: duty 1; `priority` is a live out-pointer.
     unsafe { call!(cuStreamGetPriority(stream, &mut priority)) }?;
     Ok(priority)
+}
+
+/// `cuStreamGetCaptureInfo_v2`: the driver's id of the capture `stream` takes part in (the one
+/// begun on it, or one it joined by waiting for an event of a capturing stream), active or
+/// invalidated; `None` when it takes part in none.
+///
+/// # Safety
+///
+/// 1. `stream` is live and not null.
+pub(crate) unsafe fn capture_id(stream: CUstream) -> Result<Option<u64>> {
+    let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id = 0u64;
+    // SAFETY: duty 1; `status` and `id` are live out-pointers, the others null (not asked for).
+    unsafe {
+        call!(cuStreamGetCaptureInfo_v2(
+            stream,
+            &mut status,
+            &mut id,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut()
+        ))
+    }?;
+    Ok((status != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE).then_some(id))
 }
 
 /// `cuStreamIsCapturing`: whether a capture is in progress on `stream` (active, or invalidated and

@@ -1,9 +1,10 @@
-//! The driver tier: the only code of Atlas that names a driver entry point.
+//! The driver tier: the only code of Atlas that names a driver (or NVRTC) entry point.
 //!
 //! - This file loads the driver and calls `cuInit` once per process, and resolves the entry points
 //!   of the hot paths (launch, synchronize, current context) into plain function pointers.
 //! - [`status`]: what status codes mean (teardown, a lost context), their names and text, and a
 //!   failed call as data ([`DriverFailure`]).
+//! - [`nvrtc`]: NVRTC, the run-time compiler, loaded and called the same way.
 //! - [`calls`]: one thin typed wrapper per driver call Atlas makes. Out-pointers live inside the
 //!   wrappers; each `unsafe` wrapper lists the duties its caller keeps (live handles, the right
 //!   context current).
@@ -12,6 +13,7 @@
 //! [`AtlasError`](crate::AtlasError)s at the `?` of the calling code.
 
 pub(crate) mod calls;
+pub(crate) mod nvrtc;
 pub(crate) mod status;
 
 use std::ffi::c_void;

@@ -15,18 +15,23 @@
 //! that graph. Atlas never wraps it in a [`CudaGraph`](crate::CudaGraph), and refuses
 //! [`end_capture`](CudaStream::end_capture) on the body stream and on the capturing stream while
 //! the body is being captured (either would hand out a graph that is not the caller's to own).
+//! What the body's launches need alive (their registries and buffers) goes to the captured graph,
+//! as for its other launches.
+//!
+//! Adding a handle or a node, and beginning and ending the capture of a body, change the capture's
+//! graph outside the stream's order; they hold the graph-edit lock that `end_capture` holds too,
+//! so that no other thread ends the capture (and drops the graph) in between, nor edits the same
+//! graph at once (the driver does not synchronize calls on one graph object).
 
-use std::sync::{Mutex, PoisonError};
+use atlas_sys::{CUgraphConditionalHandle, CUgraphConditionalNodeType, CUstreamCaptureMode};
 
-use atlas_sys::{
-    CUgraphConditionalHandle, CUgraphConditionalNodeType, CUstream, CUstreamCaptureMode,
-};
-
+use crate::device::capture;
 use crate::device::context::ensure_bound;
 use crate::device::host::{host, ordinal_of};
 use crate::device::stream::CudaStream;
 use crate::driver::calls;
 use crate::error::{AtlasError, CaptureMisuse, GraphFeature, Result};
+use crate::graph::capture::edits;
 use crate::graph::features::require;
 use crate::launch::args::KernelParam;
 
@@ -63,41 +68,6 @@ unsafe impl KernelParam for ConditionalHandle {
     }
 }
 
-/// Streams on which `end_capture` is refused: body streams while they capture, and the streams
-/// whose capture a body is being added to. Short-lived entries, looked up only by `end_capture`.
-static OPEN_BODIES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
-
-/// Whether `stream` captures a conditional body, or waits for one to be captured.
-pub(crate) fn in_conditional_body(stream: CUstream) -> bool {
-    let open = OPEN_BODIES.lock().unwrap_or_else(PoisonError::into_inner);
-    open.contains(&(stream as usize))
-}
-
-/// Removes its streams from [`OPEN_BODIES`] when the body's capture is over, however it ends.
-struct BodyGuard([usize; 2]);
-
-impl BodyGuard {
-    fn open(streams: [CUstream; 2]) -> Self {
-        let streams = streams.map(|s| s as usize);
-        OPEN_BODIES
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend(streams);
-        Self(streams)
-    }
-}
-
-impl Drop for BodyGuard {
-    fn drop(&mut self) {
-        let mut open = OPEN_BODIES.lock().unwrap_or_else(PoisonError::into_inner);
-        for stream in self.0 {
-            if let Some(at) = open.iter().position(|&s| s == stream) {
-                open.swap_remove(at);
-            }
-        }
-    }
-}
-
 impl CudaStream {
     /// Makes a conditional handle in the graph this stream is capturing into; every replay of that
     /// graph starts with the handle's value set to `initial` (1 for `true`, 0 for `false`).
@@ -109,6 +79,7 @@ impl CudaStream {
     /// stream is not capturing.
     #[doc(alias = "cuGraphConditionalHandleCreate")]
     pub fn conditional_handle(&self, initial: bool) -> Result<ConditionalHandle> {
+        let _edits = edits();
         let capture = self.capture_for_conditional()?;
         // SAFETY: the capture's graph is live while the stream captures into it; the stream's
         // context is its context.
@@ -166,6 +137,31 @@ impl CudaStream {
         kind: CUgraphConditionalNodeType,
         body: impl FnOnce(&CudaStream) -> Result<()>,
     ) -> Result<()> {
+        let body_stream = self.begin_body(handle, kind)?;
+        let captured = body(&body_stream);
+        let ended = {
+            let _edits = edits();
+            // The graph the end returns is the body graph, owned by the node: it is dropped here
+            // as a raw handle, never destroyed. `ensure_bound` undoes any context change `body`
+            // made.
+            // SAFETY: the body stream is live and capturing (begun above); its context is current.
+            let ended = ensure_bound(self.context())
+                .and_then(|()| Ok(unsafe { calls::end_capture(body_stream.raw()) }?));
+            drop(capture::ended(body_stream.raw()));
+            ended
+        };
+        captured?;
+        ended.map(|_body_graph| ())
+    }
+
+    /// Adds the conditional node where this stream's capture stands, and begins capturing its
+    /// body on a new stream, which it returns.
+    fn begin_body(
+        &self,
+        handle: ConditionalHandle,
+        kind: CUgraphConditionalNodeType,
+    ) -> Result<CudaStream> {
+        let _edits = edits();
         let capture = self.capture_for_conditional()?;
         if capture.id != handle.capture {
             return Err(AtlasError::Capture(CaptureMisuse::ForeignConditionalHandle));
@@ -179,9 +175,10 @@ impl CudaStream {
             });
         };
         let body_stream = CudaStream::new(host(ordinal)?.context())?;
-        // SAFETY: the capture's graph is live while the stream captures into it, the stream's
-        // context is its context (and current: `capture_for_conditional`), the handle was made in
-        // this capture (checked above), and the dependencies are the capture's own, just read.
+        // SAFETY: the capture's graph is live while the stream captures into it (no other thread
+        // ends the capture: this holds the graph-edit lock), the stream's context is its context
+        // (and current: `capture_for_conditional`), the handle was made in this capture (checked
+        // above), and the dependencies are the capture's own, just read.
         let (node, body_graph) = unsafe {
             calls::add_conditional_node(
                 capture.graph,
@@ -194,20 +191,16 @@ impl CudaStream {
         }?;
         // SAFETY: the stream is live and capturing into the graph `node` was just added to.
         unsafe { calls::set_capture_dependency(self.raw(), node) }?;
-        let _open = BodyGuard::open([self.raw(), body_stream.raw()]);
+        capture::began_body(body_stream.raw(), self.raw());
         let mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
         // SAFETY: the body stream was just created (live, not null, not capturing) in the graph's
         // context, which is current; the body graph lives as long as its node's graph.
-        unsafe { calls::begin_capture_to_graph(body_stream.raw(), body_graph, mode) }?;
-        let captured = body(&body_stream);
-        // The graph the end returns is the body graph, owned by the node: it is dropped here as a
-        // raw handle, never destroyed. `ensure_bound` undoes any context change `body` made.
-        let ended = ensure_bound(self.context()).and_then(|()| {
-            // SAFETY: the body stream is live and capturing (begun above); its context is current.
-            Ok(unsafe { calls::end_capture(body_stream.raw()) }?)
-        });
-        captured?;
-        ended.map(|_body_graph| ())
+        let begun = unsafe { calls::begin_capture_to_graph(body_stream.raw(), body_graph, mode) };
+        if let Err(e) = begun {
+            drop(capture::ended(body_stream.raw()));
+            return Err(e.into());
+        }
+        Ok(body_stream)
     }
 
     /// The capture this stream is in, checked to be one a conditional node can be added to.

@@ -5,16 +5,22 @@ use std::fmt;
 
 use atlas_sys::{CUDA_KERNEL_NODE_PARAMS, CUgraphExec, CUgraphNode};
 
+use crate::device::capture::Keep;
 use crate::device::context::ensure_bound;
+use crate::device::host::ordinal_of;
 use crate::device::stream::CudaStream;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, Result, report_cleanup};
 use crate::graph::capture::CudaGraph;
 use crate::launch::args::KernelArgs;
+use crate::launch::attributes::LaunchAttributes;
 use crate::launch::config::LaunchConfig;
+use crate::launch::held::GraphHolds;
 use crate::launch::kernel::Kernel;
 
-/// An instantiated graph, ready to replay; owns the graph it came from.
+/// An instantiated graph, ready to replay; owns the graph it came from, and with it what the
+/// graph's kernels need (see [`CudaGraph`]): replays, updates and uploads stay safe after the
+/// registries and buffers its launches used are gone.
 ///
 /// `Send` but not `Sync`: the driver does not synchronize calls on one graph object, so one
 /// thread at a time uses it.
@@ -31,6 +37,19 @@ pub struct GraphExec {
     pub(super) kernel_nodes: Vec<CUgraphNode>,
     /// The graph `raw` was instantiated from.
     pub(super) graph: CudaGraph,
+    /// The graph of the last update in place, whose parameters `raw` runs since: kept for what
+    /// it keeps alive, and for the attributes of its kernel nodes.
+    pub(super) updated: Option<Updated>,
+    /// Per kernel node, what the last [`set_kernel_args`](Self::set_kernel_args) of it keeps
+    /// alive (as long as the node launches it); empty before.
+    pub(super) node_keeps: Vec<Keep>,
+}
+
+/// A graph an executable graph was updated from in place.
+pub(super) struct Updated {
+    pub(super) graph: CudaGraph,
+    /// Its kernel nodes, listed when first needed.
+    pub(super) kernel_nodes: Option<Vec<CUgraphNode>>,
 }
 
 // SAFETY: usable from any thread, one at a time, which ownership guarantees. Deliberately not
@@ -44,12 +63,16 @@ impl CudaGraph {
     pub fn instantiate(self) -> Result<GraphExec> {
         ensure_bound(self.context())?;
         let kernel_nodes = self.kernel_nodes()?;
-        // SAFETY: the graph is live; its context is current (above).
+        // SAFETY: the graph is live; its context is current (above); the modules of its kernels
+        // are loaded: the graph keeps their registries (or, for launches Atlas did not make, the
+        // caller's duties of those launches keep them).
         let raw = unsafe { calls::graph_instantiate(self.raw()) }?;
         Ok(GraphExec {
             raw,
             kernel_nodes,
             graph: self,
+            updated: None,
+            node_keeps: Vec::new(),
         })
     }
 }
@@ -65,36 +88,66 @@ impl GraphExec {
         self.kernel_nodes.len()
     }
 
-    /// Replays the whole graph on `stream`: one driver call.
+    /// Replays the whole graph on `stream`: one driver call. A stream of another context than the
+    /// graph's is refused ([`AtlasError::WrongContext`]) before the driver is called.
+    ///
+    /// The graph keeps the modules of its kernels loaded and the memory of the
+    /// [`DeviceBuffer`](crate::DeviceBuffer) arguments of its typed launches allocated (see
+    /// [`CudaGraph`]); what it reaches otherwise is the caller's.
     ///
     /// # Safety
     ///
-    /// 1. Every device allocation the captured kernels use (their pointer arguments, as captured or
-    ///    last set) is still allocated, and each kernel's contract (as for
-    ///    [`Kernel::launch`]) holds for those arguments: the graph holds addresses, not buffers.
-    /// 2. Every module whose kernels the graph launches is still loaded: the graph holds function
-    ///    handles, not registries (keep the registries, or the [`CudaFunction`](crate::CudaFunction)s,
-    ///    alive while the graph is replayed).
-    /// 3. `stream` is a stream of the context the graph was captured in.
+    /// 1. Memory the graph's kernels and copies reach that the graph does not keep — device
+    ///    addresses passed as integers or through the raw launch path
+    ///    ([`AtlasRegistry::launch_on_stream`](crate::AtlasRegistry::launch_on_stream)), the
+    ///    memory of captured copies, host memory included — is allocated (and, for host memory,
+    ///    alive) until this replay has run, and each kernel's contract (as for
+    ///    [`Kernel::launch`]) holds for its arguments as captured or last set.
+    /// 2. A function the graph launches that came to a raw launch from elsewhere than the
+    ///    registry it was launched through ([`RawCudaFunc::from_raw`](crate::RawCudaFunc::from_raw),
+    ///    another registry) is still loaded.
     #[doc(alias = "cuGraphLaunch")]
     pub unsafe fn launch(&self, stream: &CudaStream) -> Result<()> {
+        if stream.context() != self.graph.context() {
+            return Err(self.wrong_context("the stream", stream));
+        }
         stream.bind_if_default()?;
-        // SAFETY: live executable graph and stream; the caller's duties 1–3.
+        // SAFETY: live executable graph, and a live stream of its context (checked above; for
+        // the legacy default stream that context is current); the modules of the kernels are
+        // loaded and the memory of their buffer arguments allocated (the graph keeps both); what
+        // else the kernels reach is the caller's duties 1 and 2.
         Ok(unsafe { calls::graph_launch(self.raw, stream.raw()) }?)
+    }
+
+    /// The refusal of a stream (or graph) of another context than the graph's.
+    #[cold]
+    pub(super) fn wrong_context(&self, what: &str, stream: &CudaStream) -> AtlasError {
+        AtlasError::WrongContext {
+            what: what.into(),
+            expected: ordinal_of(self.graph.context()),
+            given: ordinal_of(stream.context()),
+        }
     }
 
     /// Replaces the function, configuration and arguments of kernel node `index` (in launch order)
     /// in the instantiated graph, without instantiating it again. `func` is any function handle
     /// (`&cuda_function`, `&function_ref`). Everything a typed launch checks is checked first, by
     /// the same preflight: the configuration against the device, the arguments against the
-    /// kernel's parameters, every buffer argument and the function against the graph's context.
+    /// kernel's parameters, every buffer argument and the function against the graph's context;
+    /// for a node captured from a launch with cluster dimensions or a cooperative one, those
+    /// attributes against the new function and configuration, as the launch checked them.
+    ///
+    /// From then on the executable graph keeps `func`'s registry and the memory of the buffer
+    /// arguments, as it keeps those of its captured launches; what the node launched before is
+    /// released (a buffer dropped meanwhile is freed then, after the device's work).
     ///
     /// # Safety
     ///
     /// As [`Kernel::launch`], for every later replay:
     /// 1. Everything the kernel reads or writes through these arguments is valid, in-bounds memory of
     ///    the graph's device.
-    /// 2. That memory stays allocated while the graph may still be replayed with these arguments.
+    /// 2. Memory the graph does not keep (addresses passed as integers) stays allocated while the
+    ///    graph may still be replayed with these arguments.
     #[doc(alias = "cuGraphExecKernelNodeSetParams_v2")]
     pub unsafe fn set_kernel_args<A: KernelArgs>(
         &mut self,
@@ -113,6 +166,13 @@ impl GraphExec {
             return Err(func.wrong_device("the graph".into(), self.graph.context()));
         }
         func.preflight(cfg, &args)?;
+        if let Some(attrs) = self.node_attributes(index)? {
+            // SAFETY: the function is live and of the graph's context (checked above).
+            unsafe { attrs.check(func.host(), func.raw(), func.facts(), func, cfg) }?;
+        }
+        let mut holds = GraphHolds::new();
+        func.hold_for_graph(&mut holds);
+        args.hold_for_graph(&mut holds);
         let exec = self.raw;
         args.with_params(|params| {
             let node_params = CUDA_KERNEL_NODE_PARAMS {
@@ -133,8 +193,45 @@ impl GraphExec {
             // above); preflight matched the array to the kernel and its buffers to the context; the
             // driver copies it during the call; the kernel's use of it is the caller's duty.
             let set = unsafe { calls::graph_set_kernel_params(exec, node, &node_params) };
-            Ok(set.about(|| format!("`{}`", func.name()))?)
-        })
+            set.about(|| format!("`{}`", func.name()))
+        })?;
+        let mut keep = Keep::default();
+        drop(keep.extend(holds.into_held(), false));
+        if self.node_keeps.len() < self.kernel_nodes.len() {
+            self.node_keeps
+                .resize_with(self.kernel_nodes.len(), Keep::default);
+        }
+        // What the node launched before is released only now that it launches this.
+        drop(std::mem::replace(&mut self.node_keeps[index], keep));
+        Ok(())
+    }
+
+    /// The attributes of kernel node `index` that an argument update checks again (cluster
+    /// dimensions, cooperative), read from the graph whose parameters the executable graph runs,
+    /// when a launch with them was captured into it; `None` otherwise.
+    fn node_attributes(&mut self, index: usize) -> Result<Option<LaunchAttributes>> {
+        let node = match &mut self.updated {
+            None if self.graph.keep().attributed() => self.kernel_nodes.get(index).copied(),
+            Some(updated) if updated.graph.keep().attributed() => {
+                let nodes = match &mut updated.kernel_nodes {
+                    Some(nodes) => nodes,
+                    nodes => nodes.insert(updated.graph.kernel_nodes()?),
+                };
+                nodes.get(index).copied()
+            }
+            _ => None,
+        };
+        let Some(node) = node else {
+            return Ok(None);
+        };
+        // SAFETY: a kernel node of a graph this executable graph owns.
+        let (cluster, cooperative) = unsafe { calls::kernel_node_attributes(node) }?;
+        let attrs = LaunchAttributes::new().cooperative(cooperative);
+        Ok(Some(match cluster {
+            // No cluster attribute (the driver reports either for a node launched without).
+            (0, 0, 0) | (1, 1, 1) => attrs,
+            dims => attrs.cluster(dims),
+        }))
     }
 }
 
@@ -153,6 +250,8 @@ impl Drop for GraphExec {
     fn drop(&mut self) {
         let raw = self.raw;
         // SAFETY: the executable graph is destroyed only here; its context is made current first.
+        // What its kernels need is released after: the graphs and keeps are fields, dropped after
+        // this.
         let result = ensure_bound(self.graph.context())
             .and_then(|()| Ok(unsafe { calls::graph_exec_destroy(raw) }?));
         report_cleanup("destroying an executable graph", result);

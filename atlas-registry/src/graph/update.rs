@@ -12,7 +12,7 @@ use crate::device::stream::CudaStream;
 use crate::driver::calls;
 use crate::error::{AtlasError, GraphFeature, Result, UpdateRefusal, report_cleanup};
 use crate::graph::capture::CudaGraph;
-use crate::graph::exec::GraphExec;
+use crate::graph::exec::{GraphExec, Updated};
 use crate::graph::features::require;
 
 /// What [`GraphExec::update`] did.
@@ -39,18 +39,21 @@ impl GraphExec {
     ///
     /// After an in-place update the executable graph keeps naming its kernel nodes by the graph it
     /// was instantiated from (the driver's node handles for
-    /// [`set_kernel_args`](Self::set_kernel_args) are those of that graph), so that graph is kept
-    /// and `graph` is dropped; the kernel node indices stay the launch order of that graph, which
-    /// a same-topology capture repeats. After a new instantiation `self` owns `graph` and its
+    /// [`set_kernel_args`](Self::set_kernel_args) are those of that graph), so that graph is kept;
+    /// the kernel node indices stay the launch order of that graph, which a same-topology capture
+    /// repeats. `self` keeps `graph` too, in place of the graph of an earlier update, for what it
+    /// keeps alive (the registries and buffers of its launches): what only earlier captures and
+    /// argument updates used is released. After a new instantiation `self` owns `graph` and its
     /// kernel nodes. On an error nothing changed: the executable graph replays what it did.
     ///
     /// # Safety
     ///
     /// As [`launch`](Self::launch), for the kernels of `graph`, at every later replay:
-    /// 1. Every device allocation `graph`'s kernels use (their pointer arguments as captured) is
-    ///    still allocated, and each kernel's contract (as for [`Kernel::launch`](crate::Kernel))
-    ///    holds for those arguments.
-    /// 2. Every module whose kernels `graph` launches is still loaded.
+    /// 1. Memory `graph`'s kernels reach that the graph does not keep (addresses passed as
+    ///    integers, captured copies) is allocated, and each kernel's contract (as for
+    ///    [`Kernel::launch`](crate::Kernel)) holds for its arguments as captured.
+    /// 2. A function `graph` launches that came to a raw launch from elsewhere than the registry it
+    ///    was launched through is still loaded.
     ///
     /// # Errors
     ///
@@ -70,22 +73,34 @@ impl GraphExec {
         require(GraphFeature::Update)?;
         ensure_bound(context)?;
         // SAFETY: both graphs are live (owned by `self` and by `graph`), of one context (checked
-        // above), which is current; what the new parameters do at replays is the caller's duty.
+        // above), which is current; the modules of their kernels are loaded (each graph keeps its
+        // registries); what the new parameters do at replays is the caller's duty.
         let result = unsafe { calls::graph_exec_update(self.raw, graph.raw()) }?;
         let Some(reason) = UpdateRefusal::from_result(result.0) else {
+            // The executable graph runs `graph`'s parameters now: it keeps what they need, and
+            // releases what only the replaced ones did.
+            self.updated = Some(Updated {
+                graph,
+                kernel_nodes: None,
+            });
+            self.node_keeps.clear();
             return Ok(GraphUpdate::Updated);
         };
         let kernel_nodes = graph.kernel_nodes()?;
-        // SAFETY: `graph` is live; its context is current (above).
+        // SAFETY: `graph` is live; its context is current (above); the modules of its kernels are
+        // loaded (it keeps their registries).
         let raw = unsafe { calls::graph_instantiate(graph.raw()) }?;
         let old = std::mem::replace(&mut self.raw, raw);
-        self.kernel_nodes = kernel_nodes;
-        drop(std::mem::replace(&mut self.graph, graph));
         // SAFETY: `old` was this executable graph, replaced above and destroyed once, here; the
         // context is current. A replay still in flight finishes first: the driver frees an
         // executable graph in use when its work is done.
         let destroyed = unsafe { calls::graph_exec_destroy(old) }.map_err(AtlasError::from);
         report_cleanup("destroying the replaced executable graph", destroyed);
+        // What the old executable graph needed is released after it is destroyed.
+        self.kernel_nodes = kernel_nodes;
+        drop(std::mem::replace(&mut self.graph, graph));
+        self.updated = None;
+        self.node_keeps.clear();
         Ok(GraphUpdate::Reinstantiated { reason })
     }
 
@@ -99,18 +114,14 @@ impl GraphExec {
     /// [`AtlasError::GraphFeatureUnavailable`] when the driver lacks `cuGraphUpload`.
     #[doc(alias = "cuGraphUpload")]
     pub fn upload(&self, stream: &CudaStream) -> Result<()> {
-        let context = self.graph.context();
-        if stream.context() != context {
-            return Err(AtlasError::WrongContext {
-                what: "the stream".into(),
-                expected: ordinal_of(context),
-                given: ordinal_of(stream.context()),
-            });
+        if stream.context() != self.graph.context() {
+            return Err(self.wrong_context("the stream", stream));
         }
         require(GraphFeature::Update)?;
         stream.bind_if_default()?;
         // SAFETY: the executable graph is live (owned), the stream live and of its context
-        // (checked above; the legacy default stream with that context made current).
+        // (checked above; the legacy default stream with that context made current); the modules
+        // of its kernels are loaded (its graphs keep their registries).
         Ok(unsafe { calls::graph_upload(self.raw, stream.raw()) }?)
     }
 }

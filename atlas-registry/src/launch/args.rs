@@ -32,6 +32,7 @@
 //!     ) -> Option<(usize, atlas_registry::sys::CUcontext)> {
 //!         None
 //!     }
+//!     fn hold_for_graph(&self, _: &mut atlas_registry::GraphHolds) {}
 //! }
 //! ```
 
@@ -39,6 +40,7 @@ use std::ffi::c_void;
 
 use atlas_sys::{CUcontext, CUdeviceptr};
 
+use crate::launch::held::GraphHolds;
 use crate::memory::buffer::{DeviceBuffer, DeviceCopy};
 
 /// One kernel argument: where its bytes are, how many, and which context's memory it refers to.
@@ -63,6 +65,15 @@ pub unsafe trait KernelParam {
     #[inline]
     fn memory_context(&self) -> Option<CUcontext> {
         None
+    }
+    /// For a launch captured into a graph, adds what the graph must keep alive for this argument
+    /// to `holds`: the memory of a [`DeviceBuffer`] ([`GraphHolds::buffer`]); nothing for a plain
+    /// value (the default). Called only while a capture Atlas began takes the launch in. A type
+    /// that wraps a buffer hands it over here; memory it does not hand over stays the caller's to
+    /// keep allocated while the graph may be replayed.
+    #[inline]
+    fn hold_for_graph(&self, holds: &mut GraphHolds) {
+        let _ = holds;
     }
 }
 
@@ -91,6 +102,10 @@ unsafe impl<T: DeviceCopy> KernelParam for &DeviceBuffer<T> {
     fn memory_context(&self) -> Option<CUcontext> {
         Some(self.context_raw())
     }
+    #[inline]
+    fn hold_for_graph(&self, holds: &mut GraphHolds) {
+        holds.buffer(self);
+    }
 }
 
 // SAFETY: as for &DeviceBuffer.
@@ -105,6 +120,10 @@ unsafe impl<T: DeviceCopy> KernelParam for &mut DeviceBuffer<T> {
     #[inline]
     fn memory_context(&self) -> Option<CUcontext> {
         Some(self.context_raw())
+    }
+    #[inline]
+    fn hold_for_graph(&self, holds: &mut GraphHolds) {
+        holds.buffer(self);
     }
 }
 
@@ -125,6 +144,9 @@ pub trait KernelArgs: sealed::Sealed {
     /// The first argument whose device memory belongs to another context than `context`, with
     /// that context; `None` when every buffer argument is `context`'s.
     fn foreign_memory(&self, context: CUcontext) -> Option<(usize, CUcontext)>;
+    /// What a graph that captures the launch keeps alive for the arguments (see
+    /// [`KernelParam::hold_for_graph`]).
+    fn hold_for_graph(&self, holds: &mut GraphHolds);
 }
 
 impl sealed::Sealed for () {}
@@ -139,6 +161,8 @@ impl KernelArgs for () {
     fn foreign_memory(&self, _: CUcontext) -> Option<(usize, CUcontext)> {
         None
     }
+    #[inline]
+    fn hold_for_graph(&self, _: &mut GraphHolds) {}
 }
 
 macro_rules! tuple_args {
@@ -162,6 +186,10 @@ macro_rules! tuple_args {
                     }
                 )+
                 None
+            }
+            #[inline]
+            fn hold_for_graph(&self, holds: &mut GraphHolds) {
+                $(self.$idx.hold_for_graph(holds);)+
             }
         }
     };

@@ -21,6 +21,7 @@ use atlas_sys::{
 
 use crate::device::context::ensure_bound;
 use crate::device::host::CudaHost;
+use crate::device::stream::is_default;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, AttributeRefusal, Result};
 use crate::launch::config::LaunchConfig;
@@ -193,6 +194,12 @@ impl LaunchAttributes {
     /// Whether the launch is cooperative.
     pub const fn is_cooperative(&self) -> bool {
         self.cooperative
+    }
+
+    /// Whether the attributes constrain the grid (clusters, a cooperative launch): what an
+    /// argument update of a captured node of such a launch checks again.
+    pub(crate) const fn constrains_grid(&self) -> bool {
+        self.cluster.is_some() || self.cooperative
     }
 
     /// Whether the launch uses programmatic dependent launch (stream serialization or an event).
@@ -392,7 +399,7 @@ pub(crate) unsafe fn launch_kernel_ex(
     stream: CUstream,
     params: *mut *mut c_void,
 ) -> Result<()> {
-    if stream.is_null() {
+    if is_default(stream) {
         ensure_bound(host.context().raw())?;
     }
     let mut array: DriverArray = [const { MaybeUninit::uninit() }; MAX_ATTRIBUTES];

@@ -10,6 +10,7 @@ use atlas_sys::{CUfunction, CUfunction_attribute, CUstream};
 
 use crate::device::context::ensure_bound;
 use crate::device::host::CudaHost;
+use crate::device::stream::is_default;
 use crate::driver::{self, About, calls};
 use crate::error::{AtlasError, Result};
 use crate::launch::config::LaunchConfig;
@@ -107,13 +108,14 @@ pub(crate) fn check_config(
 }
 
 /// The launch: calls `cuLaunchKernel` once. A created stream names its context, so nothing else
-/// reaches the driver; only for the legacy default stream (null), which means "the current
-/// context's", is `host`'s context made current first. No allocation unless it fails.
+/// reaches the driver; only for a default stream (null, `CU_STREAM_LEGACY`,
+/// `CU_STREAM_PER_THREAD`), which means "the current context's", is `host`'s context made current
+/// first. No allocation unless it fails.
 ///
 /// # Safety
 ///
 /// 1. `func` is a live function of `host`'s context, and `stream` a live stream of that context or
-///    null.
+///    a default stream handle.
 /// 2. `params` points to one pointer per kernel parameter, each to a value of that parameter's
 ///    type (or is null for a kernel without parameters).
 /// 3. `cfg` fits the device (checked by [`check_config`]), and the function may use its dynamic
@@ -129,10 +131,10 @@ pub(crate) unsafe fn launch_kernel(
     stream: CUstream,
     params: *mut *mut c_void,
 ) -> Result<()> {
-    if stream.is_null() {
+    if is_default(stream) {
         ensure_bound(host.context().raw())?;
     }
-    // SAFETY: the caller's duties 1–4; for the legacy default stream the function's context is
+    // SAFETY: the caller's duties 1–4; for a default stream the function's context is
     // current (above).
     let launched = unsafe {
         calls::launch_kernel(

@@ -7,7 +7,7 @@
 //! of this code, and anything that takes a function takes a `&Kernel`.
 
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 use atlas_sys::{CUcontext, CUfunction};
 
@@ -21,6 +21,7 @@ use crate::launch::args::KernelArgs;
 use crate::launch::attributes::{LaunchAttributes, LaunchFacts, launch_kernel_ex};
 use crate::launch::config::LaunchConfig;
 use crate::launch::enqueue::{FunctionName, SharedMemOptIn, check_config, launch_kernel};
+use crate::launch::held::{self, GraphHolds};
 
 /// A kernel of a loaded module: what every function handle points to. It lives as long as its
 /// registry; handles borrow it ([`FunctionRef`](crate::FunctionRef)) or keep the registry alive
@@ -34,6 +35,9 @@ pub struct Kernel {
     host: Arc<CudaHost>,
     /// The id of the registry whose function table holds this kernel.
     registry: u64,
+    /// That registry's shared state, for a graph that captures a launch of the kernel to keep
+    /// (so the module stays loaded); upgraded only then.
+    owner: Weak<dyn Send + Sync>,
     opt_in: SharedMemOptIn,
     /// The layout the module's blob declares, for a driver without `cuFuncGetParamInfo`; `None`
     /// when the module did not read it (the driver can tell).
@@ -57,12 +61,13 @@ impl FunctionName for Kernel {
 }
 
 impl Kernel {
-    /// The kernel `raw` of `module::function` on `host`'s device, held by registry `registry`.
+    /// The kernel `raw` of `module::function` on `host`'s device, held by registry `registry`,
+    /// whose shared state `owner` is.
     pub(crate) fn new(
         raw: CUfunction,
         (module, function): (&str, &str),
         host: Arc<CudaHost>,
-        registry: u64,
+        (registry, owner): (u64, Weak<dyn Send + Sync>),
         from_blob: Option<ParamSizes>,
     ) -> Self {
         Self {
@@ -71,6 +76,7 @@ impl Kernel {
             module_len: module.len(),
             host,
             registry,
+            owner,
             opt_in: SharedMemOptIn::default(),
             from_blob,
             params: OnceLock::new(),
@@ -226,6 +232,11 @@ impl Kernel {
         &self.facts
     }
 
+    /// Adds what a graph needs to launch this kernel, its registry, to `holds`.
+    pub(crate) fn hold_for_graph(&self, holds: &mut GraphHolds) {
+        holds.registry(&self.owner);
+    }
+
     /// Launches the kernel on `stream` with `args`, after checking everything Atlas can see (see
     /// the crate's [safety model](crate#safety-model)): the stream and every buffer argument belong
     /// to this function's device, the arguments match the kernel's real parameters in count and
@@ -233,12 +244,21 @@ impl Kernel {
     /// driver. No heap allocation, one `cuLaunchKernel`. See [`KernelArgs`] for what an argument
     /// can be.
     ///
+    /// On a stream being captured (a capture Atlas began), the launch is recorded into the graph
+    /// and the kernel runs at each replay instead. The graph then keeps this kernel's registry
+    /// (so its module stays loaded) and the memory of every [`DeviceBuffer`](crate::DeviceBuffer)
+    /// argument for as long as it lives (see [`CudaGraph`](crate::CudaGraph)). That costs a lock
+    /// and a reference per captured launch; outside a capture a launch takes neither.
+    ///
     /// # Safety
     ///
     /// 1. Everything the kernel reads or writes through its arguments (the memory their pointers,
     ///    sizes and indexes designate) is valid, in-bounds memory of this function's device.
     /// 2. That memory stays allocated, and is not freed or reused by the host, until the kernel has
-    ///    run (synchronize the stream, or an event recorded after the launch).
+    ///    run (synchronize the stream, or an event recorded after the launch). For a captured
+    ///    launch, the kernel runs at each replay: memory the graph does not keep (addresses passed
+    ///    as integers) is the caller's to keep, as [`GraphExec::launch`](crate::GraphExec::launch)
+    ///    asks.
     #[doc(alias = "cuLaunchKernel")]
     #[inline]
     pub unsafe fn launch<A: KernelArgs>(
@@ -251,12 +271,18 @@ impl Kernel {
             return Err(self.wrong_device("the stream".into(), stream.context()));
         }
         self.preflight(cfg, &args)?;
-        // Function and stream are live and of the host's context (checked above); preflight
-        // matched the array to the kernel's parameters, its buffers to that context and `cfg` to
-        // the device, and made the shared memory opt-in.
-        // SAFETY: as just said; what the kernel does with its arguments is duties 1 and 2.
-        args.with_params(|params| unsafe {
-            launch_kernel(&self.host, self.raw, self, cfg, stream.raw(), params)
+        let gather = |holds: &mut GraphHolds| {
+            self.hold_for_graph(holds);
+            args.hold_for_graph(holds);
+        };
+        held::enqueue(stream.raw(), false, gather, || {
+            // Function and stream are live and of the host's context (checked above); preflight
+            // matched the array to the kernel's parameters, its buffers to that context and `cfg`
+            // to the device, and made the shared memory opt-in.
+            // SAFETY: as just said; what the kernel does with its arguments is duties 1 and 2.
+            args.with_params(|params| unsafe {
+                launch_kernel(&self.host, self.raw, self, cfg, stream.raw(), params)
+            })
         })
     }
 }
@@ -275,12 +301,17 @@ impl Kernel {
     /// once (`cuOccupancyMaxActiveBlocksPerMultiprocessor`) and again only when they change; a
     /// cluster launch reads the kernel's `__cluster_dims__` once.
     ///
+    /// Captured, it is recorded into the graph as [`launch`](Self::launch) is, attributes
+    /// included: an argument update of that node ([`GraphExec::set_kernel_args`](crate::GraphExec::set_kernel_args))
+    /// checks its cluster dimensions and cooperative grid again.
+    ///
     /// # Safety
     ///
     /// 1. Everything the kernel reads or writes through its arguments (the memory their pointers,
     ///    sizes and indexes designate) is valid, in-bounds memory of this function's device.
     /// 2. That memory stays allocated, and is not freed or reused by the host, until the kernel has
-    ///    run (synchronize the stream, or an event recorded after the launch).
+    ///    run (synchronize the stream, or an event recorded after the launch); captured, as for
+    ///    [`launch`](Self::launch).
     #[doc(alias = "cuLaunchKernelEx")]
     #[inline]
     pub unsafe fn launch_with<A: KernelArgs>(
@@ -296,14 +327,20 @@ impl Kernel {
         self.preflight(cfg, &args)?;
         // SAFETY: the function is live and of the host's context (it is this registry's).
         unsafe { attrs.check(&self.host, self.raw, &self.facts, self, cfg) }?;
-        // Function and stream are live and of the host's context (checked above); preflight
-        // matched the array to the kernel's parameters, its buffers to that context and `cfg` to
-        // the device, and made the shared memory opt-in; the attributes passed their check.
-        // SAFETY: as just said; an event among the attributes is live in this context
-        // (`LaunchAttributes::programmatic_event`'s duty); the kernel's use of its arguments is
-        // duties 1 and 2.
-        args.with_params(|params| unsafe {
-            launch_kernel_ex(&self.host, self.raw, self, cfg, attrs, stream.raw(), params)
+        let gather = |holds: &mut GraphHolds| {
+            self.hold_for_graph(holds);
+            args.hold_for_graph(holds);
+        };
+        held::enqueue(stream.raw(), attrs.constrains_grid(), gather, || {
+            // Function and stream are live and of the host's context (checked above); preflight
+            // matched the array to the kernel's parameters, its buffers to that context and `cfg`
+            // to the device, and made the shared memory opt-in; the attributes passed their check.
+            // SAFETY: as just said; an event among the attributes is live in this context
+            // (`LaunchAttributes::programmatic_event`'s duty); the kernel's use of its arguments
+            // is duties 1 and 2.
+            args.with_params(|params| unsafe {
+                launch_kernel_ex(&self.host, self.raw, self, cfg, attrs, stream.raw(), params)
+            })
         })
     }
 }

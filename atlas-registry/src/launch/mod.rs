@@ -1,10 +1,12 @@
 //! Launching: the configuration ([`config`]), typed arguments ([`args`]), what Atlas knows of each
 //! kernel and the one preflight that every typed launch and graph argument update passes
-//! ([`kernel`]), launch attributes and their checks ([`attributes`]), and the launch calls every
-//! path ends in ([`enqueue`]).
+//! ([`kernel`]), launch attributes and their checks ([`attributes`]), the launch calls every
+//! path ends in ([`enqueue`]), and what a captured launch leaves its graph to keep alive
+//! ([`held`]).
 
 pub(crate) mod args;
 pub(crate) mod attributes;
 pub(crate) mod config;
 pub(crate) mod enqueue;
+pub(crate) mod held;
 pub(crate) mod kernel;

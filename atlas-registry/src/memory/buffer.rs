@@ -3,11 +3,12 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::{Arc, OnceLock};
 
 use atlas_sys::{CUcontext, CUdeviceptr, CUstream};
 
-use crate::device::capture;
-use crate::device::context::{CudaContext, ensure_bound};
+use crate::device::capture::{self, Free, Hold, How};
+use crate::device::context::CudaContext;
 use crate::device::host::ordinal_of;
 use crate::device::stream::CudaStream;
 use crate::driver::{About, calls};
@@ -48,13 +49,57 @@ unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 /// - [`alloc_async`](Self::alloc_async) (`cuMemAllocAsync`) is stream-ordered: the memory exists
 ///   from that point of the stream's order, and the buffer remembers the stream and frees itself
 ///   there with `cuMemFreeAsync`, in the same order. Both can be captured into a graph.
+///
+/// A buffer given to a typed launch that is captured into a graph shares its memory with that
+/// graph (and with every executable graph made from it) from then on: the memory stays allocated
+/// while any of them lives, and the last of the buffer and those graphs to go frees it, after the
+/// device has finished the work enqueued until then (`cuCtxSynchronize`, then `cuMemFree`; while a
+/// capture Atlas began is in progress anywhere, when the last one has ended). So a buffer dropped
+/// during or after the capture never leaves a replay pointing at freed memory.
 pub struct DeviceBuffer<T: DeviceCopy> {
     ptr: CUdeviceptr,
     len: usize,
     context: CUcontext,
     /// For a stream-ordered allocation, the stream it was allocated on and is freed on.
     free_on: Option<CUstream>,
+    /// Allocated while its stream was being captured: the graph's own allocation, made and freed
+    /// by graph nodes at each replay.
+    in_graph: bool,
+    /// Set by the first captured launch that uses the buffer: the memory, shared with the graphs
+    /// that use it from then on.
+    shared: OnceLock<Arc<SharedMemory>>,
     _elements: PhantomData<T>,
+}
+
+/// The memory of a buffer that graphs use: freed when the last of the buffer and those graphs
+/// goes, after the device's work (a replay may still be running when the last graph goes).
+struct SharedMemory {
+    context: CUcontext,
+    ptr: CUdeviceptr,
+}
+
+// SAFETY: a device address and a context handle, never dereferenced by Rust; freed once, by
+// whichever holder goes last.
+unsafe impl Send for SharedMemory {}
+// SAFETY: as for Send; shared references only read the two values.
+unsafe impl Sync for SharedMemory {}
+
+impl SharedMemory {
+    /// Frees the memory once (the address is cleared first), after the device's work.
+    fn free(&mut self) -> Result<()> {
+        let ptr = std::mem::replace(&mut self.ptr, 0);
+        if ptr == 0 {
+            return Ok(());
+        }
+        capture::free(Free::new(self.context, ptr, How::AfterDevice))
+    }
+}
+
+impl Drop for SharedMemory {
+    fn drop(&mut self) {
+        let result = self.free();
+        report_cleanup("freeing device memory that graphs used", result);
+    }
 }
 
 // SAFETY: the buffer owns device memory, reachable from any thread through the driver; T is Send.
@@ -86,6 +131,8 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             len,
             context: context.raw(),
             free_on: None,
+            in_graph: false,
+            shared: OnceLock::new(),
             _elements: PhantomData,
         })
     }
@@ -97,9 +144,17 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// synchronization, and reuses the pool's memory (see
     /// [`CudaHost::set_pool_release_threshold`](crate::CudaHost::set_pool_release_threshold)).
     ///
-    /// Capturable: on a stream that is being captured, the allocation becomes a graph node, and so
-    /// does the free when the buffer is freed in the same capture; each replay of the graph then
-    /// allocates and frees it.
+    /// Capturable, following the driver's rules for graph memory nodes: on a stream that is being
+    /// captured, the allocation becomes a graph node (`CU_GRAPH_NODE_TYPE_MEM_ALLOC`) with an
+    /// address fixed for the graph's life, and the free becomes one too
+    /// (`CU_GRAPH_NODE_TYPE_MEM_FREE`) when the buffer is freed in the same capture; each replay
+    /// of the graph then allocates and frees it, and work may use it only between the two nodes.
+    /// Such an allocation belongs to the graph: a typed launch captured with it does not make
+    /// the graph hold it again, and only one executable graph of a graph with memory nodes may
+    /// exist at a time (instantiating consumes the [`CudaGraph`](crate::CudaGraph)). A buffer
+    /// allocated before the capture and dropped while its stream is being captured is freed when
+    /// that capture has ended (`cuMemFreeAsync` in the capture would have to be of a graph
+    /// allocation).
     ///
     /// Refused before the driver is called: a stream of another context
     /// ([`AtlasError::WrongContext`]), a device without memory pools
@@ -118,21 +173,15 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// 3. When the buffer is freed, every use of it on other streams has finished or is ordered
     ///    before that point of `stream` (the free takes effect in `stream`'s order, not at once).
     /// 4. An allocation made while `stream` is being captured is freed in the same capture (the
-    ///    buffer dropped or freed before `end_capture`); one made outside a capture is freed
-    ///    outside any capture.
+    ///    buffer dropped or freed before `end_capture`): the driver lets a graph be replayed again
+    ///    only once what it allocated is freed, and lets only the graph free what it frees itself.
     #[doc(alias = "cuMemAllocAsync")]
     pub unsafe fn alloc_async(
         context: &CudaContext,
         stream: &CudaStream,
         len: usize,
     ) -> Result<Self> {
-        if stream.context() != context.raw() {
-            return Err(AtlasError::WrongContext {
-                what: "the stream".into(),
-                expected: Some(context.ordinal()),
-                given: ordinal_of(stream.context()),
-            });
-        }
+        check_stream(context.raw(), stream)?;
         require_memory_pools(context)?;
         let bytes = Self::bytes(len)?;
         let mut ptr: CUdeviceptr = 0;
@@ -143,11 +192,19 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             ptr = unsafe { calls::mem_alloc_async(bytes, stream.raw()) }
                 .about(|| format!("{bytes} bytes on device {}", context.ordinal()))?;
         }
+        // Asked of the driver only while Atlas captures somewhere: a stream that joined a capture
+        // allocates in its graph too.
+        let in_graph = capture::watch().capturing() && {
+            // SAFETY: as above.
+            unsafe { calls::stream_is_capturing(stream.raw()) }.unwrap_or(false)
+        };
         Ok(Self {
             ptr,
             len,
             context: context.raw(),
             free_on: Some(stream.raw()),
+            in_graph,
+            shared: OnceLock::new(),
             _elements: PhantomData,
         })
     }
@@ -157,9 +214,12 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// on its stream for one of [`alloc_async`](Self::alloc_async) (released in that stream's
     /// order; captured as a graph node while the stream is being captured).
     ///
-    /// A buffer of [`alloc`](Self::alloc) freed or dropped by a thread while it captures (a capture
-    /// Atlas began) is freed when that thread's last capture ends, not now: `cuMemFree` from a
-    /// capturing thread would invalidate its capture. `free` then returns `Ok`.
+    /// A free that would break a capture Atlas began waits for it, and `free` then returns `Ok`:
+    /// a buffer of [`alloc`](Self::alloc) freed by a thread while it captures is freed when that
+    /// thread's last capture ends (`cuMemFree` from a capturing thread would invalidate its
+    /// capture), one of [`alloc_async`](Self::alloc_async) made before a capture of its stream
+    /// when that capture ends. Memory that graphs use is freed by the last of them to go (see the
+    /// type's docs), and `free` returns `Ok` while one lives.
     #[doc(alias = "cuMemFree_v2")]
     #[doc(alias = "cuMemFreeAsync")]
     pub fn free(mut self) -> Result<()> {
@@ -182,26 +242,43 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     }
 
     /// Frees the memory once: the pointer is cleared first, so a second call (the drop after
-    /// [`free`](Self::free)) does nothing.
+    /// [`free`](Self::free)) does nothing. Memory that graphs share is left to the last of them.
     fn release(&mut self) -> Result<()> {
         let ptr = std::mem::replace(&mut self.ptr, 0);
-        if ptr == 0 || (self.free_on.is_none() && capture::hold_free(self.context, ptr)) {
+        if let Some(shared) = self.shared.take() {
+            return Arc::into_inner(shared).map_or(Ok(()), |mut memory| memory.free());
+        }
+        if ptr == 0 {
             return Ok(());
         }
-        ensure_bound(self.context)?;
-        match self.free_on {
-            // SAFETY: allocated by `alloc` in this context (now current), freed only here (the
-            // pointer was cleared above); the caller keeps it until its work is done (type docs).
-            None => unsafe { calls::mem_free(ptr) }?,
-            // SAFETY: allocated by `alloc_async` on `stream`, which its caller keeps alive and after
-            // whose point every other use is ordered (duties 1 and 3); freed only here.
-            Some(stream) => unsafe { calls::mem_free_async(ptr, stream) }?,
-        }
-        Ok(())
+        let how = match self.free_on {
+            None => How::Plain,
+            Some(stream) if self.in_graph => How::InCapture(stream as usize),
+            Some(stream) => How::OnStream(stream as usize),
+        };
+        capture::free(Free::new(self.context, ptr, how))
     }
 
-    /// A new buffer holding a copy of `data`, in the stream's context; waits for the copy.
+    /// What a graph that captured a launch with this buffer holds: its memory, shared from now
+    /// on; nothing for an empty buffer or the graph's own allocation.
+    pub(crate) fn hold_for_graph(&self) -> Option<Hold> {
+        if self.ptr == 0 || self.in_graph {
+            return None;
+        }
+        let shared = self.shared.get_or_init(|| {
+            Arc::new(SharedMemory {
+                context: self.context,
+                ptr: self.ptr,
+            })
+        });
+        Some(Arc::clone(shared) as Hold)
+    }
+
+    /// A new buffer holding a copy of `data`, in the stream's context; waits for the copy. A
+    /// stream of another context than `context` is refused ([`AtlasError::WrongContext`]) before
+    /// anything is allocated.
     pub fn from_slice(context: &CudaContext, stream: &CudaStream, data: &[T]) -> Result<Self> {
+        check_stream(context.raw(), stream)?;
         let mut buffer = Self::alloc(context, data.len())?;
         buffer.copy_from(stream, data)?;
         Ok(buffer)
@@ -235,7 +312,8 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 
     /// Copies `src` into the buffer on `stream` and waits for the copy to finish.
     ///
-    /// Refused before anything is enqueued
+    /// A stream of another context than the buffer's is refused ([`AtlasError::WrongContext`]),
+    /// here and in every copy of the buffer. Refused before anything is enqueued
     /// ([`CaptureMisuse::WaitingCopyWhileCapturing`](crate::CaptureMisuse::WaitingCopyWhileCapturing))
     /// while Atlas captures `stream` or the calling thread captures: a copy that waits cannot be
     /// captured. The same holds for [`copy_to`](Self::copy_to) and [`to_vec`](Self::to_vec).
@@ -257,6 +335,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 
     /// The buffer's contents in a new `Vec`, after the stream's earlier work.
     pub fn to_vec(&self, stream: &CudaStream) -> Result<Vec<T>> {
+        check_stream(self.context, stream)?;
         capture::refuse_waiting_copy(stream.raw())?;
         let mut out: Vec<T> = Vec::with_capacity(self.len);
         let bytes = self.len * size_of::<T>();
@@ -286,6 +365,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     ///    returns; from page-locked memory it reads it later.
     #[doc(alias = "cuMemcpyHtoDAsync_v2")]
     pub unsafe fn copy_from_async(&mut self, stream: &CudaStream, src: &[T]) -> Result<()> {
+        check_stream(self.context, stream)?;
         self.check_len("copy to the device", src.len())?;
         // SAFETY: lengths match; the caller keeps `src` alive until the copy is done.
         unsafe {
@@ -308,6 +388,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     ///    it returns at once.
     #[doc(alias = "cuMemcpyDtoHAsync_v2")]
     pub unsafe fn copy_to_async(&self, stream: &CudaStream, dst: &mut [T]) -> Result<()> {
+        check_stream(self.context, stream)?;
         self.check_len("copy to the host", dst.len())?;
         // SAFETY: lengths match; the caller keeps `dst` alive and untouched until the copy is done.
         unsafe {
@@ -334,6 +415,18 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             given: given * size_of::<T>(),
         })
     }
+}
+
+/// `Ok` when `stream` is of `context`, else the refusal naming both devices.
+fn check_stream(context: CUcontext, stream: &CudaStream) -> Result<()> {
+    if stream.context() == context {
+        return Ok(());
+    }
+    Err(AtlasError::WrongContext {
+        what: "the stream".into(),
+        expected: ordinal_of(context),
+        given: ordinal_of(stream.context()),
+    })
 }
 
 impl<T: DeviceCopy> fmt::Debug for DeviceBuffer<T> {

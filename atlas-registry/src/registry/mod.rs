@@ -11,29 +11,34 @@ pub(crate) mod call_sites;
 pub(crate) mod function;
 pub(crate) mod function_table;
 pub(crate) mod library;
+pub(crate) mod model;
 
 use std::ffi::c_void;
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
 use atlas_sys::{CUdeviceptr, CUmodule, CUstream};
 
-use crate::code::blob::{self, BlobKind, Prepared};
+use crate::code::blob::BlobKind;
 use crate::code::module::{Module, load_all, unload_all};
+use crate::compile::CacheOutcome;
 use crate::device::context::CudaContext;
 use crate::device::host::{CudaHost, host, ordinal_of};
 use crate::device::stream::CudaStream;
+use crate::driver::{About, calls};
 use crate::error::{AtlasError, NotFoundKind, Result};
 use crate::launch::attributes::{LaunchAttributes, LaunchFacts, launch_kernel_ex};
 use crate::launch::config::LaunchConfig;
 use crate::launch::enqueue::{SharedMemOptIn, UnknownFunction, check_config, launch_kernel};
+use crate::launch::held::{self, GraphHolds};
 use crate::launch::kernel::Kernel;
 use crate::memory::copy::{copy_to_device_async, copy_to_host_async};
 use crate::memory::symbol::DeviceSymbol;
 use call_sites::CallSiteTable;
 use function::{CudaFunction, FunctionRef, RawCudaFunc};
 use function_table::FunctionTable;
+use model::{Checked, Compiled, Model, kernel_names_if_needed};
 
 /// The shared state behind an [`AtlasRegistry`] and the handles taken from it.
 pub(crate) struct RegistryInner {
@@ -46,12 +51,15 @@ pub(crate) struct RegistryInner {
     functions: FunctionTable,
     pub(crate) call_sites: CallSiteTable,
     host: Arc<CudaHost>,
+    /// The C++ names of the compiled modules' kernels, and what the compile cache did.
+    compiled: Compiled,
 }
 
 /// One model's set of loaded modules on one device, with its function handles and caches.
 ///
 /// Cloning is cheap (an `Arc`); the modules are unloaded when the last clone and the last handle
-/// that keeps them ([`CudaFunction`], [`DeviceSymbol`]) are gone, or at once by [`release`]. There
+/// that keeps them ([`CudaFunction`], [`DeviceSymbol`], a graph that launches its kernels) are
+/// gone, or at once by [`release`] when nothing else keeps them. There
 /// is no global registry: each model holds its own, and two registries never share functions.
 #[derive(Clone)]
 pub struct AtlasRegistry {
@@ -76,7 +84,7 @@ impl AtlasRegistry {
     #[doc(alias = "cuModuleLoadData")]
     #[doc(alias = "cuModuleLoadDataEx")]
     pub fn load(ordinal: usize, blobs: &[(&str, &[u8])]) -> Result<Self> {
-        Self::load_prepared(ordinal, blobs, Self::prepare_all(blobs, false)?)
+        Self::load_model(ordinal, &Model::new().blobs(blobs))
     }
 
     /// As [`load`](Self::load), except that a blob of no format Atlas knows ([`BlobKind::Binary`]:
@@ -106,60 +114,94 @@ impl AtlasRegistry {
         ordinal: usize,
         blobs: &[(&str, &[u8])],
     ) -> Result<Self> {
-        Self::load_prepared(ordinal, blobs, Self::prepare_all(blobs, true)?)
+        let model = Model::new().blobs(blobs);
+        Self::load_checked(ordinal, &model, model.check_blobs(true)?)
     }
 
-    /// The device half of a load: `blobs`, checked by [`prepare_all`](Self::prepare_all) as
-    /// `prepared`, checked for device `ordinal` and loaded there.
-    fn load_prepared(
+    /// Loads a [`Model`] on device `ordinal`: its blobs as [`load`](Self::load) does (each checked
+    /// before the driver is loaded), and each of its sources compiled for the device (its own SASS
+    /// when NVRTC knows its architecture, else PTX the driver JIT-compiles; from the compile cache
+    /// when it holds them, see [`CompileCache`](crate::CompileCache)), checked as every blob is, and
+    /// loaded as one. Kernels of a source's name expressions are found by their C++ name
+    /// (`function("gemm", "gemm<128>")`) as well as by their symbol. With
+    /// [`Model::preload`], every kernel is resolved before this returns.
+    ///
+    /// A compile error is [`AtlasError::Compile`] with NVRTC's log; without NVRTC (only needed
+    /// when the model has sources), [`AtlasError::NvrtcUnavailable`].
+    pub fn load_model(ordinal: usize, model: &Model<'_>) -> Result<Self> {
+        Self::load_checked(ordinal, model, model.check_blobs(false)?)
+    }
+
+    /// The device half of a load: `model`, whose blobs are `checked`, made ready for device
+    /// `ordinal` (sources compiled, fatbins checked for it) and loaded there.
+    fn load_checked<'a>(
         ordinal: usize,
-        blobs: &[(&str, &[u8])],
-        prepared: Vec<Prepared<'_>>,
+        model: &Model<'a>,
+        checked: Vec<Checked<'a>>,
     ) -> Result<Self> {
         let host = host(ordinal)?;
-        let capability = host.compute_capability();
-        for ((name, _), blob) in blobs.iter().zip(&prepared) {
-            blob::check_for_device(name, blob, capability)?;
-        }
+        let cc = host.compute_capability();
+        let prepared = model.prepare(checked, cc)?;
+        let names = model
+            .preloads()
+            .then(|| kernel_names_if_needed(&prepared.modules, cc));
         let modules = load_all(
             &host,
-            blobs
+            prepared
+                .modules
                 .iter()
-                .zip(&prepared)
-                .map(|((name, _), blob)| (*name, blob.kind, &*blob.image)),
+                .map(|(name, kind, image)| (name.as_str(), *kind, &**image)),
         )?;
-        Ok(Self::from_modules(host, modules))
+        let registry = Self::from_modules(host, modules, prepared.compiled());
+        if let Some(names) = names {
+            registry.preload(names.as_deref())?;
+        }
+        Ok(registry)
     }
 
-    /// Checks a model's names and blobs before the driver is loaded (so a bad blob is reported the
-    /// same on a machine without a GPU) and returns each blob's kind and the bytes to hand over;
-    /// with `unknown_formats`, bytes of no format Atlas knows pass unchecked (the caller's
-    /// promise, [`load_with_unknown_formats`](Self::load_with_unknown_formats)).
-    pub(crate) fn prepare_all<'b>(
-        blobs: &[(&str, &'b [u8])],
-        unknown_formats: bool,
-    ) -> Result<Vec<Prepared<'b>>> {
-        Self::check_unique(blobs)?;
-        blobs
+    /// What the compile cache did for module `module` when it was compiled from source at load;
+    /// `None` for a module loaded from a blob (or no such module).
+    pub fn cache_outcome(&self, module: &str) -> Option<&CacheOutcome> {
+        self.inner
+            .compiled
+            .outcomes
             .iter()
-            .map(|(name, blob)| blob::prepare(name, blob, unknown_formats))
-            .collect()
+            .find(|(name, _)| name == module)
+            .map(|(_, outcome)| outcome)
     }
 
-    /// An error naming the first module name that appears twice.
-    fn check_unique(blobs: &[(&str, &[u8])]) -> Result<()> {
-        for (i, (name, _)) in blobs.iter().enumerate() {
-            if blobs[..i].iter().any(|(earlier, _)| earlier == name) {
-                return Err(AtlasError::InvalidModule {
-                    module: name.escape_debug().to_string(),
-                    reason: "the model names this module twice".into(),
-                });
+    /// Resolves every kernel of every module into the function table (and reads its parameter
+    /// layout), so that no first lookup or launch pays for it; the number of kernels. The kernels
+    /// are listed by the driver (`cuModuleEnumerateFunctions`, CUDA 12.4+) or, when it cannot,
+    /// taken from `from_blobs` (per module, the kernel names its blob declares).
+    #[doc(alias = "cuModuleEnumerateFunctions")]
+    #[doc(alias = "cuFuncLoad")]
+    pub(crate) fn preload(&self, from_blobs: Option<&[Vec<String>]>) -> Result<usize> {
+        let mut count = 0;
+        for (i, module) in self.inner.modules.iter().enumerate() {
+            let listed = match from_blobs {
+                Some(names) => names.get(i).cloned().unwrap_or_default(),
+                None => module.function_names()?,
+            };
+            for symbol in &listed {
+                let name = self.inner.compiled.names.cpp_name(module.name(), symbol);
+                let kernel = self.cached_kernel(module.name(), name)?;
+                // SAFETY: the kernel is this registry's, so live; `cached_kernel` made its
+                // context current.
+                unsafe { calls::function_load(kernel.raw()) }
+                    .about(|| format!("`{}`", kernel.name()))?;
+                kernel.param_sizes()?;
+                count += 1;
             }
         }
-        Ok(())
+        Ok(count)
     }
 
-    pub(crate) fn from_modules(host: Arc<CudaHost>, modules: Vec<Module>) -> Self {
+    pub(crate) fn from_modules(
+        host: Arc<CudaHost>,
+        modules: Vec<Module>,
+        compiled: Compiled,
+    ) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Self {
             inner: Arc::new(RegistryInner {
@@ -168,6 +210,7 @@ impl AtlasRegistry {
                 functions: FunctionTable::default(),
                 call_sites: CallSiteTable::default(),
                 host,
+                compiled,
             }),
         }
     }
@@ -279,14 +322,16 @@ impl AtlasRegistry {
     #[cold]
     fn look_up_kernel(&self, module: &str, function: &str) -> Result<&Kernel> {
         let found = self.module(module)?;
-        let raw = found.function(function)?;
+        let symbol = self.inner.compiled.names.symbol(module, function);
+        let raw = found.function(symbol)?;
         Ok(self.inner.functions.get_or_insert(module, function, || {
+            let owner: Weak<RegistryInner> = Arc::downgrade(&self.inner);
             Kernel::new(
                 raw,
                 (module, function),
                 Arc::clone(&self.inner.host),
-                self.inner.id,
-                found.blob_param_sizes(function),
+                (self.inner.id, owner),
+                found.blob_param_sizes(symbol),
             )
         }))
     }
@@ -360,11 +405,13 @@ impl AtlasRegistry {
         unsafe { copy_to_host_async(stream, dst, src, bytes) }
     }
 
-    /// Waits for all work on `stream` (this registry's [`stream`](Self::stream), or any other,
-    /// a wrapped caller's stream included). Refused, leaving the capture intact, while Atlas
-    /// captures `stream` (see [`CudaStream::synchronize`]).
+    /// Waits for all work on `stream` (this registry's [`stream`](Self::stream), or any other of
+    /// its context, a wrapped caller's stream included). A stream of another context is refused
+    /// ([`AtlasError::WrongContext`]), as for the copies; so is synchronizing, leaving the capture
+    /// intact, while Atlas captures `stream` (see [`CudaStream::synchronize`]).
     #[doc(alias = "cuStreamSynchronize")]
     pub fn stream_synchronize(&self, stream: &CudaStream) -> Result<()> {
+        self.check_stream(stream)?;
         stream.synchronize()
     }
 
@@ -380,15 +427,20 @@ impl AtlasRegistry {
     /// launched without any of this registry's knowledge of it: no parameter count check, and its
     /// shared memory limit read from the driver when a launch needs more than 0 bytes.
     ///
+    /// Captured into a graph (a capture Atlas began), the launch leaves the graph this registry to
+    /// keep (so its modules stay loaded); the arguments are raw, so the graph keeps no memory.
+    ///
     /// # Safety
     ///
     /// 1. `func` is a function of a module that is still loaded in this registry's context (this
     ///    registry's own, or another live one of the same context), and `stream` a live stream
-    ///    created in that context, or null.
+    ///    created in that context, or null. Captured, a function that is not this registry's own
+    ///    stays loaded while any graph made from the capture lives.
     /// 2. `params` holds one pointer per kernel parameter, in order, each to a value of exactly that
     ///    parameter's type, valid until this call returns.
     /// 3. What the kernel reads and writes through its arguments is valid, in-bounds memory of this
-    ///    registry's device that stays allocated until the kernel has run.
+    ///    registry's device that stays allocated until the kernel has run (captured: at each
+    ///    replay, as [`GraphExec::launch`](crate::GraphExec::launch) asks).
     #[doc(alias = "cuLaunchKernel")]
     #[inline]
     pub unsafe fn launch_on_stream(
@@ -415,9 +467,11 @@ impl AtlasRegistry {
             check_config(host, &name, cfg)?;
             // SAFETY: the caller's duty 1: a live function of this registry's context.
             unsafe { opt_in.ensure(host, func.raw(), cfg.shared_mem_bytes) }?;
-            // SAFETY: the caller's duties 1–3; the configuration fits the device and the opt-in
-            // is made (above).
-            return unsafe { launch_kernel(host, func.raw(), &name, cfg, stream, params) };
+            return held::enqueue(stream, false, self.gather(), || {
+                // SAFETY: the caller's duties 1–3; the configuration fits the device and the
+                // opt-in is made (above).
+                unsafe { launch_kernel(host, func.raw(), &name, cfg, stream, params) }
+            });
         };
         check_config(host, kernel, cfg)?;
         kernel.check_param_count(count)?;
@@ -427,9 +481,17 @@ impl AtlasRegistry {
                 .opt_in()
                 .ensure(host, kernel.raw(), cfg.shared_mem_bytes)
         }?;
-        // SAFETY: the caller's duties 1–3; the configuration fits the device, the parameter count
-        // matches the kernel's where Atlas knows it, and the opt-in is made (above).
-        unsafe { launch_kernel(host, kernel.raw(), kernel, cfg, stream, params) }
+        held::enqueue(stream, false, self.gather(), || {
+            // SAFETY: the caller's duties 1–3; the configuration fits the device, the parameter
+            // count matches the kernel's where Atlas knows it, and the opt-in is made (above).
+            unsafe { launch_kernel(host, kernel.raw(), kernel, cfg, stream, params) }
+        })
+    }
+
+    /// What a graph that captures a raw launch through this registry keeps: the registry.
+    #[inline(always)]
+    fn gather(&self) -> impl Fn(&mut GraphHolds) + '_ {
+        |holds| holds.registry_of(&self.inner)
     }
 }
 
@@ -440,17 +502,20 @@ impl AtlasRegistry {
     /// with the attribute array on the stack; nothing is allocated.
     ///
     /// A handle of another registry, or made with [`RawCudaFunc::from_raw`], has its cluster
-    /// dimensions and occupancy read from the driver at each launch that needs them.
+    /// dimensions and occupancy read from the driver at each launch that needs them. Captured, as
+    /// [`launch_on_stream`](Self::launch_on_stream).
     ///
     /// # Safety
     ///
     /// 1. `func` is a function of a module that is still loaded in this registry's context (this
     ///    registry's own, or another live one of the same context), and `stream` a live stream
-    ///    created in that context, or null.
+    ///    created in that context, or null. Captured, a function that is not this registry's own
+    ///    stays loaded while any graph made from the capture lives.
     /// 2. `params` holds one pointer per kernel parameter, in order, each to a value of exactly that
     ///    parameter's type, valid until this call returns.
     /// 3. What the kernel reads and writes through its arguments is valid, in-bounds memory of this
-    ///    registry's device that stays allocated until the kernel has run.
+    ///    registry's device that stays allocated until the kernel has run (captured: at each
+    ///    replay, as [`GraphExec::launch`](crate::GraphExec::launch) asks).
     #[doc(alias = "cuLaunchKernelEx")]
     #[inline]
     pub unsafe fn launch_on_stream_with(
@@ -476,32 +541,37 @@ impl AtlasRegistry {
             let (opt_in, facts) = (SharedMemOptIn::default(), LaunchFacts::default());
             let name = UnknownFunction(func.raw());
             check_config(host, &name, cfg)?;
-            // SAFETY: the function is live and of this context (the caller's duty 1).
-            unsafe { attrs.check(host, func.raw(), &facts, &name, cfg) }?;
+            // The opt-in first: the co-residency of a cooperative grid is read after it, since
+            // the driver counts no block of more than the function may use.
             // SAFETY: the caller's duty 1: a live function of this registry's context.
             unsafe { opt_in.ensure(host, func.raw(), cfg.shared_mem_bytes) }?;
-            // SAFETY: the caller's duties 1–3; the configuration fits the device, the attributes
-            // passed their check and the opt-in is made (above); an event among them is live in
-            // this context (`LaunchAttributes::programmatic_event`'s duty).
-            return unsafe {
-                launch_kernel_ex(host, func.raw(), &name, cfg, attrs, stream, params)
-            };
+            // SAFETY: the function is live and of this context (the caller's duty 1).
+            unsafe { attrs.check(host, func.raw(), &facts, &name, cfg) }?;
+            return held::enqueue(stream, attrs.constrains_grid(), self.gather(), || {
+                // SAFETY: the caller's duties 1–3; the configuration fits the device, the
+                // attributes passed their check and the opt-in is made (above); an event among
+                // them is live in this context (`LaunchAttributes::programmatic_event`'s duty).
+                unsafe { launch_kernel_ex(host, func.raw(), &name, cfg, attrs, stream, params) }
+            });
         };
         check_config(host, kernel, cfg)?;
         kernel.check_param_count(count)?;
-        // SAFETY: the function is this registry's, live and of its context.
-        unsafe { attrs.check(host, kernel.raw(), kernel.facts(), kernel, cfg) }?;
+        // The opt-in before the attributes' check, as above.
         // SAFETY: the kernel is this registry's, so a live function of its context.
         unsafe {
             kernel
                 .opt_in()
                 .ensure(host, kernel.raw(), cfg.shared_mem_bytes)
         }?;
-        // The configuration fits the device, the parameter count matches the kernel's where Atlas
-        // knows it, the attributes passed their check and the opt-in is made (above).
-        // SAFETY: as just said, with the caller's duties 1–3 (an event among the attributes is
-        // live in this context: `programmatic_event`'s duty).
-        unsafe { launch_kernel_ex(host, kernel.raw(), kernel, cfg, attrs, stream, params) }
+        // SAFETY: the function is this registry's, live and of its context.
+        unsafe { attrs.check(host, kernel.raw(), kernel.facts(), kernel, cfg) }?;
+        held::enqueue(stream, attrs.constrains_grid(), self.gather(), || {
+            // The configuration fits the device, the parameter count matches the kernel's where
+            // Atlas knows it, the attributes passed their check and the opt-in is made (above).
+            // SAFETY: as just said, with the caller's duties 1–3 (an event among the attributes
+            // is live in this context: `programmatic_event`'s duty).
+            unsafe { launch_kernel_ex(host, kernel.raw(), kernel, cfg, attrs, stream, params) }
+        })
     }
 }
 
@@ -517,8 +587,11 @@ impl fmt::Debug for AtlasRegistry {
 /// Unloads the registry's modules now and returns what went wrong, as a value.
 ///
 /// While other handles exist (clones of the registry, [`CudaFunction`]s or [`DeviceSymbol`]s taken
-/// from it), nothing is unloaded and the result is [`AtlasError::InUse`] with their count. Teardown
-/// no-ops are not errors; other unload failures come back together in [`AtlasError::Release`].
+/// from it, graphs that launch its kernels: [`CudaGraph`](crate::CudaGraph)s and
+/// [`GraphExec`](crate::GraphExec)s), nothing is unloaded and the result is
+/// [`AtlasError::InUse`] with their count; the modules are unloaded when the last of them goes.
+/// Teardown no-ops are not errors; other unload failures come back together in
+/// [`AtlasError::Release`].
 pub fn release(registry: AtlasRegistry) -> Result<()> {
     let inner = Arc::try_unwrap(registry.inner).map_err(|shared| AtlasError::InUse {
         what: format!(

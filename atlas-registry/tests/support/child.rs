@@ -112,24 +112,24 @@ impl Child {
 /// `None` leaves the driver to Atlas's own search, the real one. `body` must be listed in
 /// [`bodies!`].
 pub fn run_on<F: Fn()>(body: F, library: Option<&Path>) -> Child {
-    let _ = body; // Only its name is needed: the child runs it.
-    let exe = std::env::current_exe().expect("the test binary knows its own path");
-    let mut command = Command::new(exe);
+    run_with_env(body, library, &[])
+}
+
+/// As [`run_on`], with `env` added to the child's environment.
+pub fn run_with_env<F: Fn()>(
+    body: F,
+    library: Option<&Path>,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Child {
+    let mut command = command(body);
     command
-        .args([
-            CHILD_TEST,
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
-        .env(BODY_VAR, type_name::<F>())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(library) = library {
         command.env(LIBCUDA_PATH_VAR, library);
     }
+    command.envs(env.iter().copied());
     let mut process = command
         .spawn()
         .expect("the test binary can start itself again");
@@ -167,6 +167,25 @@ pub fn run_on<F: Fn()>(body: F, library: Option<&Path>) -> Child {
         stdout: stdout.join().unwrap_or_default(),
         stderr: stderr.join().unwrap_or_default(),
     }
+}
+
+/// The command that starts this test binary as a child running `body` (listed in [`bodies!`]),
+/// with the real driver unless the caller sets `ATLAS_LIBCUDA_PATH`; its standard streams are
+/// the caller's to set.
+pub fn command<F: Fn()>(body: F) -> Command {
+    let _ = body; // Only its name is needed: the child runs it.
+    let exe = std::env::current_exe().expect("the test binary knows its own path");
+    let mut command = Command::new(exe);
+    command
+        .args([
+            CHILD_TEST,
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env(BODY_VAR, type_name::<F>());
+    command
 }
 
 /// The last `lines` lines of `text`.

@@ -5,15 +5,30 @@
 //! - [`reference`]: CPU references of the kernels and checks of their output against them.
 //! - [`blobs`]: loading the committed blobs, and blobs made to be refused.
 //! - [`child`]: running a test body in a child process (this test binary, re-executed).
+//! - [`graphs`]: a graph's node types, the counted loop of the `conditional` model, the check of a
+//!   `WrongContext` refusal.
 //! - [`standin`]: the stand-in libcuda (`standin.c`) that CI tests run against without a GPU.
 //! - [`shim`]: a libcuda in front of the real one that hides entry points (GPU tests).
 //! - [`mutate`]: seeded mutants of the committed blobs, for the blob fuzzer.
+//! - [`fatbin`]: fatbins taken apart and put together again, compressed entries included.
+//! - [`fixtures`]: the committed real fatbins under `tests/fixtures/`.
+//! - [`corpus`]: blobs on disk (fatbin sections of ELF files, blob files), and Atlas's verdict.
+//! - [`pool`]: many crash-prone tasks in a pool of child processes that outlives the crashes.
+//! - [`raw`]: the driver without Atlas (plain loads, the driver's view of kernels).
+//! - [`nvrtc`]: the NVRTC the compile tests use, and children that compile with it.
 
 #![allow(dead_code, unreachable_pub, unused_imports, unused_macros)]
 
 pub mod blobs;
 pub mod child;
+pub mod corpus;
+pub mod fatbin;
+pub mod fixtures;
+pub mod graphs;
 pub mod mutate;
+pub mod nvrtc;
+pub mod pool;
+pub mod raw;
 pub mod reference;
 pub mod rng;
 pub mod shim;

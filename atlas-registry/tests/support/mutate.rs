@@ -371,6 +371,12 @@ const SYMBOL_FIELDS: &[(usize, usize, &str)] = &[
     (16, 8, "st_size"),
 ];
 
+/// A change to `cubin`, an ELF image alone (what a compressed fatbin entry holds): as the
+/// mutants of committed cubins are changed. Says what it did.
+pub fn mutate_cubin(rng: &mut Rng, cubin: &mut Vec<u8>) -> String {
+    mutate_elf_blob(rng, cubin, 0)
+}
+
 /// A change to the ELF image at `base` of `b`, or to `b` as a whole.
 fn mutate_elf_blob(rng: &mut Rng, b: &mut Vec<u8>, base: usize) -> String {
     let Some(map) = ElfMap::read(b, base) else {

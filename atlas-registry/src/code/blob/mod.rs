@@ -199,57 +199,46 @@ fn unknown_format(blob: &[u8]) -> String {
     }
 }
 
-/// A blob checked for loading: its kind and the bytes to hand to the driver.
-pub(crate) struct Prepared<'b> {
-    /// What the blob is.
-    pub(crate) kind: BlobKind,
-    /// The blob itself, except PTX without its terminating NUL and bytes of unknown formats,
-    /// which get one (copied), so that no reader of the driver's can run past their end.
-    pub(crate) image: Cow<'b, [u8]>,
-}
-
 /// Checks `blob` before the driver is loaded (so a bad blob is refused the same on a machine
-/// without a GPU): all of it, except the code of fatbin entries, which is checked for the device
-/// the blob is loaded on ([`check_for_device`]). With `unknown_formats`, bytes of no format
-/// Atlas knows are taken as they are, as [`BlobKind::Binary`] (the caller's promise, see
+/// without a GPU) and returns its kind and the bytes to hand to the driver: the blob itself,
+/// except PTX without its terminating NUL and bytes of unknown formats, which get one (copied), so
+/// that no reader of the driver's can run past their end. All of the blob is checked except the
+/// code of fatbin entries, which is checked for the device the blob is loaded on
+/// ([`check_for_device`]). With `unknown_formats`, bytes of no format Atlas knows are taken as
+/// they are, as [`BlobKind::Binary`] (the caller's promise, see
 /// `AtlasRegistry::load_with_unknown_formats`).
 pub(crate) fn prepare<'b>(
     module: &str,
     blob: &'b [u8],
     unknown_formats: bool,
-) -> Result<Prepared<'b>> {
+) -> Result<(BlobKind, Cow<'b, [u8]>)> {
     let kind = match known(blob) {
         None if unknown_formats && !blob.is_empty() => BlobKind::Binary,
         _ => refused(module, check(blob, None))?,
     };
     let terminated = matches!(kind, BlobKind::Ptx | BlobKind::Binary) && !blob.ends_with(b"\0");
     if !terminated {
-        return Ok(Prepared {
-            kind,
-            image: Cow::Borrowed(blob),
-        });
+        return Ok((kind, Cow::Borrowed(blob)));
     }
     let mut owned = Vec::with_capacity(blob.len() + 1);
     owned.extend_from_slice(blob);
     owned.push(0);
-    Ok(Prepared {
-        kind,
-        image: Cow::Owned(owned),
-    })
+    Ok((kind, Cow::Owned(owned)))
 }
 
-/// The rest of [`validate_blob_for_device`] after [`prepare`]: the code of the entries of a
-/// fatbin that a device of compute capability `compute_capability` may pick.
+/// The rest of [`validate_blob_for_device`] after [`prepare`] made `image` of `kind`: the code of
+/// the entries of a fatbin that a device of compute capability `compute_capability` may pick.
 pub(crate) fn check_for_device(
     module: &str,
-    prepared: &Prepared<'_>,
+    kind: BlobKind,
+    image: &[u8],
     compute_capability: (u32, u32),
 ) -> Result<()> {
-    if prepared.kind != BlobKind::Fatbin {
+    if kind != BlobKind::Fatbin {
         return Ok(());
     }
     let devices = Devices::of(compute_capability).unwrap_or(Devices::Every);
-    refused(module, fatbin::check(&prepared.image, Some(devices)))
+    refused(module, fatbin::check(image, Some(devices)))
 }
 
 /// What code `blob` holds, for messages: `sm_90 SASS` for a cubin, `sm_90 SASS, compute_90 PTX`

@@ -32,7 +32,7 @@ fn check(blob: &[u8]) -> Check<BlobKind> {
 
 /// The load path's preparation of `blob` (of a known format): its kind and the bytes handed over.
 fn prepare<'b>(module: &str, blob: &'b [u8]) -> Result<(BlobKind, Cow<'b, [u8]>)> {
-    super::prepare(module, blob, false).map(|prepared| (prepared.kind, prepared.image))
+    super::prepare(module, blob, false)
 }
 
 fn refusal(blob: &[u8]) -> String {
@@ -436,14 +436,10 @@ fn other_formats_are_refused_or_get_a_terminating_nul() {
             "{e}"
         );
     }
-    let unknown = super::prepare("m", &[0xff, 0xfe], true).unwrap();
-    assert_eq!(unknown.kind, BlobKind::Binary);
-    assert_eq!(&*unknown.image, &[0xff, 0xfe, 0]);
-    let text = super::prepare("m", b"not PTX", true).unwrap();
-    assert_eq!(
-        (text.kind, &*text.image),
-        (BlobKind::Binary, &b"not PTX\0"[..])
-    );
+    let (kind, image) = super::prepare("m", &[0xff, 0xfe], true).unwrap();
+    assert_eq!((kind, &*image), (BlobKind::Binary, &[0xff, 0xfe, 0][..]));
+    let (kind, image) = super::prepare("m", b"not PTX", true).unwrap();
+    assert_eq!((kind, &*image), (BlobKind::Binary, &b"not PTX\0"[..]));
     // Known formats are still checked on that path.
     let cubin = demo_cubin("noop");
     assert!(super::prepare("m", &cubin[..cubin.len() / 2], true).is_err());

@@ -29,7 +29,8 @@
 //! child printed. Variants are `-D` switches of `standin.c` (its header lists them):
 //! `-DSTANDIN_DEVICES=2`, `-DSTANDIN_NO_PARAM_INFO`, `-DSTANDIN_NO_LIBRARY`,
 //! `-DSTANDIN_NO_MEMORY_POOLS`, `-DSTANDIN_NO_MEMORY_POOL_API`,
-//! `-DSTANDIN_NO_LAUNCH_EX`, `-DSTANDIN_CC_MAJOR=8`, `-DSTANDIN_NO_COOPERATIVE`. Inside a child,
+//! `-DSTANDIN_NO_LAUNCH_EX`, `-DSTANDIN_CC_MAJOR=8`, `-DSTANDIN_NO_COOPERATIVE`,
+//! `-DSTANDIN_NO_CONDITIONAL`. Inside a child,
 //! [`probe`] reads what the stand-in saw (calls, contexts, limits) and injects failures.
 
 use std::any::type_name;
@@ -185,11 +186,12 @@ pub fn probe() -> &'static Probe {
 }
 
 impl Probe {
-    /// How many times entry point `what` was called (`"cuLaunchKernel"`, failed calls included),
-    /// how often an event happened (`"stale_handle"`: a destroyed or unloaded handle was used;
-    /// `"context_mismatch"`: a launch on a stream of another context than the function's;
-    /// `"fault"`: a kernel faulted and lost its context), or how many of a thing are alive
-    /// (`"live_allocations"`, `"live_modules"`). Counts run from the start or the last
+    /// How many times entry point `what` was called (`"cuLaunchKernel"`, failed calls included;
+    /// `"calls"`: every entry point), how often an event happened (`"stale_handle"`: a destroyed
+    /// or unloaded handle was used; `"context_mismatch"`: a launch on a stream of another context
+    /// than the function's; `"fault"`: a kernel faulted and lost its context; `"graph_race"`: two
+    /// calls used one graph at once), or how many of a thing are alive (`"live_allocations"`,
+    /// `"live_modules"`, `"live_graphs"`, `"live_execs"`). Counts run from the start or the last
     /// [`reset`](Self::reset).
     pub fn count(&self, what: &str) -> u64 {
         let name = CString::new(what).expect("a name without NUL");

@@ -16,13 +16,30 @@
  *   STANDIN_NO_MEMORY_POOL_API  no cuMemAllocAsync, cuMemFreeAsync, cuDeviceGetDefaultMemPool,
  *                           cuMemPoolSetAttribute, cuMemPoolGetAttribute exports (older than 11.2).
  *
- * Stream capture is modelled as a state only (begin, end, is-capturing, invalidation by calls the
- * driver refuses while capturing: cuStreamSynchronize of the capturing stream, cuMemAlloc_v2 and
- * cuMemFree_v2 from the capturing thread); work enqueued during a capture still runs at once.
+ * Stream capture builds graphs: a launch on a capturing stream becomes a kernel node (its function,
+ * configuration, parameter values and cluster/cooperative attributes copied), cuMemAllocAsync and
+ * cuMemFreeAsync become memory nodes, conditional nodes have body graphs; an executable graph runs
+ * its nodes in order on the host when launched. Calls the driver refuses while capturing invalidate
+ * the capture: cuStreamSynchronize of the capturing stream, cuCtxSynchronize of its context,
+ * cuMemAlloc_v2 and cuMemFree_v2 from the capturing thread, cuMemFreeAsync in a capture of memory
+ * that is not one of its graph's allocations. Copies during a capture still run at once. What the
+ * driver does not synchronize is watched: two calls on one graph at once count "graph_race", and
+ * each such call sleeps 300 us (lock released) so that racing callers overlap. Graph memory nodes
+ * follow the driver's rules: only the graph frees what it frees itself, a graph with memory nodes
+ * has one executable graph at a time, and a replay is refused while an allocation the last one
+ * left unfreed is still live.
  *   STANDIN_NO_LAUNCH_EX     no cuLaunchKernelEx export (a driver older than CUDA 12.0).
  *   STANDIN_CC_MAJOR=N       the devices' compute capability major (default 9, minor 0); below 9
  *                            they cannot launch clusters (CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH 0).
  *   STANDIN_NO_COOPERATIVE   the devices cannot make cooperative launches.
+ *   STANDIN_NO_CONDITIONAL   no conditional-node exports (cuGraphConditionalHandleCreate,
+ *                            cuGraphAddNode_v2, cuStreamGetCaptureInfo_v3,
+ *                            cuStreamUpdateCaptureDependencies_v2, cuStreamBeginCaptureToGraph:
+ *                            a driver older than CUDA 12.3).
+ *   STANDIN_DRIVER_VERSION=N what cuDriverGetVersion answers (default 12090, CUDA 12.9).
+ *   STANDIN_NO_ENUMERATE     no cuModuleGetFunctionCount, cuModuleEnumerateFunctions, cuFuncGetName,
+ *                            cuFuncLoad exports (a driver older than CUDA 12.4). Otherwise a module
+ *                            lists the kernels whose names its blob holds as whole words.
  *
  * Blob markers: a blob containing STANDIN_JIT_ERROR fails to JIT (CUDA_ERROR_INVALID_PTX) with a
  * log; one containing STANDIN_EARLY_FAIL fails the same way before touching any JIT option. Through
@@ -44,6 +61,9 @@
 #endif
 #ifndef STANDIN_CC_MAJOR
 #define STANDIN_CC_MAJOR 9
+#endif
+#ifndef STANDIN_DRIVER_VERSION
+#define STANDIN_DRIVER_VERSION 12090
 #endif
 #ifdef STANDIN_NO_COOPERATIVE
 #define STANDIN_COOPERATIVE 0
@@ -75,6 +95,8 @@ enum {
     NOT_SUPPORTED = 801,
     STREAM_CAPTURE_UNSUPPORTED = 900,
     STREAM_CAPTURE_INVALIDATED = 901,
+    STREAM_CAPTURE_WRONG_THREAD = 908,
+    GRAPH_EXEC_UPDATE_FAILURE = 910,
     INVALID_CLUSTER_SIZE = 912,
 };
 
@@ -107,6 +129,10 @@ static const struct {
      "the operation is not permitted when the stream is capturing"},
     {STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
      "the capture was invalidated by an earlier error"},
+    {STREAM_CAPTURE_WRONG_THREAD, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+     "the capture was begun by another thread, in thread-local mode"},
+    {GRAPH_EXEC_UPDATE_FAILURE, "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE",
+     "the executable graph cannot be updated from this graph"},
     {INVALID_CLUSTER_SIZE, "CUDA_ERROR_INVALID_CLUSTER_SIZE", "the cluster size is not valid"},
     {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
@@ -140,10 +166,17 @@ static CUresult status_string(CUresult error, const char **out, int want_name) {
     X(cuStreamEndCapture) X(cuStreamIsCapturing) X(cuGraphDestroy) X(cuMemAllocAsync)          \
     X(cuMemFreeAsync) X(cuDeviceGetDefaultMemPool) X(cuMemPoolSetAttribute)                     \
     X(cuMemPoolGetAttribute) X(cuLaunchKernelEx)                  \
-    X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuOccupancyMaxPotentialClusterSize)
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuOccupancyMaxPotentialClusterSize)        \
+    X(cuStreamGetCtx) X(cuCtxSynchronize) X(cuStreamGetCaptureInfo_v2)                          \
+    X(cuStreamGetCaptureInfo_v3) X(cuStreamUpdateCaptureDependencies_v2)                        \
+    X(cuStreamBeginCaptureToGraph) X(cuGraphGetNodes) X(cuGraphNodeGetType)                    \
+    X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy)                      \
+    X(cuGraphExecKernelNodeSetParams_v2) X(cuGraphExecUpdate_v2) X(cuGraphUpload)               \
+    X(cuGraphKernelNodeGetAttribute) X(cuGraphConditionalHandleCreate) X(cuGraphAddNode_v2)     \
+    X(cuModuleGetFunctionCount) X(cuModuleEnumerateFunctions) X(cuFuncGetName) X(cuFuncLoad)
 
 /* Things that happen inside calls, counted for tests. */
-#define EVENTS(X) X(stale_handle) X(context_mismatch) X(fault)
+#define EVENTS(X) X(stale_handle) X(context_mismatch) X(fault) X(graph_race)
 
 #define AS_ENUM(n) E_##n,
 enum entry { ENTRY_POINTS(AS_ENUM) ENTRY_COUNT };
@@ -218,11 +251,13 @@ struct launch {
 /* A kernel body returns SUCCESS, or the fault that loses the context (700, 719). */
 typedef CUresult (*kernel_body)(const struct launch *);
 
+#define MAX_PARAMS 5
+
 struct kernel {
     const char *name;
     unsigned param_count;
-    size_t offsets[4];
-    size_t sizes[4];
+    size_t offsets[MAX_PARAMS];
+    size_t sizes[MAX_PARAMS];
     int static_shared; /* bytes of static shared memory */
     kernel_body run;
     unsigned cluster[3]; /* __cluster_dims__, or zeros */
@@ -237,6 +272,7 @@ static const struct {
 
 static int device_range_ok(struct object *ctx, const void *p, size_t bytes);
 static void read_global(struct object *module, int which, void *out);
+static void set_conditional(unsigned long long handle, unsigned value);
 
 static void param(const struct launch *l, int i, void *out, size_t size) {
     /* As the driver does: trust that the array has this entry. */
@@ -330,6 +366,18 @@ static CUresult run_block_sum(const struct launch *l) {
     return SUCCESS;
 }
 
+/* x[i] *= 2 for i < n: what NVRTC makes of `template <int F> __global__ void scale_by(float *x,
+ * unsigned n)` instantiated as scale_by<2>, under its lowered name. */
+static CUresult run_scale_by_2(const struct launch *l) {
+    float *x;
+    unsigned n;
+    param(l, 0, &x, 8);
+    param(l, 1, &n, 4);
+    if (n != 0 && !device_range_ok(l->ctx, x, (size_t)n * 4)) return ILLEGAL_ADDRESS;
+    for (unsigned i = 0; i < n; i++) x[i] *= 2.0f;
+    return SUCCESS;
+}
+
 static CUresult run_trap(const struct launch *l) {
     (void)l;
     return LAUNCH_FAILED;
@@ -366,6 +414,87 @@ static CUresult run_cluster_shape(const struct launch *l) {
     return SUCCESS;
 }
 
+/* The conditional model (kernels/conditional.cu): one step of a loop that ends its WHILE node once
+ * *counter reaches limit; the same step without a condition; a counter reset; an IF condition
+ * from a flag. */
+static CUresult run_loop_step(const struct launch *l) {
+    float *x;
+    unsigned n;
+    unsigned long long handle;
+    int *counter, limit;
+    param(l, 0, &x, 8);
+    param(l, 1, &n, 4);
+    param(l, 2, &handle, 8);
+    param(l, 3, &counter, 8);
+    param(l, 4, &limit, 4);
+    if ((n != 0 && !device_range_ok(l->ctx, x, (size_t)n * 4)) ||
+        !device_range_ok(l->ctx, counter, 4))
+        return ILLEGAL_ADDRESS;
+    for (unsigned i = 0; i < n; i++) x[i] = x[i] * 0.5f + 1.0f;
+    *counter += 1;
+    if (*counter >= limit) set_conditional(handle, 0);
+    return SUCCESS;
+}
+
+static CUresult run_host_step(const struct launch *l) {
+    float *x;
+    unsigned n;
+    int *counter;
+    param(l, 0, &x, 8);
+    param(l, 1, &n, 4);
+    param(l, 2, &counter, 8);
+    if ((n != 0 && !device_range_ok(l->ctx, x, (size_t)n * 4)) ||
+        !device_range_ok(l->ctx, counter, 4))
+        return ILLEGAL_ADDRESS;
+    for (unsigned i = 0; i < n; i++) x[i] = x[i] * 0.5f + 1.0f;
+    *counter += 1;
+    return SUCCESS;
+}
+
+static CUresult run_reset_counter(const struct launch *l) {
+    int *counter;
+    param(l, 0, &counter, 8);
+    if (!device_range_ok(l->ctx, counter, 4)) return ILLEGAL_ADDRESS;
+    *counter = 0;
+    return SUCCESS;
+}
+
+static CUresult run_set_condition(const struct launch *l) {
+    unsigned long long handle;
+    const int *flag;
+    param(l, 0, &handle, 8);
+    param(l, 1, &flag, 8);
+    if (!device_range_ok(l->ctx, flag, 4)) return ILLEGAL_ADDRESS;
+    set_conditional(handle, *flag != 0);
+    return SUCCESS;
+}
+
+/* The cooperative sum (kernels/cooperative.cu): partials per block, their wrapping sum in *out,
+ * and every block counted in *arrived. */
+static CUresult run_coop_sum(const struct launch *l) {
+    const unsigned *in;
+    unsigned *partials, *out, n, *arrived;
+    param(l, 0, &in, 8);
+    param(l, 1, &partials, 8);
+    param(l, 2, &out, 8);
+    param(l, 3, &n, 4);
+    param(l, 4, &arrived, 8);
+    if ((n != 0 && !device_range_ok(l->ctx, in, (size_t)n * 4)) ||
+        !device_range_ok(l->ctx, partials, (size_t)l->grid_x * 4) ||
+        !device_range_ok(l->ctx, out, 4) || !device_range_ok(l->ctx, arrived, 4))
+        return ILLEGAL_ADDRESS;
+    unsigned total = 0;
+    for (unsigned b = 0; b < l->grid_x; b++) {
+        unsigned sum = 0;
+        for (unsigned i = b; i < n; i += l->grid_x) sum += in[i];
+        partials[b] = sum;
+        total += sum;
+    }
+    *out = total;
+    *arrived += l->grid_x;
+    return SUCCESS;
+}
+
 static const struct kernel kernels[] = {
     {"noop", 0, {0}, {0}, 0, run_noop, {0, 0, 0}},
     {"scale", 3, {0, 8, 12}, {8, 4, 4}, 0, run_scale, {0, 0, 0}},
@@ -378,6 +507,12 @@ static const struct kernel kernels[] = {
     {"pdl_step", 4, {0, 8, 12, 16}, {8, 4, 4, 4}, 0, run_pdl_step, {0, 0, 0}},
     {"cluster_shape", 1, {0}, {8}, 0, run_cluster_shape, {0, 0, 0}},
     {"cluster_shape_pair", 1, {0}, {8}, 0, run_cluster_shape, {2, 1, 1}},
+    {"loop_step", 5, {0, 8, 16, 24, 32}, {8, 4, 8, 8, 4}, 0, run_loop_step, {0, 0, 0}},
+    {"host_step", 3, {0, 8, 16}, {8, 4, 8}, 0, run_host_step, {0, 0, 0}},
+    {"reset_counter", 1, {0}, {8}, 0, run_reset_counter, {0, 0, 0}},
+    {"set_condition", 2, {0, 8}, {8, 8}, 0, run_set_condition, {0, 0, 0}},
+    {"coop_sum", 5, {0, 8, 16, 24, 32}, {8, 8, 8, 4, 8}, 4, run_coop_sum, {0, 0, 0}},
+    {"_Z8scale_byILi2EEvPfj", 2, {0, 8}, {8, 4}, 0, run_scale_by_2, {0, 0, 0}},
 };
 #define KERNEL_COUNT (sizeof kernels / sizeof kernels[0])
 
@@ -385,7 +520,31 @@ static const struct kernel kernels[] = {
 /* Handles                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
-enum kind { K_NONE, K_CONTEXT, K_STREAM, K_MODULE, K_FUNCTION, K_LIBRARY, K_GRAPH, K_POOL };
+enum kind {
+    K_NONE, K_CONTEXT, K_STREAM, K_MODULE, K_FUNCTION, K_LIBRARY, K_GRAPH, K_POOL, K_NODE, K_EXEC
+};
+
+/* Graph node types (CUgraphNodeType) the stand-in builds. */
+enum { NODE_KERNEL = 0, NODE_MEM_ALLOC = 10, NODE_MEM_FREE = 11, NODE_CONDITIONAL = 13 };
+
+#define PARAM_BYTES 64
+
+/* What one graph node does, as plain data: kept in a node of a graph, copied into an executable
+ * graph (a conditional node's body with it). */
+struct node_data {
+    int type;
+    struct object *function; /* kernel */
+    unsigned grid[3], block[3], shared;
+    unsigned char params[PARAM_BYTES]; /* the parameter values, at the kernel's offsets */
+    unsigned cluster[3];               /* cluster dimensions, or zeros */
+    int cooperative;
+    unsigned long long ptr;            /* memory nodes */
+    unsigned long long handle;         /* conditional */
+    int cond_type;                     /* 0 IF, 1 WHILE */
+    struct object *body;               /* conditional, in a graph: its body graph */
+    struct node_data *body_nodes;      /* conditional, in an executable graph: the body's copy */
+    size_t body_count;
+};
 
 #define LIBRARY_CONTEXTS 8
 #define DEFAULT_DYNAMIC_SHARED 49152
@@ -406,7 +565,34 @@ struct object {
             struct object *ctx;
             int priority;
             int capture; /* 0 none, 1 active, 2 invalidated */
+            struct object *graph;         /* the graph being captured into */
+            int into_existing;            /* begun with cuStreamBeginCaptureToGraph */
+            unsigned long long capture_id;
+            const void *capture_thread;   /* the thread that began it (thread-local mode) */
+            struct object *dependency;    /* the node the next captured work depends on */
         } stream;
+        struct {
+            struct object **nodes;
+            size_t count, capacity;
+            struct object *owner; /* the conditional node owning this body graph, or NULL */
+            int execs;            /* executable graphs instantiated from it and alive */
+            int busy;             /* graph calls using it now */
+        } graph;
+        struct {
+            struct object *graph;
+            size_t index;
+            struct object *bodies[1]; /* a conditional node's body graph, as the driver hands out */
+            struct node_data d;
+        } node;
+        struct {
+            struct object *ctx;
+            struct object *graph; /* instantiated from (its nodes name this graph's nodes) */
+            struct node_data *nodes;
+            size_t count;
+            unsigned long long handles[8]; /* conditional handles reset at each launch */
+            int handle_count;
+            int launched;
+        } exec;
         struct {
             unsigned long long release_threshold;
         } pool;
@@ -416,6 +602,7 @@ struct object {
             struct object *functions[KERNEL_COUNT];
             CUdeviceptr globals[GLOBAL_COUNT];
             float scale_offset[2]; /* initial value of the scale_offset global */
+            unsigned char listed[KERNEL_COUNT]; /* kernels named in the blob, for enumeration */
         } module;
         struct {
             struct object *module;
@@ -427,6 +614,7 @@ struct object {
             CUresult deferred; /* what cuLibraryGetModule answers, for a broken blob */
             float scale_offset[2];
             struct object *modules[LIBRARY_CONTEXTS];
+            unsigned char listed[KERNEL_COUNT];
         } library;
     } u;
 };
@@ -512,6 +700,8 @@ struct allocation {
     size_t size;
     struct object *ctx;
     int user; /* cuMemAlloc'd, as opposed to a module's __device__ variable */
+    struct object *graph; /* a graph allocation: the graph whose capture made it */
+    int freed_in_graph;   /* its graph frees it (a free node): nobody else may */
 };
 static struct allocation *allocations;
 static size_t allocation_count, allocation_capacity;
@@ -542,7 +732,7 @@ static CUresult add_allocation(size_t size, struct object *ctx, int user, char *
     }
     char *base = calloc(1, size);
     if (base == NULL) return OUT_OF_MEMORY;
-    allocations[allocation_count++] = (struct allocation){base, size, ctx, user};
+    allocations[allocation_count++] = (struct allocation){base, size, ctx, user, NULL, 0};
     *out = base;
     return SUCCESS;
 }
@@ -587,6 +777,30 @@ static size_t blob_extent(const unsigned char *image) {
 
 static int blob_has(const void *image, size_t extent, const char *marker) {
     return memmem(image, extent, marker, strlen(marker)) != NULL;
+}
+
+static int word_char(unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+/* Marks in `listed` the kernels whose names the blob holds as whole words (a cubin's string
+ * table, a PTX .entry). */
+static void blob_kernels(const void *image, size_t extent, unsigned char *listed) {
+    const unsigned char *base = image;
+    for (size_t k = 0; k < KERNEL_COUNT; k++) {
+        size_t n = strlen(kernels[k].name);
+        listed[k] = 0;
+        for (const unsigned char *at = memmem(base, extent, kernels[k].name, n); at != NULL;) {
+            size_t off = (size_t)(at - base);
+            int before = off > 0 && word_char(at[-1]);
+            int after = off + n < extent && word_char(at[n]);
+            if (!before && !after) {
+                listed[k] = 1;
+                break;
+            }
+            at = off + 1 < extent ? memmem(at + 1, extent - off - 1, kernels[k].name, n) : NULL;
+        }
+    }
 }
 
 /* The initial scale_offset of a model_tagged.cu build, from its PTX (`.b8 scale_offset[8] = {...}`);
@@ -656,7 +870,7 @@ CUresult cuInit(unsigned int flags) {
 CUresult cuDriverGetVersion(int *version) {
     ENTER_ANY_TIME(cuDriverGetVersion);
     if (version == NULL) return INVALID_VALUE;
-    *version = 12090;
+    *version = STANDIN_DRIVER_VERSION;
     return SUCCESS;
 }
 
@@ -855,6 +1069,8 @@ CUresult cuCtxDestroy_v2(void *ctx) {
 /* Streams                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
+static void thread_captures_remove(struct object *s);
+
 CUresult cuStreamCreate(void **stream, unsigned int flags) {
     ENTER(cuStreamCreate);
     if (stream == NULL || (flags & ~1u) != 0) return INVALID_VALUE;
@@ -879,6 +1095,7 @@ CUresult cuStreamDestroy_v2(void *stream) {
     CUresult status = live(s, "cuStreamDestroy_v2");
     if (status == SUCCESS) {
         s->dead = 1;
+        thread_captures_remove(s);
         status = usable(s->u.stream.ctx);
     }
     pthread_mutex_unlock(&lock);
@@ -929,7 +1146,8 @@ CUresult cuMemFree_v2(CUdeviceptr ptr) {
     pthread_mutex_lock(&lock);
     struct allocation *a = find_allocation((void *)(uintptr_t)ptr, 1);
     CUresult status = SUCCESS;
-    if (a == NULL || a->base != (char *)(uintptr_t)ptr || !a->user) status = INVALID_VALUE;
+    if (a == NULL || a->base != (char *)(uintptr_t)ptr || !a->user || a->freed_in_graph)
+        status = INVALID_VALUE;
     else if ((status = usable(a->ctx)) == SUCCESS) remove_allocation(a);
     pthread_mutex_unlock(&lock);
     return status;
@@ -1012,7 +1230,10 @@ static CUresult load_module(void **module, const void *image, unsigned count, co
         blob_scale_offset(image, extent, scale_offset);
         m = new_module(ctx, scale_offset);
         if (m == NULL) status = OUT_OF_MEMORY;
-        else last_module_ctx = ctx;
+        else {
+            last_module_ctx = ctx;
+            blob_kernels(image, extent, m->u.module.listed);
+        }
     }
     pthread_mutex_unlock(&lock);
     if (status == SUCCESS) *module = m;
@@ -1045,6 +1266,18 @@ CUresult cuModuleUnload(void *module) {
     return status;
 }
 
+/* The function object of kernel `k` in module `m`, made on first use. Call with the lock held. */
+static struct object *module_function(struct object *m, size_t k) {
+    struct object *f = m->u.module.functions[k];
+    if (f == NULL && (f = new_object(K_FUNCTION)) != NULL) {
+        f->u.function.module = m;
+        f->u.function.kernel = &kernels[k];
+        f->u.function.max_dynamic_shared = DEFAULT_DYNAMIC_SHARED - kernels[k].static_shared;
+        m->u.module.functions[k] = f;
+    }
+    return f;
+}
+
 CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
     ENTER(cuModuleGetFunction);
     if (function == NULL || name == NULL) return INVALID_VALUE;
@@ -1057,19 +1290,69 @@ CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
     if (status == SUCCESS && k == KERNEL_COUNT) status = NOT_FOUND;
     if (status == SUCCESS) {
         /* One handle per function of a module, as the driver gives. */
-        f = m->u.module.functions[k];
-        if (f == NULL && (f = new_object(K_FUNCTION)) != NULL) {
-            f->u.function.module = m;
-            f->u.function.kernel = &kernels[k];
-            f->u.function.max_dynamic_shared = DEFAULT_DYNAMIC_SHARED - kernels[k].static_shared;
-            m->u.module.functions[k] = f;
-        }
+        f = module_function(m, k);
         if (f == NULL) status = OUT_OF_MEMORY;
     }
     pthread_mutex_unlock(&lock);
     if (status == SUCCESS) *function = f;
     return status;
 }
+
+#ifndef STANDIN_NO_ENUMERATE
+CUresult cuModuleGetFunctionCount(unsigned int *count, void *module) {
+    ENTER(cuModuleGetFunctionCount);
+    if (count == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *m = as(module, K_MODULE);
+    CUresult status = live(m, "cuModuleGetFunctionCount");
+    if (status == SUCCESS) {
+        *count = 0;
+        for (size_t k = 0; k < KERNEL_COUNT; k++) *count += m->u.module.listed[k];
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuModuleEnumerateFunctions(void **functions, unsigned int count, void *module) {
+    ENTER(cuModuleEnumerateFunctions);
+    if (functions == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *m = as(module, K_MODULE);
+    CUresult status = live(m, "cuModuleEnumerateFunctions");
+    unsigned written = 0;
+    for (size_t k = 0; status == SUCCESS && k < KERNEL_COUNT; k++) {
+        if (!m->u.module.listed[k]) continue;
+        if (written == count) {
+            status = INVALID_VALUE;
+            break;
+        }
+        struct object *f = module_function(m, k);
+        if (f == NULL) status = OUT_OF_MEMORY;
+        else functions[written++] = f;
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuFuncGetName(const char **name, void *function) {
+    ENTER(cuFuncGetName);
+    if (name == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *f = as(function, K_FUNCTION);
+    CUresult status = live(f, "cuFuncGetName");
+    if (status == SUCCESS) *name = f->u.function.kernel->name;
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuFuncLoad(void *function) {
+    ENTER(cuFuncLoad);
+    pthread_mutex_lock(&lock);
+    CUresult status = live(as(function, K_FUNCTION), "cuFuncLoad");
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+#endif
 
 CUresult cuModuleGetGlobal_v2(CUdeviceptr *ptr, size_t *bytes, void *module, const char *name) {
     ENTER(cuModuleGetGlobal_v2);
@@ -1165,12 +1448,34 @@ CUresult cuFuncSetAttribute(void *function, int attribute, int value) {
     return SUCCESS;
 }
 
-/* Runs the kernel on the host, on the stream's context, in clusters of `cluster_x` blocks. A
- * kernel that faults leaves the launch successful and the context lost: every later call in it
- * returns the fault. Called with the lock held. */
-static CUresult launch(const char *call, void *function, unsigned gx, unsigned gy, unsigned gz,
-                       unsigned bx, unsigned by, unsigned bz, unsigned shared_bytes, void *stream,
-                       void **params, void **extra, unsigned cluster_x) {
+static CUresult capture_node(struct object *s, const struct node_data *d);
+
+/* Runs kernel `f` on the host, in `ctx`, in clusters of `cluster_x` blocks. A kernel that faults
+ * leaves the launch successful and the context lost: every later call in it returns the fault.
+ * Called with the lock held. */
+static void run_kernel(struct object *f, struct object *ctx, unsigned grid_x, unsigned shared_bytes,
+                       void **params, unsigned cluster_x) {
+    last_launch_ctx = ctx;
+    struct launch l = {params, grid_x, cluster_x, shared_bytes, ctx, f->u.function.module};
+    CUresult fault = f->u.function.kernel->run(&l);
+    if (fault != SUCCESS) {
+        note(E_fault);
+        ctx->u.ctx.lost = fault;
+    }
+}
+
+/* The parameter values of a launch of `k`, copied out of `params` to the kernel's offsets. */
+static void pack_params(const struct kernel *k, void **params, unsigned char out[PARAM_BYTES]) {
+    memset(out, 0, PARAM_BYTES);
+    for (unsigned i = 0; i < k->param_count; i++) memcpy(out + k->offsets[i], params[i], k->sizes[i]);
+}
+
+/* Checks a launch of `function` on `stream` and runs it there, or, on a capturing stream, records
+ * it into the capture's graph (with its attributes: cluster dimensions, cooperative). Called with
+ * the lock held. */
+static CUresult launch(const char *call, void *function, const unsigned grid[3],
+                       const unsigned block[3], unsigned shared_bytes, void *stream, void **params,
+                       void **extra, const unsigned cluster[3], int cooperative) {
     struct object *f = as(function, K_FUNCTION), *ctx = NULL;
     CUresult status = live(f, call);
     if (status == SUCCESS) status = stream_context(stream, call, &ctx);
@@ -1181,9 +1486,11 @@ static CUresult launch(const char *call, void *function, unsigned gx, unsigned g
         status = INVALID_HANDLE;
     }
     if (status == SUCCESS) {
-        unsigned long long threads = (unsigned long long)bx * by * bz;
-        if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || gy > 65535 ||
-            gz > 65535 || gx > 2147483647u || bx > 1024 || by > 1024 || bz > 64 || threads > 1024)
+        const unsigned *g = grid, *b = block;
+        unsigned long long threads = (unsigned long long)b[0] * b[1] * b[2];
+        if (g[0] == 0 || g[1] == 0 || g[2] == 0 || b[0] == 0 || b[1] == 0 || b[2] == 0 ||
+            g[1] > 65535 || g[2] > 65535 || g[0] > 2147483647u || b[0] > 1024 || b[1] > 1024 ||
+            b[2] > 64 || threads > 1024)
             status = INVALID_VALUE;
     }
     const struct kernel *k = status == SUCCESS ? f->u.function.kernel : NULL;
@@ -1191,25 +1498,33 @@ static CUresult launch(const char *call, void *function, unsigned gx, unsigned g
         status = INVALID_VALUE;
     if (status == SUCCESS && extra != NULL) status = NOT_SUPPORTED;
     if (status == SUCCESS && k->param_count > 0 && params == NULL) status = INVALID_VALUE;
-    if (status == SUCCESS) {
-        last_launch_ctx = ctx;
-        struct launch l = {params, gx, cluster_x, shared_bytes, ctx, f->u.function.module};
-        CUresult fault = k->run(&l);
-        if (fault != SUCCESS) {
-            note(E_fault);
-            ctx->u.ctx.lost = fault;
-        }
+    if (status != SUCCESS) return status;
+    struct object *s = as(stream, K_STREAM);
+    if (s != NULL && s->u.stream.capture != 0) {
+        struct node_data d;
+        memset(&d, 0, sizeof d);
+        d.type = NODE_KERNEL;
+        d.function = f;
+        memcpy(d.grid, grid, sizeof d.grid);
+        memcpy(d.block, block, sizeof d.block);
+        d.shared = shared_bytes;
+        pack_params(k, params, d.params);
+        memcpy(d.cluster, cluster, sizeof d.cluster);
+        d.cooperative = cooperative;
+        return capture_node(s, &d);
     }
-    return status;
+    run_kernel(f, ctx, grid[0], shared_bytes, params, cluster[0] ? cluster[0] : 1);
+    return SUCCESS;
 }
 
 CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         unsigned by, unsigned bz, unsigned shared_bytes, void *stream,
                         void **params, void **extra) {
     ENTER(cuLaunchKernel);
+    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz}, no_cluster[3] = {0, 0, 0};
     pthread_mutex_lock(&lock);
-    CUresult status = launch("cuLaunchKernel", function, gx, gy, gz, bx, by, bz, shared_bytes,
-                             stream, params, extra, 1);
+    CUresult status = launch("cuLaunchKernel", function, grid, block, shared_bytes, stream, params,
+                             extra, no_cluster, 0);
     pthread_mutex_unlock(&lock);
     return status;
 }
@@ -1251,7 +1566,7 @@ CUresult cuLaunchKernelEx(const struct launch_config *config, void *function, vo
                           void **extra) {
     ENTER(cuLaunchKernelEx);
     if (config == NULL || (config->count > 0 && config->attrs == NULL)) return INVALID_VALUE;
-    unsigned mask = 0, cluster[3] = {1, 1, 1};
+    unsigned mask = 0, cluster[3] = {1, 1, 1}, none[3] = {0, 0, 0};
     long long values[ATTRIBUTE_IDS][3] = {{0}};
     int clustered = 0, cooperative = 0;
     for (unsigned i = 0; i < config->count; i++) {
@@ -1300,9 +1615,8 @@ CUresult cuLaunchKernelEx(const struct launch_config *config, void *function, vo
         else if ((unsigned long long)g[0] * g[1] * g[2] > per_sm * STANDIN_SMS) status = INVALID_VALUE;
     }
     if (status == SUCCESS) {
-        status = launch("cuLaunchKernelEx", function, g[0], g[1], g[2], b[0], b[1], b[2],
-                        config->shared_bytes, config->stream, params, extra,
-                        clustered ? cluster[0] : 1);
+        status = launch("cuLaunchKernelEx", function, g, b, config->shared_bytes, config->stream,
+                        params, extra, clustered ? cluster : none, cooperative);
     }
     if (status == SUCCESS) {
         last_attribute_mask = mask;
@@ -1315,7 +1629,8 @@ CUresult cuLaunchKernelEx(const struct launch_config *config, void *function, vo
 
 /* Launch priorities run from 0 (least, the default) to -5 (greatest), as on an H100. */
 /* STANDIN_BLOCKS_PER_SM blocks of up to 64 threads, fewer of larger ones (2048 threads an SM), and
- * as many as the dynamic shared memory allows (SHARED_OPTIN an SM). */
+ * as many as the dynamic shared memory allows (SHARED_OPTIN an SM); none when a block asks for more
+ * dynamic shared memory than the function's MAX_DYNAMIC_SHARED_SIZE_BYTES (before the opt-in). */
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *function, int block_size,
                                                      size_t shared_bytes) {
     ENTER(cuOccupancyMaxActiveBlocksPerMultiprocessor);
@@ -1323,10 +1638,13 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *function
     pthread_mutex_lock(&lock);
     struct object *f = as(function, K_FUNCTION);
     CUresult status = live(f, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    int allowed = status == SUCCESS ? f->u.function.max_dynamic_shared : 0;
     pthread_mutex_unlock(&lock);
     if (status != SUCCESS) return status;
     int n = block_size <= 64 ? STANDIN_BLOCKS_PER_SM : 2048 / block_size;
     if (shared_bytes > 0 && (size_t)n * shared_bytes > SHARED_OPTIN) n = (int)(SHARED_OPTIN / shared_bytes);
+    /* As the driver: no block of more dynamic shared memory than the function may use fits. */
+    if (shared_bytes > (size_t)allowed) n = 0;
     *blocks = n;
     return SUCCESS;
 }
@@ -1374,6 +1692,7 @@ CUresult cuLibraryLoadData(void **library, const void *code, int *jit_options, v
     if (lib != NULL) {
         lib->u.library.deferred = jit(code, extent, 0, NULL, NULL);
         blob_scale_offset(code, extent, lib->u.library.scale_offset);
+        blob_kernels(code, extent, lib->u.library.listed);
     }
     pthread_mutex_unlock(&lock);
     if (lib == NULL) return OUT_OF_MEMORY;
@@ -1401,6 +1720,7 @@ CUresult cuLibraryGetModule(void **module, void *library) {
             status = OUT_OF_MEMORY;
         } else {
             m->u.module.library = lib;
+            memcpy(m->u.module.listed, lib->u.library.listed, sizeof m->u.module.listed);
             lib->u.library.modules[slot] = m;
             last_module_ctx = ctx;
         }
@@ -1433,16 +1753,35 @@ CUresult cuLibraryUnload(void *library) {
 #define LEAST_PRIORITY 0
 #define GREATEST_PRIORITY (-5)
 
-/* The stream this thread captures (thread-local mode), or NULL. */
-static __thread struct object *thread_capture;
+/* The streams this thread began capturing (thread-local mode), most recent last. */
+#define THREAD_CAPTURES 16
+static __thread struct object *thread_captures[THREAD_CAPTURES];
+static __thread int thread_capture_count;
 
-/* What a call the driver forbids during a thread-local capture answers: the capture is
+/* This thread, as a token (the address of one of its thread-locals). */
+static const void *thread_token(void) { return &thread_capture_count; }
+
+static void thread_captures_remove(struct object *s) {
+    for (int i = 0; i < thread_capture_count; i++) {
+        if (thread_captures[i] == s) {
+            thread_captures[i] = thread_captures[--thread_capture_count];
+            return;
+        }
+    }
+}
+
+/* What a call the driver forbids during a thread-local capture answers: the thread's captures are
  * invalidated and the call refused. */
 static CUresult refuse_while_thread_captures(void) {
     pthread_mutex_lock(&lock);
-    struct object *s = thread_capture;
-    int capturing = s != NULL && !s->dead && s->u.stream.capture != 0;
-    if (capturing) s->u.stream.capture = 2;
+    int capturing = 0;
+    for (int i = 0; i < thread_capture_count; i++) {
+        struct object *s = thread_captures[i];
+        if (!s->dead && s->u.stream.capture != 0 && s->u.stream.capture_thread == thread_token()) {
+            s->u.stream.capture = 2;
+            capturing = 1;
+        }
+    }
     pthread_mutex_unlock(&lock);
     return capturing ? STREAM_CAPTURE_UNSUPPORTED : SUCCESS;
 }
@@ -1494,24 +1833,259 @@ CUresult cuStreamGetPriority(void *stream, int *priority) {
     return status;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Graphs                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+static unsigned long long capture_ids;
+
+/* Conditional handles: a value per handle, set to its default at each launch of a graph made
+ * from the graph it was created in, and by kernels (cudaGraphSetConditional). */
+#define HANDLES 1024
+static struct {
+    struct object *graph;
+    unsigned default_value, value;
+} handles[HANDLES];
+static size_t handle_count;
+
+static void set_conditional(unsigned long long handle, unsigned value) {
+    if (handle >= 1 && handle <= handle_count) handles[handle - 1].value = value;
+}
+
+static struct object *new_graph(struct object *owner) {
+    struct object *g = new_object(K_GRAPH);
+    if (g != NULL) g->u.graph.owner = owner;
+    return g;
+}
+
+/* Marks `g` in use by a graph call. Another call on the same graph meanwhile is a race the driver
+ * does not guard against (counted as "graph_race"); the call sleeps with the lock released so that
+ * racing callers overlap, then checks that the graph still lives. Called with the lock held;
+ * returns with it held. Pair with graph_done. */
+static CUresult graph_busy(struct object *g, const char *call) {
+    if (g->u.graph.busy++ != 0) {
+        note(E_graph_race);
+        fprintf(stderr, "standin: %s used a graph that another call was using\n", call);
+    }
+    pthread_mutex_unlock(&lock);
+    usleep(300);
+    pthread_mutex_lock(&lock);
+    return live(g, call);
+}
+
+static void graph_done(struct object *g) { g->u.graph.busy--; }
+
+/* Appends a node doing `d` to `g`. Called with the lock held. */
+static struct object *graph_add(struct object *g, const struct node_data *d) {
+    if (g->u.graph.count == g->u.graph.capacity) {
+        size_t capacity = g->u.graph.capacity ? g->u.graph.capacity * 2 : 16;
+        struct object **grown = realloc(g->u.graph.nodes, capacity * sizeof *grown);
+        if (grown == NULL) return NULL;
+        g->u.graph.nodes = grown;
+        g->u.graph.capacity = capacity;
+    }
+    struct object *n = new_object(K_NODE);
+    if (n == NULL) return NULL;
+    n->u.node.graph = g;
+    n->u.node.index = g->u.graph.count;
+    n->u.node.d = *d;
+    g->u.graph.nodes[g->u.graph.count++] = n;
+    return n;
+}
+
+/* Records `d` where the capture of `s` stands. Called with the lock held. */
+static CUresult capture_node(struct object *s, const struct node_data *d) {
+    if (s->u.stream.capture == 2) return STREAM_CAPTURE_INVALIDATED;
+    struct object *n = graph_add(s->u.stream.graph, d);
+    if (n == NULL) return OUT_OF_MEMORY;
+    s->u.stream.dependency = n;
+    return SUCCESS;
+}
+
+/* Whether `g` (or a body graph in it) has memory nodes. */
+static int has_memory_nodes(struct object *g) {
+    for (size_t i = 0; i < g->u.graph.count; i++) {
+        const struct node_data *d = &g->u.graph.nodes[i]->u.node.d;
+        if (d->type == NODE_MEM_ALLOC || d->type == NODE_MEM_FREE) return 1;
+        if (d->type == NODE_CONDITIONAL && has_memory_nodes(d->body)) return 1;
+    }
+    return 0;
+}
+
+/* Frees the memory of `g`'s allocations that it frees itself, and its node array, once the graph is
+ * destroyed and no executable graph made from it lives (its bodies with it). */
+static void graph_gone(struct object *g) {
+    if (!g->dead || g->u.graph.execs != 0 || g->u.graph.nodes == NULL) return;
+    for (size_t i = 0; i < g->u.graph.count; i++) {
+        struct node_data *d = &g->u.graph.nodes[i]->u.node.d;
+        if (d->type == NODE_CONDITIONAL) graph_gone(d->body);
+    }
+    for (size_t i = allocation_count; i-- > 0;) {
+        if (allocations[i].graph == g && allocations[i].freed_in_graph)
+            remove_allocation(&allocations[i]);
+    }
+    free(g->u.graph.nodes);
+    g->u.graph.nodes = NULL;
+}
+
+/* Destroys `g` and its nodes' body graphs. Called with the lock held. */
+static void destroy_graph(struct object *g) {
+    g->dead = 1;
+    for (size_t i = 0; i < g->u.graph.count; i++) {
+        struct object *n = g->u.graph.nodes[i];
+        n->dead = 1;
+        if (n->u.node.d.type == NODE_CONDITIONAL) destroy_graph(n->u.node.d.body);
+    }
+    graph_gone(g);
+}
+
+static void free_copies(struct node_data *nodes, size_t count) {
+    for (size_t i = 0; i < count; i++)
+        if (nodes[i].type == NODE_CONDITIONAL) free_copies(nodes[i].body_nodes, nodes[i].body_count);
+    free(nodes);
+}
+
+/* A copy of `g`'s nodes for an executable graph, bodies included; NULL with *status set when a
+ * kernel's function is gone (the driver would follow it: the real one crashes). */
+static struct node_data *copy_nodes(struct object *g, size_t *count, const char *call,
+                                    CUresult *status) {
+    struct node_data *out = calloc(g->u.graph.count ? g->u.graph.count : 1, sizeof *out);
+    if (out == NULL) {
+        *status = OUT_OF_MEMORY;
+        return NULL;
+    }
+    for (size_t i = 0; i < g->u.graph.count; i++) {
+        out[i] = g->u.graph.nodes[i]->u.node.d;
+        out[i].body_nodes = NULL;
+        if (out[i].type == NODE_KERNEL && (*status = live(out[i].function, call)) != SUCCESS) {
+            free_copies(out, i);
+            return NULL;
+        }
+        if (out[i].type == NODE_CONDITIONAL) {
+            out[i].body_nodes = copy_nodes(out[i].body, &out[i].body_count, call, status);
+            out[i].body = NULL;
+            if (out[i].body_nodes == NULL) {
+                free_copies(out, i);
+                return NULL;
+            }
+        }
+    }
+    *count = g->u.graph.count;
+    return out;
+}
+
+/* Whether `a` and `b` (copies, or a copy and a graph's nodes) have the same topology: the same
+ * node types in the same order, bodies included, and kernels of the same cooperativeness. */
+static int same_topology(const struct node_data *a, size_t na, struct object *g) {
+    if (na != g->u.graph.count) return 0;
+    for (size_t i = 0; i < na; i++) {
+        const struct node_data *b = &g->u.graph.nodes[i]->u.node.d;
+        if (a[i].type != b->type) return 0;
+        if (a[i].type == NODE_KERNEL && a[i].cooperative != b->cooperative) return 0;
+        if (a[i].type == NODE_CONDITIONAL &&
+            (a[i].cond_type != b->cond_type || !same_topology(a[i].body_nodes, a[i].body_count, b->body)))
+            return 0;
+    }
+    return 1;
+}
+
+/* The conditional handles created for `g`, into the executable graph `e`. */
+static void collect_handles(struct object *e, struct object *g) {
+    e->u.exec.handle_count = 0;
+    for (size_t i = 0; i < handle_count && e->u.exec.handle_count < 8; i++)
+        if (handles[i].graph == g) e->u.exec.handles[e->u.exec.handle_count++] = i + 1;
+}
+
+/* Runs `count` nodes on the host, in `ctx`. Called with the lock held. */
+static CUresult run_nodes(const struct node_data *nodes, size_t count, struct object *ctx) {
+    for (size_t i = 0; i < count; i++) {
+        const struct node_data *d = &nodes[i];
+        if (ctx->u.ctx.lost != SUCCESS) return SUCCESS; /* the launch succeeded; the context is lost */
+        if (d->type == NODE_KERNEL) {
+            CUresult status = live(d->function, "cuGraphLaunch");
+            if (status != SUCCESS) return status;
+            if (d->function->u.function.module->u.module.ctx != ctx) {
+                note(E_context_mismatch);
+                return INVALID_HANDLE;
+            }
+            const struct kernel *k = d->function->u.function.kernel;
+            void *params[MAX_PARAMS];
+            for (unsigned p = 0; p < k->param_count; p++)
+                params[p] = (void *)(d->params + k->offsets[p]);
+            run_kernel(d->function, ctx, d->grid[0], d->shared, params,
+                       d->cluster[0] ? d->cluster[0] : 1);
+        } else if (d->type == NODE_CONDITIONAL && d->handle >= 1 && d->handle <= handle_count) {
+            unsigned long rounds = 0;
+            while (handles[d->handle - 1].value != 0 && rounds++ < 1000000) {
+                CUresult status = run_nodes(d->body_nodes, d->body_count, ctx);
+                if (status != SUCCESS) return status;
+                if (d->cond_type == 0) break; /* IF: once */
+            }
+        }
+    }
+    return SUCCESS;
+}
+
 CUresult cuStreamBeginCapture_v2(void *stream, int mode) {
     ENTER(cuStreamBeginCapture_v2);
     (void)mode;
     pthread_mutex_lock(&lock);
-    struct object *s = as(stream, K_STREAM);
+    struct object *s = as(stream, K_STREAM), *g = NULL;
     CUresult status = (uintptr_t)stream <= 2 ? NOT_SUPPORTED : live(s, "cuStreamBeginCapture_v2");
     if (status == SUCCESS) status = usable(s->u.stream.ctx);
     if (status == SUCCESS && s->u.stream.capture != 0) status = ILLEGAL_STATE;
+    if (status == SUCCESS && thread_capture_count == THREAD_CAPTURES) status = OUT_OF_MEMORY;
+    if (status == SUCCESS && (g = new_graph(NULL)) == NULL) status = OUT_OF_MEMORY;
     if (status == SUCCESS) {
         s->u.stream.capture = 1;
-        thread_capture = s;
+        s->u.stream.graph = g;
+        s->u.stream.into_existing = 0;
+        s->u.stream.capture_id = ++capture_ids;
+        s->u.stream.capture_thread = thread_token();
+        s->u.stream.dependency = NULL;
+        thread_captures[thread_capture_count++] = s;
     }
     pthread_mutex_unlock(&lock);
     return status;
 }
 
-/* Ends the capture: a new graph, or NULL and CUDA_ERROR_STREAM_CAPTURE_INVALIDATED for a capture
- * that was invalidated; either way the stream is no longer capturing. */
+#ifndef STANDIN_NO_CONDITIONAL
+/* Captures `stream` into the existing graph `graph` (a conditional node's body), as a capture of
+ * its own. */
+CUresult cuStreamBeginCaptureToGraph(void *stream, void *graph, const void *dependencies,
+                                     const void *edges, size_t count, int mode) {
+    ENTER(cuStreamBeginCaptureToGraph);
+    (void)dependencies;
+    (void)edges;
+    (void)count;
+    (void)mode;
+    pthread_mutex_lock(&lock);
+    struct object *s = as(stream, K_STREAM), *g = as(graph, K_GRAPH);
+    CUresult status = (uintptr_t)stream <= 2 ? NOT_SUPPORTED : live(s, "cuStreamBeginCaptureToGraph");
+    if (status == SUCCESS) status = live(g, "cuStreamBeginCaptureToGraph");
+    if (status == SUCCESS && s->u.stream.capture != 0) status = ILLEGAL_STATE;
+    if (status == SUCCESS && thread_capture_count == THREAD_CAPTURES) status = OUT_OF_MEMORY;
+    if (status == SUCCESS) {
+        status = graph_busy(g, "cuStreamBeginCaptureToGraph");
+        if (status == SUCCESS && !s->dead) {
+            s->u.stream.capture = 1;
+            s->u.stream.graph = g;
+            s->u.stream.into_existing = 1;
+            s->u.stream.capture_id = ++capture_ids;
+            s->u.stream.capture_thread = thread_token();
+            s->u.stream.dependency = NULL;
+            thread_captures[thread_capture_count++] = s;
+        }
+        graph_done(g);
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+#endif
+
+/* Ends the capture: its graph (a new one, or the one it was begun into), or NULL and
+ * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED for a capture that was invalidated; either way the stream
+ * is no longer capturing. A thread-local capture ends only on the thread that began it. */
 CUresult cuStreamEndCapture(void *stream, void **graph) {
     ENTER(cuStreamEndCapture);
     if (graph == NULL) return INVALID_VALUE;
@@ -1519,19 +2093,25 @@ CUresult cuStreamEndCapture(void *stream, void **graph) {
     struct object *s = as(stream, K_STREAM);
     CUresult status = live(s, "cuStreamEndCapture");
     if (status == SUCCESS && s->u.stream.capture == 0) status = ILLEGAL_STATE;
+    if (status == SUCCESS && s->u.stream.capture_thread != thread_token())
+        status = STREAM_CAPTURE_WRONG_THREAD;
+    struct object *g = status == SUCCESS ? s->u.stream.graph : NULL;
+    if (status == SUCCESS) status = graph_busy(g, "cuStreamEndCapture");
+    if (status == SUCCESS && (s->dead || s->u.stream.capture == 0)) status = ILLEGAL_STATE;
     if (status == SUCCESS) {
         int invalidated = s->u.stream.capture == 2;
         s->u.stream.capture = 0;
-        if (thread_capture == s) thread_capture = NULL;
+        s->u.stream.graph = NULL;
+        thread_captures_remove(s);
         *graph = NULL;
         if (invalidated) {
+            if (!s->u.stream.into_existing) destroy_graph(g);
             status = STREAM_CAPTURE_INVALIDATED;
         } else {
-            struct object *g = new_object(K_GRAPH);
-            if (g == NULL) status = OUT_OF_MEMORY;
-            else *graph = g;
+            *graph = g;
         }
     }
+    if (g != NULL) graph_done(g);
     pthread_mutex_unlock(&lock);
     return status;
 }
@@ -1549,44 +2129,468 @@ CUresult cuStreamIsCapturing(void *stream, int *capture_status) {
     return status;
 }
 
+/* What cuStreamGetCaptureInfo_v2 and _v3 answer: status, id, graph, and the one node the next
+ * captured work depends on (none at the start); no edge data. */
+static CUresult capture_info(void *stream, int *status_out, unsigned long long *id_out,
+                             void **graph_out, void *const **deps_out, const void **edges_out,
+                             size_t *count_out, const char *call) {
+    if (status_out == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *ctx = NULL;
+    CUresult status = stream_context(stream, call, &ctx);
+    struct object *s = as(stream, K_STREAM);
+    if (status == SUCCESS) {
+        int capture = s != NULL ? s->u.stream.capture : 0;
+        *status_out = capture;
+        if (capture != 0) {
+            if (id_out) *id_out = s->u.stream.capture_id;
+            if (graph_out) *graph_out = s->u.stream.graph;
+            int has = s->u.stream.dependency != NULL;
+            if (deps_out) *deps_out = has ? (void *const *)&s->u.stream.dependency : NULL;
+            if (edges_out) *edges_out = NULL;
+            if (count_out) *count_out = has;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuStreamGetCaptureInfo_v2(void *stream, int *status, unsigned long long *id, void **graph,
+                                   void *const **deps, size_t *count) {
+    ENTER(cuStreamGetCaptureInfo_v2);
+    return capture_info(stream, status, id, graph, deps, NULL, count, "cuStreamGetCaptureInfo_v2");
+}
+
+#ifndef STANDIN_NO_CONDITIONAL
+CUresult cuStreamGetCaptureInfo_v3(void *stream, int *status, unsigned long long *id, void **graph,
+                                   void *const **deps, const void **edges, size_t *count) {
+    ENTER(cuStreamGetCaptureInfo_v3);
+    return capture_info(stream, status, id, graph, deps, edges, count, "cuStreamGetCaptureInfo_v3");
+}
+
+/* Only CU_STREAM_SET_CAPTURE_DEPENDENCIES: the next captured work depends on the last node given. */
+CUresult cuStreamUpdateCaptureDependencies_v2(void *stream, void **nodes, const void *edges,
+                                              size_t count, unsigned flags) {
+    ENTER(cuStreamUpdateCaptureDependencies_v2);
+    (void)edges;
+    if (flags != 1 || (count > 0 && nodes == NULL)) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *s = as(stream, K_STREAM);
+    CUresult status = live(s, "cuStreamUpdateCaptureDependencies_v2");
+    if (status == SUCCESS && s->u.stream.capture == 0) status = ILLEGAL_STATE;
+    struct object *g = status == SUCCESS ? s->u.stream.graph : NULL;
+    if (status == SUCCESS) status = graph_busy(g, "cuStreamUpdateCaptureDependencies_v2");
+    if (status == SUCCESS && s->u.stream.graph == g)
+        s->u.stream.dependency = count > 0 ? as(nodes[count - 1], K_NODE) : NULL;
+    if (g != NULL) graph_done(g);
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+#endif
+
+CUresult cuStreamGetCtx(void *stream, void **ctx) {
+    ENTER(cuStreamGetCtx);
+    if (ctx == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *c = NULL;
+    CUresult status = stream_context(stream, "cuStreamGetCtx", &c);
+    if (status == SUCCESS && c == NULL) status = INVALID_CONTEXT;
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS) *ctx = c;
+    return status;
+}
+
+/* Waits for the current context's work (which the stand-in ran at once). Refused, invalidating
+ * them, while a stream of the context is being captured: the driver does the same. */
+CUresult cuCtxSynchronize(void) {
+    ENTER(cuCtxSynchronize);
+    pthread_mutex_lock(&lock);
+    struct object *ctx = current();
+    CUresult status = usable(ctx);
+    for (size_t i = 0; status == SUCCESS && i < arena_used; i++) {
+        struct object *o = &arena[i];
+        if (o->kind == K_STREAM && !o->dead && o->u.stream.ctx == ctx && o->u.stream.capture != 0) {
+            o->u.stream.capture = 2;
+            status = STREAM_CAPTURE_UNSUPPORTED;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
 CUresult cuGraphDestroy(void *graph) {
     ENTER(cuGraphDestroy);
     pthread_mutex_lock(&lock);
     struct object *g = as(graph, K_GRAPH);
     CUresult status = live(g, "cuGraphDestroy");
-    if (status == SUCCESS) g->dead = 1;
+    if (status == SUCCESS && g->u.graph.owner != NULL) status = INVALID_VALUE; /* a node's body */
+    if (status == SUCCESS) {
+        status = graph_busy(g, "cuGraphDestroy");
+        if (status == SUCCESS) destroy_graph(g);
+        graph_done(g);
+    }
     pthread_mutex_unlock(&lock);
     return status;
 }
 
+CUresult cuGraphGetNodes(void *graph, void **nodes, size_t *count) {
+    ENTER(cuGraphGetNodes);
+    if (count == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *g = as(graph, K_GRAPH);
+    CUresult status = live(g, "cuGraphGetNodes");
+    if (status == SUCCESS) {
+        if (nodes != NULL) {
+            size_t n = *count < g->u.graph.count ? *count : g->u.graph.count;
+            for (size_t i = 0; i < n; i++) nodes[i] = g->u.graph.nodes[i];
+            *count = n;
+        } else {
+            *count = g->u.graph.count;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuGraphNodeGetType(void *node, int *type) {
+    ENTER(cuGraphNodeGetType);
+    if (type == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *n = as(node, K_NODE);
+    CUresult status = live(n, "cuGraphNodeGetType");
+    if (status == SUCCESS) *type = n->u.node.d.type;
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (4): the node's cluster (zeros without);
+ * CU_LAUNCH_ATTRIBUTE_COOPERATIVE (2): whether it is cooperative. */
+CUresult cuGraphKernelNodeGetAttribute(void *node, int attribute, void *value) {
+    ENTER(cuGraphKernelNodeGetAttribute);
+    if (value == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *n = as(node, K_NODE);
+    CUresult status = live(n, "cuGraphKernelNodeGetAttribute");
+    if (status == SUCCESS && n->u.node.d.type != NODE_KERNEL) status = INVALID_VALUE;
+    if (status == SUCCESS) {
+        memset(value, 0, 64);
+        if (attribute == 4) memcpy(value, n->u.node.d.cluster, sizeof n->u.node.d.cluster);
+        else if (attribute == 2) memcpy(value, &n->u.node.d.cooperative, sizeof(int));
+        else status = NOT_SUPPORTED;
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* An executable graph: a copy of the graph's nodes, every kernel's function checked to be live. A
+ * graph with memory nodes has one at a time. */
+CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
+    ENTER(cuGraphInstantiateWithFlags);
+    if (exec == NULL || flags != 0) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *g = as(graph, K_GRAPH), *e = NULL, *ctx = current();
+    CUresult status = live(g, "cuGraphInstantiateWithFlags");
+    if (status == SUCCESS) status = usable(ctx);
+    if (status == SUCCESS && g->u.graph.execs > 0 && has_memory_nodes(g)) status = INVALID_VALUE;
+    size_t count = 0;
+    struct node_data *nodes = NULL;
+    if (status == SUCCESS) nodes = copy_nodes(g, &count, "cuGraphInstantiateWithFlags", &status);
+    if (status == SUCCESS && (e = new_object(K_EXEC)) == NULL) {
+        free_copies(nodes, count);
+        status = OUT_OF_MEMORY;
+    }
+    if (status == SUCCESS) {
+        e->u.exec.ctx = ctx;
+        e->u.exec.graph = g;
+        e->u.exec.nodes = nodes;
+        e->u.exec.count = count;
+        collect_handles(e, g);
+        g->u.graph.execs++;
+    }
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS) *exec = e;
+    return status;
+}
+
+/* Stream and executable graph of one context, or the failure. Called with the lock held. */
+static CUresult exec_on(void *exec, void *stream, const char *call, struct object **e_out) {
+    struct object *e = as(exec, K_EXEC), *ctx = NULL;
+    CUresult status = live(e, call);
+    if (status == SUCCESS) status = stream_context(stream, call, &ctx);
+    if (status == SUCCESS) status = usable(ctx);
+    if (status == SUCCESS && ctx != e->u.exec.ctx) {
+        note(E_context_mismatch);
+        status = INVALID_HANDLE;
+    }
+    *e_out = e;
+    return status;
+}
+
+/* Runs the executable graph's nodes in order, now. Refused while an allocation its last launch
+ * left unfreed is still live, as the driver refuses it. */
+CUresult cuGraphLaunch(void *exec, void *stream) {
+    ENTER(cuGraphLaunch);
+    pthread_mutex_lock(&lock);
+    struct object *e = NULL;
+    CUresult status = exec_on(exec, stream, "cuGraphLaunch", &e);
+    struct object *s = as(stream, K_STREAM);
+    if (status == SUCCESS && s != NULL && s->u.stream.capture != 0) status = NOT_SUPPORTED;
+    for (size_t i = 0; status == SUCCESS && e->u.exec.launched && i < e->u.exec.count; i++) {
+        const struct node_data *a = &e->u.exec.nodes[i];
+        if (a->type != NODE_MEM_ALLOC) continue;
+        int freed = 0;
+        for (size_t j = 0; j < e->u.exec.count; j++)
+            freed |= e->u.exec.nodes[j].type == NODE_MEM_FREE && e->u.exec.nodes[j].ptr == a->ptr;
+        if (!freed && find_allocation((void *)(uintptr_t)a->ptr, 1) != NULL) status = INVALID_VALUE;
+    }
+    if (status == SUCCESS) {
+        for (int h = 0; h < e->u.exec.handle_count; h++)
+            handles[e->u.exec.handles[h] - 1].value = handles[e->u.exec.handles[h] - 1].default_value;
+        e->u.exec.launched = 1;
+        status = run_nodes(e->u.exec.nodes, e->u.exec.count, e->u.exec.ctx);
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuGraphUpload(void *exec, void *stream) {
+    ENTER(cuGraphUpload);
+    pthread_mutex_lock(&lock);
+    struct object *e = NULL;
+    CUresult status = exec_on(exec, stream, "cuGraphUpload", &e);
+    for (size_t i = 0; status == SUCCESS && i < e->u.exec.count; i++)
+        if (e->u.exec.nodes[i].type == NODE_KERNEL)
+            status = live(e->u.exec.nodes[i].function, "cuGraphUpload");
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuGraphExecDestroy(void *exec) {
+    ENTER(cuGraphExecDestroy);
+    pthread_mutex_lock(&lock);
+    struct object *e = as(exec, K_EXEC);
+    CUresult status = live(e, "cuGraphExecDestroy");
+    if (status == SUCCESS) {
+        e->dead = 1;
+        free_copies(e->u.exec.nodes, e->u.exec.count);
+        e->u.exec.nodes = NULL;
+        struct object *g = e->u.exec.graph;
+        g->u.graph.execs--;
+        graph_gone(g);
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* CUDA_KERNEL_NODE_PARAMS_v2 as cuda.h lays it out. */
+struct kernel_node_params {
+    void *function;
+    unsigned grid[3], block[3], shared;
+    void **params;
+    void **extra;
+    void *kernel;
+    void *ctx;
+};
+
+/* Replaces a kernel node's function, configuration and parameters in the executable graph; its
+ * attributes stay. The function must be live and of the graph's context. */
+CUresult cuGraphExecKernelNodeSetParams_v2(void *exec, void *node,
+                                           const struct kernel_node_params *p) {
+    ENTER(cuGraphExecKernelNodeSetParams_v2);
+    if (p == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *e = as(exec, K_EXEC), *n = as(node, K_NODE), *f = as(p->function, K_FUNCTION);
+    CUresult status = live(e, "cuGraphExecKernelNodeSetParams_v2");
+    if (status == SUCCESS) status = live(n, "cuGraphExecKernelNodeSetParams_v2");
+    if (status == SUCCESS) status = live(f, "cuGraphExecKernelNodeSetParams_v2");
+    if (status == SUCCESS && (n->u.node.graph != e->u.exec.graph || n->u.node.index >= e->u.exec.count ||
+                              e->u.exec.nodes[n->u.node.index].type != NODE_KERNEL))
+        status = INVALID_VALUE;
+    if (status == SUCCESS && f->u.function.module->u.module.ctx != e->u.exec.ctx) {
+        note(E_context_mismatch);
+        status = INVALID_VALUE;
+    }
+    const struct kernel *k = status == SUCCESS ? f->u.function.kernel : NULL;
+    if (status == SUCCESS && k->param_count > 0 && p->params == NULL) status = INVALID_VALUE;
+    if (status == SUCCESS && p->shared > (unsigned)f->u.function.max_dynamic_shared) status = INVALID_VALUE;
+    if (status == SUCCESS) {
+        struct node_data *d = &e->u.exec.nodes[n->u.node.index];
+        d->function = f;
+        memcpy(d->grid, p->grid, sizeof d->grid);
+        memcpy(d->block, p->block, sizeof d->block);
+        d->shared = p->shared;
+        pack_params(k, p->params, d->params);
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* CUgraphExecUpdateResultInfo as cuda.h lays it out. */
+struct update_result {
+    int result;
+    void *error_node;
+    void *error_from_node;
+};
+
+/* Takes the new graph's node parameters when its topology is the executable graph's; otherwise
+ * CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE with CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED (2), and
+ * nothing changes. The executable graph's nodes keep being named by the graph it came from. */
+CUresult cuGraphExecUpdate_v2(void *exec, void *graph, struct update_result *info) {
+    ENTER(cuGraphExecUpdate_v2);
+    if (info == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *e = as(exec, K_EXEC), *g = as(graph, K_GRAPH);
+    CUresult status = live(e, "cuGraphExecUpdate_v2");
+    if (status == SUCCESS) status = live(g, "cuGraphExecUpdate_v2");
+    info->result = 0;
+    info->error_node = info->error_from_node = NULL;
+    if (status == SUCCESS && !same_topology(e->u.exec.nodes, e->u.exec.count, g)) {
+        info->result = 2;
+        status = GRAPH_EXEC_UPDATE_FAILURE;
+    }
+    size_t count = 0;
+    struct node_data *nodes = NULL;
+    if (status == SUCCESS) nodes = copy_nodes(g, &count, "cuGraphExecUpdate_v2", &status);
+    if (status == SUCCESS) {
+        free_copies(e->u.exec.nodes, e->u.exec.count);
+        e->u.exec.nodes = nodes;
+        e->u.exec.count = count;
+        collect_handles(e, g);
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+#ifndef STANDIN_NO_CONDITIONAL
+CUresult cuGraphConditionalHandleCreate(unsigned long long *handle, void *graph, void *ctx,
+                                        unsigned default_value, unsigned flags) {
+    ENTER(cuGraphConditionalHandleCreate);
+    (void)flags;
+    if (handle == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *g = as(graph, K_GRAPH), *c = as(ctx, K_CONTEXT);
+    CUresult status = live(g, "cuGraphConditionalHandleCreate");
+    if (status == SUCCESS) status = usable(c);
+    if (status == SUCCESS) {
+        status = graph_busy(g, "cuGraphConditionalHandleCreate");
+        if (status == SUCCESS && handle_count == HANDLES) status = OUT_OF_MEMORY;
+        if (status == SUCCESS) {
+            handles[handle_count].graph = g;
+            handles[handle_count].default_value = default_value;
+            handles[handle_count].value = default_value;
+            *handle = ++handle_count;
+        }
+        graph_done(g);
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* Adds a conditional node (CUgraphNodeParams of type 13, one body) to `graph`: the body graph is
+ * made for it and handed out through the parameters' phGraph_out, as the driver does. Other node
+ * types are not modelled. */
+CUresult cuGraphAddNode_v2(void **node, void *graph, void *const *dependencies, const void *edges,
+                           size_t count, void *params) {
+    ENTER(cuGraphAddNode_v2);
+    (void)dependencies;
+    (void)edges;
+    (void)count;
+    if (node == NULL || params == NULL) return INVALID_VALUE;
+    unsigned char *p = params;
+    int type;
+    unsigned long long handle;
+    int cond_type;
+    unsigned size;
+    memcpy(&type, p, 4);
+    memcpy(&handle, p + 16, 8);
+    memcpy(&cond_type, p + 24, 4);
+    memcpy(&size, p + 28, 4);
+    if (type != NODE_CONDITIONAL) return NOT_SUPPORTED;
+    if (size != 1 || cond_type < 0 || cond_type > 1) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *g = as(graph, K_GRAPH), *n = NULL;
+    CUresult status = live(g, "cuGraphAddNode_v2");
+    if (status == SUCCESS) {
+        status = graph_busy(g, "cuGraphAddNode_v2");
+        if (status == SUCCESS && (handle == 0 || handle > handle_count)) status = INVALID_VALUE;
+        struct node_data d;
+        memset(&d, 0, sizeof d);
+        d.type = NODE_CONDITIONAL;
+        d.handle = handle;
+        d.cond_type = cond_type;
+        if (status == SUCCESS && (n = graph_add(g, &d)) == NULL) status = OUT_OF_MEMORY;
+        if (status == SUCCESS && (n->u.node.d.body = new_graph(n)) == NULL) status = OUT_OF_MEMORY;
+        if (status == SUCCESS) {
+            n->u.node.bodies[0] = n->u.node.d.body;
+            struct object **bodies = n->u.node.bodies;
+            memcpy(p + 32, &bodies, sizeof bodies);
+        }
+        graph_done(g);
+    }
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS) *node = n;
+    return status;
+}
+#endif
+
 #ifndef STANDIN_NO_MEMORY_POOL_API
 static struct object *pools[STANDIN_DEVICES];
 
-/* Allocates at once, in the stream's context (a capture does not defer it here). */
+/* Allocates at once, in the stream's context. On a capturing stream it is a graph allocation
+ * (an allocation node of the capture's graph), whose memory the stand-in keeps between replays. */
 CUresult cuMemAllocAsync(CUdeviceptr *ptr, size_t bytes, void *stream) {
     ENTER(cuMemAllocAsync);
     if (ptr == NULL || bytes == 0) return INVALID_VALUE;
     pthread_mutex_lock(&lock);
-    struct object *ctx = NULL;
+    struct object *ctx = NULL, *s = as(stream, K_STREAM);
     CUresult status = stream_context(stream, "cuMemAllocAsync", &ctx);
     if (status == SUCCESS) status = usable(ctx);
+    if (status == SUCCESS && s != NULL && s->u.stream.capture == 2) status = STREAM_CAPTURE_INVALIDATED;
     char *base = NULL;
     if (status == SUCCESS) status = add_allocation(bytes, ctx, 1, &base);
     if (status == SUCCESS) last_alloc_ctx = ctx;
+    if (status == SUCCESS && s != NULL && s->u.stream.capture != 0) {
+        struct node_data d;
+        memset(&d, 0, sizeof d);
+        d.type = NODE_MEM_ALLOC;
+        d.ptr = (CUdeviceptr)(uintptr_t)base;
+        allocations[allocation_count - 1].graph = s->u.stream.graph;
+        status = capture_node(s, &d);
+    }
     pthread_mutex_unlock(&lock);
     if (status == SUCCESS) *ptr = (CUdeviceptr)(uintptr_t)base;
     return status;
 }
 
+/* Frees in stream order (at once). In a capture it is a free node, and must be of an allocation of
+ * the capture's graph: anything else is refused and invalidates the capture, as the driver does.
+ * Outside, an allocation its graph frees itself cannot be freed. */
 CUresult cuMemFreeAsync(CUdeviceptr ptr, void *stream) {
     ENTER(cuMemFreeAsync);
     pthread_mutex_lock(&lock);
-    struct object *ctx = NULL;
+    struct object *ctx = NULL, *s = as(stream, K_STREAM);
     CUresult status = stream_context(stream, "cuMemFreeAsync", &ctx);
     struct allocation *a = find_allocation((void *)(uintptr_t)ptr, 1);
     if (status == SUCCESS && (a == NULL || a->base != (char *)(uintptr_t)ptr || !a->user))
         status = INVALID_VALUE;
-    if (status == SUCCESS && (status = usable(a->ctx)) == SUCCESS) remove_allocation(a);
+    if (status == SUCCESS) status = usable(a->ctx);
+    if (status == SUCCESS && s != NULL && s->u.stream.capture != 0) {
+        if (a->graph != s->u.stream.graph || a->freed_in_graph) {
+            s->u.stream.capture = 2;
+            status = INVALID_VALUE;
+        } else {
+            struct node_data d;
+            memset(&d, 0, sizeof d);
+            d.type = NODE_MEM_FREE;
+            d.ptr = ptr;
+            a->freed_in_graph = 1;
+            status = capture_node(s, &d);
+        }
+    } else if (status == SUCCESS && a->freed_in_graph) {
+        status = INVALID_VALUE;
+    } else if (status == SUCCESS) {
+        remove_allocation(a);
+    }
     pthread_mutex_unlock(&lock);
     return status;
 }
@@ -1634,10 +2638,11 @@ CUresult cuMemPoolGetAttribute(void *pool, int attribute, void *value) {
 /* Inspection for tests                                                                       */
 /* ------------------------------------------------------------------------------------------ */
 
-/* How many times: an entry point was called ("cuLaunchKernel"; injected failures included), an
- * event happened ("stale_handle", "context_mismatch", "fault"); or how many things are alive now
- * ("live_allocations": cuMemAlloc'd blocks, "live_modules": modules not unloaded). -1 for a name
- * it does not know. */
+/* How many times: an entry point was called ("cuLaunchKernel"; injected failures included; "calls":
+ * all of them), an event happened ("stale_handle", "context_mismatch", "fault", "graph_race"); or how many things
+ * are alive now ("live_allocations": cuMemAlloc'd blocks, "live_modules": modules not unloaded,
+ * "live_graphs": graphs not destroyed (not counting bodies), "live_execs": executable graphs).
+ * -1 for a name it does not know. */
 long long standin_count(const char *what) {
     for (int i = 0; i < ENTRY_COUNT; i++)
         if (strcmp(what, entry_names[i]) == 0)
@@ -1646,6 +2651,11 @@ long long standin_count(const char *what) {
         if (strcmp(what, event_names[i]) == 0)
             return (long long)__atomic_load_n(&event_counts[i], __ATOMIC_RELAXED);
     long long n = -1;
+    if (strcmp(what, "calls") == 0) {
+        n = 0;
+        for (int i = 0; i < ENTRY_COUNT; i++) n += (long long)__atomic_load_n(&entry_calls[i], __ATOMIC_RELAXED);
+        return n;
+    }
     pthread_mutex_lock(&lock);
     if (strcmp(what, "live_allocations") == 0) {
         n = 0;
@@ -1653,6 +2663,13 @@ long long standin_count(const char *what) {
     } else if (strcmp(what, "live_modules") == 0) {
         n = 0;
         for (size_t i = 0; i < arena_used; i++) n += arena[i].kind == K_MODULE && !arena[i].dead;
+    } else if (strcmp(what, "live_graphs") == 0) {
+        n = 0;
+        for (size_t i = 0; i < arena_used; i++)
+            n += arena[i].kind == K_GRAPH && !arena[i].dead && arena[i].u.graph.owner == NULL;
+    } else if (strcmp(what, "live_execs") == 0) {
+        n = 0;
+        for (size_t i = 0; i < arena_used; i++) n += arena[i].kind == K_EXEC && !arena[i].dead;
     }
     pthread_mutex_unlock(&lock);
     return n;

@@ -1,0 +1,313 @@
+//! [`Model`]: a model's modules as blobs and CUDA C++ sources, and how to load them (the compile
+//! cache, preloading); what a registry or library makes of one per device ([`Prepared`]); and
+//! the preload that fills a registry's function table at load ([`preload`]).
+
+use std::borrow::Cow;
+
+use crate::code::blob::{self, BlobKind};
+use crate::code::layout::device_layouts;
+use crate::code::target::Devices;
+use crate::compile::{CacheOutcome, CompileCache, Compiler, CudaSource};
+use crate::driver::calls;
+use crate::error::{AtlasError, CompileRefusal, Result};
+
+/// A model's modules, each a blob (PTX, cubin, fatbin: as [`AtlasRegistry::load`] takes them) or
+/// a CUDA C++ source that NVRTC compiles for each device's architecture at load, through a
+/// persistent [`CompileCache`]. Loaded by [`AtlasRegistry::load_model`] and
+/// [`AtlasLibrary::load_model`]; compiled modules are ordinary modules there, with the same
+/// checks, caches and launches as blobs.
+///
+/// ```no_run
+/// use atlas_registry::{AtlasRegistry, CudaSource, Model};
+///
+/// # fn main() -> atlas_registry::Result<()> {
+/// let n = 4096;
+/// let model = Model::new()
+///     .blobs(atlas_kernels::ptx_for_model("demo").unwrap())
+///     .source(
+///         "fill",
+///         CudaSource::new("fill.cu", "template <int N> __global__ void fill(float *x) { \
+///             int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < N) x[i] = 1.0f; }")
+///             .option(format!("-DSIZE={n}"))
+///             .name_expression(format!("fill<{n}>")),
+///     )
+///     .preload(true);
+/// let registry = AtlasRegistry::load_model(0, &model)?;
+/// let fill = registry.function_cached("fill", &format!("fill<{n}>"))?; // by its C++ name
+/// # Ok(()) }
+/// ```
+///
+/// [`AtlasRegistry::load`]: crate::AtlasRegistry::load
+/// [`AtlasRegistry::load_model`]: crate::AtlasRegistry::load_model
+/// [`AtlasLibrary::load_model`]: crate::AtlasLibrary::load_model
+#[derive(Debug, Clone, Default)]
+pub struct Model<'a> {
+    modules: Vec<(String, Code<'a>)>,
+    preload: bool,
+    cache: Option<CompileCache>,
+}
+
+/// A module checked before any library is loaded: its blob's kind and the bytes to hand over, or
+/// `None` for a source.
+pub(crate) type Checked<'a> = Option<(BlobKind, Cow<'a, [u8]>)>;
+
+#[derive(Debug, Clone)]
+enum Code<'a> {
+    Blob(&'a [u8]),
+    Source(CudaSource),
+}
+
+impl<'a> Model<'a> {
+    /// A model without modules.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a module loaded from `blob`, as [`AtlasRegistry::load`](crate::AtlasRegistry::load)
+    /// takes it.
+    pub fn blob(mut self, name: impl Into<String>, blob: &'a [u8]) -> Self {
+        self.modules.push((name.into(), Code::Blob(blob)));
+        self
+    }
+
+    /// Adds every `(module name, blob)` of `blobs`.
+    pub fn blobs(mut self, blobs: &[(&str, &'a [u8])]) -> Self {
+        for (name, blob) in blobs {
+            self = self.blob(*name, blob);
+        }
+        self
+    }
+
+    /// Adds a module compiled from `source` for each device it is loaded on (see
+    /// [`CompileTarget::choose`](crate::CompileTarget::choose)). Its name expressions are looked up
+    /// by their C++ name.
+    pub fn source(mut self, name: impl Into<String>, source: CudaSource) -> Self {
+        self.modules.push((name.into(), Code::Source(source)));
+        self
+    }
+
+    /// Whether every kernel of every module is resolved at load, filling the registry's function
+    /// table up front so that no first launch or lookup pays for loading its kernel (with lazy
+    /// loading, a first `cuModuleGetFunction` costs microseconds; a warm one, tens of
+    /// nanoseconds). Off by default.
+    pub fn preload(mut self, preload: bool) -> Self {
+        self.preload = preload;
+        self
+    }
+
+    /// The compile cache for the sources (by default, [`CompileCache::from_env`]).
+    pub fn cache(mut self, cache: CompileCache) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// The names of the modules, in the order added.
+    pub fn module_names(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.modules.iter().map(|(name, _)| name.as_str())
+    }
+
+    /// Whether the model asks for preloading.
+    pub(crate) fn preloads(&self) -> bool {
+        self.preload
+    }
+
+    /// Checks the module names and every blob (before any driver or NVRTC is loaded, so that a bad
+    /// blob is refused the same on a machine without a GPU): for each module, its checked blob,
+    /// or `None` for a source.
+    ///
+    /// With `unknown_formats`, a blob of no format Atlas knows passes unchecked (the caller's
+    /// promise: [`AtlasRegistry::load_with_unknown_formats`](crate::AtlasRegistry::load_with_unknown_formats)).
+    pub(crate) fn check_blobs(&self, unknown_formats: bool) -> Result<Vec<Checked<'a>>> {
+        for (i, (name, _)) in self.modules.iter().enumerate() {
+            if self.modules[..i].iter().any(|(earlier, _)| earlier == name) {
+                return Err(AtlasError::InvalidModule {
+                    module: name.escape_debug().to_string(),
+                    reason: "the model names this module twice".into(),
+                });
+            }
+        }
+        self.modules
+            .iter()
+            .map(|(name, code)| match code {
+                Code::Blob(bytes) => blob::prepare(name, bytes, unknown_formats).map(Some),
+                Code::Source(_) => Ok(None),
+            })
+            .collect()
+    }
+
+    /// Whether any module is a source (so NVRTC is needed).
+    pub(crate) fn has_sources(&self) -> bool {
+        self.modules
+            .iter()
+            .any(|(_, code)| matches!(code, Code::Source(_)))
+    }
+
+    /// The model's modules made ready for a device of compute capability `cc`: `checked` (from
+    /// [`check_blobs`](Self::check_blobs)) with each source compiled (or taken from the cache),
+    /// and of every fatbin the code of the entries such a device may pick checked
+    /// ([`validate_blob_for_device`](crate::validate_blob_for_device)).
+    pub(crate) fn prepare(
+        &self,
+        checked: Vec<Checked<'a>>,
+        cc: (u32, u32),
+    ) -> Result<Prepared<'a>> {
+        let compiler = if self.has_sources() {
+            let compiler =
+                Compiler::with_cache(self.cache.clone().unwrap_or_else(CompileCache::from_env))?;
+            check_driver(&compiler, self)?;
+            Some(compiler)
+        } else {
+            None
+        };
+        let mut prepared = Prepared::default();
+        for ((name, code), checked) in self.modules.iter().zip(checked) {
+            let (kind, image) = match (code, checked, &compiler) {
+                (_, Some((kind, image)), _) => (kind, image),
+                (Code::Source(source), None, Some(compiler)) => {
+                    let target = compiler.target_for(name, cc)?;
+                    let code = compiler.compile(source, target)?;
+                    prepared
+                        .lowered
+                        .push((name.clone(), code.lowered_names().to_vec()));
+                    prepared
+                        .outcomes
+                        .push((name.clone(), code.cache_outcome().clone()));
+                    // Checked as every blob is, on the one path to the driver (the compiler
+                    // checked it too, before storing it or taking it from the cache).
+                    let image = code.into_image();
+                    let (kind, checked) = blob::prepare(name, &image, false)?;
+                    let terminated = match checked {
+                        Cow::Borrowed(_) => None,
+                        Cow::Owned(copy) => Some(copy),
+                    };
+                    (kind, Cow::Owned(terminated.unwrap_or(image)))
+                }
+                // `checked` holds a blob for every blob module.
+                _ => continue,
+            };
+            blob::check_for_device(name, kind, &image, cc)?;
+            prepared.modules.push((name.clone(), kind, image));
+        }
+        Ok(prepared)
+    }
+}
+
+/// Refuses to compile with an NVRTC of a newer major CUDA version than the driver: what it makes
+/// (PTX of a newer ISA, cubins of a newer ELF ABI) does not load there.
+fn check_driver(compiler: &Compiler, model: &Model<'_>) -> Result<()> {
+    let version = calls::driver_version()?;
+    let driver = (
+        (version / 1000).max(0) as u32,
+        ((version % 1000) / 10).max(0) as u32,
+    );
+    let nvrtc = compiler.version();
+    if nvrtc.0 <= driver.0 {
+        return Ok(());
+    }
+    let module = model
+        .modules
+        .iter()
+        .find(|(_, code)| matches!(code, Code::Source(_)))
+        .map_or("", |(name, _)| name.as_str());
+    Err(AtlasError::CannotCompile {
+        module: module.escape_debug().to_string(),
+        reason: CompileRefusal::NewerThanDriver { nvrtc, driver },
+    })
+}
+
+/// A model made ready for one device: every module's checked blob, in order, and what compiling
+/// its sources told.
+#[derive(Default)]
+pub(crate) struct Prepared<'a> {
+    /// `(module name, kind, checked blob)`.
+    pub(crate) modules: Vec<(String, BlobKind, Cow<'a, [u8]>)>,
+    /// For each compiled module, its `(name expression, lowered name)` pairs.
+    pub(crate) lowered: Vec<(String, Vec<(String, String)>)>,
+    /// For each compiled module, what the compile cache did.
+    pub(crate) outcomes: Vec<(String, CacheOutcome)>,
+}
+
+impl Prepared<'_> {
+    /// What a registry keeps of the compiles.
+    pub(crate) fn compiled(&self) -> Compiled {
+        Compiled {
+            names: CppNames::of(&self.lowered),
+            outcomes: self.outcomes.clone(),
+        }
+    }
+}
+
+/// What a registry keeps of its compiled modules: their C++ names, and what the compile cache did
+/// for each.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Compiled {
+    pub(crate) names: CppNames,
+    pub(crate) outcomes: Vec<(String, CacheOutcome)>,
+}
+
+/// For each module of a model, the C++ names of its kernels and their symbols: what the registry
+/// translates a lookup by C++ name with.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct CppNames {
+    /// `(module, name expression, lowered name)`.
+    names: Vec<(String, String, String)>,
+}
+
+impl CppNames {
+    /// The names of `prepared`'s compiled modules.
+    pub(crate) fn of(lowered: &[(String, Vec<(String, String)>)]) -> Self {
+        Self {
+            names: lowered
+                .iter()
+                .flat_map(|(module, pairs)| {
+                    pairs
+                        .iter()
+                        .map(move |(e, l)| (module.clone(), e.clone(), l.clone()))
+                })
+                .collect(),
+        }
+    }
+
+    /// The symbol of `function` in `module`: its lowered name when it is a name expression of
+    /// the module's source, else `function` itself.
+    pub(crate) fn symbol<'n>(&'n self, module: &str, function: &'n str) -> &'n str {
+        self.names
+            .iter()
+            .find(|(m, e, _)| m == module && e == function)
+            .map_or(function, |(_, _, lowered)| lowered.as_str())
+    }
+
+    /// The C++ name a registry files `symbol` of `module` under: the name expression whose
+    /// lowered name it is, else the symbol itself.
+    pub(crate) fn cpp_name<'n>(&'n self, module: &str, symbol: &'n str) -> &'n str {
+        self.names
+            .iter()
+            .find(|(m, _, l)| m == module && l == symbol)
+            .map_or(symbol, |(_, expression, _)| expression.as_str())
+    }
+}
+
+/// The kernel names each module's blob declares for a device of compute capability `cc`, for
+/// preloading on a driver that cannot list a module's functions; `None` when it can (so nothing
+/// is parsed). Of a fatbin, the kernels of the entries the driver may load for the device.
+pub(crate) fn kernel_names_if_needed(
+    modules: &[(String, BlobKind, Cow<'_, [u8]>)],
+    cc: (u32, u32),
+) -> Option<Vec<Vec<String>>> {
+    if calls::can_enumerate_functions() {
+        return None;
+    }
+    let devices = Devices::of(cc).unwrap_or(Devices::Every);
+    Some(
+        modules
+            .iter()
+            .map(|(_, _, image)| {
+                let mut names: Vec<String> = device_layouts(image, devices)
+                    .map(|kernels| kernels.into_keys().collect())
+                    .unwrap_or_default();
+                names.sort_unstable();
+                names
+            })
+            .collect(),
+    )
+}

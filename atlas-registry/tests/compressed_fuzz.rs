@@ -1,0 +1,611 @@
+//! Fuzzing what compressed fatbin entries hold: the cubin inside an entry is decompressed,
+//! mutated as the blob fuzzer mutates cubins (section headers, symbols, string tables,
+//! relocations, `.nv.info` records, random bytes, truncations; `support/mutate.rs`), compressed
+//! again with the entry's own scheme (LZ4 for flag 0x2000, zstd for 0x8000) and the entry's header
+//! rewritten to the new sizes. Its *twin* is the same fatbin with the mutated cubin stored
+//! uncompressed.
+//!
+//! The sources are the compressed sm_90 cubins of the committed fixtures (`tests/fixtures/`:
+//! nvcc 13's `-arch=sm_90 -Xfatbin=-compress-all` fatbins, zstd in the default mode and LZ4 in
+//! `-compress-mode=speed`, and the sm_90 entries of the other fixtures), each alone in a fatbin
+//! of its one entry; on a GPU also those of small fatbins of the corpus `ATLAS_CORPUS` names
+//! (default `/usr/local/cuda/lib64`; up to `ATLAS_CFUZZ_CORPUS_SOURCES` per scheme, default 16).
+//! A *foreign* mutant mutates, in a multi-architecture fatbin whose sm_90 entry is left as it is,
+//! one of the entries an sm_90 device never picks (sm_100, sm_120).
+//!
+//! Without a GPU (CI):
+//! - `uncompressed_twins_get_the_same_verdict` (`ATLAS_CFUZZ_CPU_MUTANTS`, default 3,000, of
+//!   each kind): `validate_blob` passes a mutant exactly when it passes its twin. It fails while
+//!   Atlas checks compressed entries as containers only (what they hold passes unseen: the
+//!   twins of most mutants are refused, the mutants are not).
+//! - `mutants_replay_from_their_seed`, `validation_never_panics_on_compressed_mutants`.
+//!
+//! With an NVIDIA GPU (`#[ignore]`d, fail without one), in child processes (`support/pool.rs`,
+//! `ATLAS_CFUZZ_JOBS` at once, default the available parallelism):
+//! - `compressed_mutants_load_without_crashing`: `ATLAS_CFUZZ_MUTANTS` mutants (default 10,000,
+//!   seeds from `ATLAS_CFUZZ_SEED`, default 0) through `AtlasRegistry::load(0, ..)`; prints
+//!   loaded / refused by Atlas / driver error (by `CUresult`) / crash / hung and fails on any
+//!   crash, hang or panic. Every source, unmutated but compressed again here, must load.
+//! - `foreign_entry_mutants_and_the_driver`: `ATLAS_CFUZZ_FOREIGN_MUTANTS` foreign mutants
+//!   (default 2,000) handed to a plain `cuModuleLoadData`: loaded / driver error / crash. Mutants
+//!   that load or crash tell that the driver parses entries of other architectures, so that
+//!   checking only the entries a device can pick would not be enough; the test prints the split
+//!   and fails if a mutant that Atlas passes crashes the driver.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use atlas_registry::{AtlasError, AtlasRegistry, device_count, validate_blob};
+use support::blobs::NEEDS_GPU;
+use support::fatbin::{Entry, Fatbin, KIND_ELF, Scheme};
+use support::fixtures::FIXTURES;
+use support::pool::{self, Outcome};
+use support::raw::Raw;
+use support::rng::Rng;
+use support::{child, corpus, mutate};
+
+child::bodies!(load_mutants);
+
+/// Names the directory of corpus sources a child reads (absent: the fixtures alone).
+const SOURCES_ENV: &str = "ATLAS_CFUZZ_SOURCES";
+/// A child silent this long on a mutant it started is stuck on it.
+const HANG: Duration = Duration::from_secs(120);
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name).map_or(default, |v| {
+        v.trim()
+            .replace('_', "")
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number"))
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sources and mutants
+// ---------------------------------------------------------------------------------------------
+
+/// Which entries a mutant changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    /// The compressed sm_90 cubin, alone in its fatbin: what an sm_90 device loads.
+    Candidate,
+    /// A compressed cubin for another architecture, beside an intact sm_90 one.
+    Foreign,
+}
+
+/// A fatbin to mutate, and the entries of it that may be mutated.
+struct Source {
+    name: String,
+    fatbin: Fatbin,
+    /// Indices of the compressed ELF entries to mutate, with what they hold.
+    targets: Vec<(usize, Scheme, Vec<u8>)>,
+}
+
+/// The sources of `variant` among `fatbins` (name, bytes), in their order.
+fn sources_of(variant: Variant, fatbins: &[(String, Vec<u8>)]) -> Vec<Source> {
+    let mut sources = Vec::new();
+    for (name, bytes) in fatbins {
+        let Ok(fatbin) = Fatbin::parse(bytes) else {
+            continue;
+        };
+        let compressed = |e: &Entry| {
+            e.kind() == KIND_ELF && matches!(e.scheme(), Some(Scheme::Lz4 | Scheme::Zstd))
+        };
+        let sm_90 = fatbin
+            .entries
+            .iter()
+            .position(|e| e.kind() == KIND_ELF && e.arch() == 90);
+        match variant {
+            Variant::Candidate => {
+                let Some(i) = sm_90.filter(|&i| compressed(&fatbin.entries[i])) else {
+                    continue;
+                };
+                let entry = &fatbin.entries[i];
+                let Ok(contents) = entry.contents() else {
+                    continue;
+                };
+                let scheme = entry.scheme().expect("a compressed entry's scheme");
+                let alone = fatbin.with_entries(vec![entry.clone()]);
+                sources.push(Source {
+                    name: format!("{name} {}", entry.describe()),
+                    fatbin: alone,
+                    targets: vec![(0, scheme, contents)],
+                });
+            }
+            Variant::Foreign => {
+                if sm_90.is_none() {
+                    continue;
+                }
+                let targets: Vec<_> = (0..fatbin.entries.len())
+                    .filter(|&i| {
+                        let e = &fatbin.entries[i];
+                        compressed(e) && e.arch() >= 100
+                    })
+                    .filter_map(|i| {
+                        let e = &fatbin.entries[i];
+                        Some((i, e.scheme()?, e.contents().ok()?))
+                    })
+                    .collect();
+                if !targets.is_empty() {
+                    sources.push(Source {
+                        name: name.clone(),
+                        fatbin,
+                        targets,
+                    });
+                }
+            }
+        }
+    }
+    sources
+}
+
+/// The fixtures, then the fatbins in `dir` (a child is told it in [`SOURCES_ENV`]).
+fn fatbins(dir: Option<&Path>) -> Vec<(String, Vec<u8>)> {
+    let mut all: Vec<(String, Vec<u8>)> = FIXTURES
+        .iter()
+        .map(|f| (f.name.to_string(), f.bytes.to_vec()))
+        .collect();
+    if let Some(dir) = dir {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+            .map(|e| e.expect("a directory entry").path())
+            .collect();
+        files.sort();
+        for file in files {
+            let name = file.file_name().expect("a file name").to_string_lossy();
+            all.push((name.into_owned(), std::fs::read(&file).expect("a source")));
+        }
+    }
+    all
+}
+
+/// A mutant and its twin.
+struct Mutant {
+    /// What was mutated, and how.
+    what: String,
+    /// The fatbin with the mutated cubin compressed with its entry's scheme.
+    compressed: Vec<u8>,
+    /// The same with the mutated cubin stored uncompressed.
+    twin: Vec<u8>,
+}
+
+fn mutant(sources: &[Source], seed: u64) -> Mutant {
+    let mut rng = Rng::from_seed(seed);
+    let source = &sources[rng.index(sources.len())];
+    let (i, scheme, contents) = &source.targets[rng.index(source.targets.len())];
+    let mut cubin = contents.clone();
+    let mut what = vec![mutate::mutate_cubin(&mut rng, &mut cubin)];
+    if rng.chance(12) {
+        what.push(mutate::mutate_cubin(&mut rng, &mut cubin));
+    }
+    let with = |scheme: Scheme| {
+        let mut entries = source.fatbin.entries.clone();
+        entries[*i] = entries[*i].restored(&cubin, scheme);
+        source.fatbin.with_entries(entries).bytes()
+    };
+    Mutant {
+        what: format!(
+            "{}, entry {i} ({scheme:?}): {}",
+            source.name,
+            what.join("; then ")
+        ),
+        compressed: with(*scheme),
+        twin: with(Scheme::Plain),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn the_fixtures_give_sources_of_both_schemes_and_both_variants() {
+    let fatbins = fatbins(None);
+    let candidates = sources_of(Variant::Candidate, &fatbins);
+    let foreign = sources_of(Variant::Foreign, &fatbins);
+    let schemes = |sources: &[Source]| {
+        let mut s: Vec<Scheme> = sources
+            .iter()
+            .flat_map(|s| s.targets.iter().map(|t| t.1))
+            .collect();
+        s.sort();
+        s.dedup();
+        s
+    };
+    assert_eq!(schemes(&candidates), [Scheme::Lz4, Scheme::Zstd]);
+    assert_eq!(schemes(&foreign), [Scheme::Lz4, Scheme::Zstd]);
+    assert!(candidates.len() >= 12, "{} sources", candidates.len());
+    // Each source, compressed again unchanged, holds the cubin it held.
+    for source in candidates.iter().chain(&foreign) {
+        for (i, scheme, contents) in &source.targets {
+            let again = source.fatbin.entries[*i].restored(contents, *scheme);
+            assert_eq!(&again.contents().unwrap(), contents, "{}", source.name);
+            assert!(contents.starts_with(b"\x7fELF"), "{}", source.name);
+        }
+    }
+}
+
+#[test]
+fn mutants_replay_from_their_seed() {
+    let sources = sources_of(Variant::Candidate, &fatbins(None));
+    for seed in [0, 1, 7, 1 << 40, u64::MAX] {
+        let (a, b) = (mutant(&sources, seed), mutant(&sources, seed));
+        assert_eq!(
+            (a.what, a.compressed, a.twin),
+            (b.what, b.compressed, b.twin)
+        );
+    }
+    let whats: Vec<String> = (0..2000).map(|s| mutant(&sources, s).what).collect();
+    for sort in [
+        "sh_offset",
+        "st_name",
+        "relocation",
+        ".nv.info",
+        "Lz4",
+        "Zstd",
+    ] {
+        assert!(whats.iter().any(|w| w.contains(sort)), "no {sort} mutant");
+    }
+}
+
+#[test]
+fn validation_never_panics_on_compressed_mutants() {
+    for variant in [Variant::Candidate, Variant::Foreign] {
+        let sources = sources_of(variant, &fatbins(None));
+        for seed in 0..env_number("ATLAS_CFUZZ_CPU_MUTANTS", 3000) {
+            let m = mutant(&sources, seed);
+            for blob in [&m.compressed, &m.twin] {
+                let verdict = catch_unwind(|| validate_blob("mutant", blob));
+                assert!(
+                    verdict.is_ok(),
+                    "{variant:?} seed {seed} panics: {}",
+                    m.what
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn uncompressed_twins_get_the_same_verdict() {
+    let mut report = Vec::new();
+    let mut differ = Vec::new();
+    for variant in [Variant::Candidate, Variant::Foreign] {
+        let sources = sources_of(variant, &fatbins(None));
+        let count = env_number("ATLAS_CFUZZ_CPU_MUTANTS", 3000);
+        // [compressed passes][twin passes]
+        let mut table = [[0u64; 2]; 2];
+        for seed in 0..count {
+            let m = mutant(&sources, seed);
+            let compressed = validate_blob("mutant", &m.compressed).is_ok();
+            let twin = validate_blob("twin", &m.twin).is_ok();
+            table[usize::from(compressed)][usize::from(twin)] += 1;
+            if compressed != twin && differ.len() < 20 {
+                let verdict = |blob: &[u8]| match validate_blob("m", blob) {
+                    Ok(_) => "passes".to_string(),
+                    Err(AtlasError::InvalidModule { reason, .. }) => reason,
+                    Err(e) => e.to_string(),
+                };
+                differ.push(format!(
+                    "{variant:?} seed {seed}: {}\n    compressed: {}\n    twin: {}",
+                    m.what,
+                    verdict(&m.compressed),
+                    verdict(&m.twin)
+                ));
+            }
+        }
+        report.push(format!(
+            "{variant:?}: {count} mutants: both pass {}, both refused {}, only the compressed \
+             passes {}, only the twin passes {}",
+            table[1][1], table[0][0], table[1][0], table[0][1]
+        ));
+    }
+    println!("{}", report.join("\n"));
+    assert!(
+        differ.is_empty(),
+        "mutants and their uncompressed twins get different verdicts:\n{}\n{}",
+        report.join("\n"),
+        differ.join("\n")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// GPU
+// ---------------------------------------------------------------------------------------------
+
+/// A child: for each task `candidate SEED`, loads that mutant through `AtlasRegistry::load(0,
+/// ..)` and answers `loaded`, `refused`, `error CODE`, `error other: ...` or `panic: ...`; for
+/// `foreign SEED`, hands that mutant to a plain `cuModuleLoadData` and answers the code; for
+/// `source VARIANT I`, does the same with source I unmutated (compressed again here).
+fn load_mutants() {
+    let dir = std::env::var_os(SOURCES_ENV).map(PathBuf::from);
+    let fatbins = fatbins(dir.as_deref());
+    let candidates = sources_of(Variant::Candidate, &fatbins);
+    let foreign = sources_of(Variant::Foreign, &fatbins);
+    let mut raw: Option<Raw> = None;
+    pool::serve(|task| {
+        let words: Vec<&str> = task.split_whitespace().collect();
+        let number = |i: usize| -> u64 { words[i].parse().expect("a number") };
+        let (variant, blob) = match words[..] {
+            ["candidate", _] => (
+                Variant::Candidate,
+                mutant(&candidates, number(1)).compressed,
+            ),
+            ["foreign", _] => (Variant::Foreign, mutant(&foreign, number(1)).compressed),
+            ["source", kind, _] => {
+                let (variant, sources) = match kind {
+                    "candidate" => (Variant::Candidate, &candidates),
+                    _ => (Variant::Foreign, &foreign),
+                };
+                let source = &sources[number(2) as usize];
+                let mut entries = source.fatbin.entries.clone();
+                for (i, scheme, contents) in &source.targets {
+                    entries[*i] = entries[*i].restored(contents, *scheme);
+                }
+                (variant, source.fatbin.with_entries(entries).bytes())
+            }
+            _ => panic!("a task {task:?}"),
+        };
+        match variant {
+            Variant::Candidate => {
+                let blobs: &[(&str, &[u8])] = &[("mutant", &blob)];
+                match catch_unwind(AssertUnwindSafe(|| AtlasRegistry::load(0, blobs).map(drop))) {
+                    Ok(Ok(())) => ("loaded".into(), true),
+                    Ok(Err(AtlasError::InvalidModule { .. })) => ("refused".into(), true),
+                    Ok(Err(AtlasError::NoBinaryForDevice { .. })) => ("error 209".into(), true),
+                    Ok(Err(e)) => match e.cuda_code() {
+                        Some(code) => (format!("error {code}"), !e.is_context_lost()),
+                        None => (format!("error other: {e}"), true),
+                    },
+                    Err(_) => ("panic".into(), false),
+                }
+            }
+            Variant::Foreign => {
+                let raw = raw.get_or_insert_with(|| {
+                    Raw::new().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"))
+                });
+                let code = raw.load_and_unload(&blob);
+                (format!("{code}"), code == 0 || raw.usable())
+            }
+        }
+    });
+}
+
+/// Small fatbins of the corpus with compressed sm_90 cubins (candidate sources) or with
+/// compressed cubins beside an sm_90 one (foreign sources), up to `per_scheme` of each scheme
+/// for each, spread over the corpus; written to a fresh directory for the children.
+fn corpus_sources(per_scheme: usize) -> Option<PathBuf> {
+    let roots = corpus::paths(
+        &std::env::var("ATLAS_CORPUS").unwrap_or_else(|_| "/usr/local/cuda/lib64".into()),
+    );
+    if per_scheme == 0 || roots.is_empty() {
+        return None;
+    }
+    let found = corpus::find(&roots, false).unwrap_or_else(|e| panic!("reading {roots:?}: {e}"));
+    let small: Vec<(String, Vec<u8>)> = found
+        .blobs
+        .iter()
+        .filter(|b| b.len <= 64 << 10)
+        .filter_map(|b| Some((b.name(), b.read().ok()?)))
+        .collect();
+    let dir = std::env::temp_dir().join(format!("atlas-cfuzz-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a directory for the sources");
+    let mut written = 0;
+    for variant in [Variant::Candidate, Variant::Foreign] {
+        for scheme in [Scheme::Lz4, Scheme::Zstd] {
+            let mut of_scheme: Vec<&(String, Vec<u8>)> = Vec::new();
+            for fatbin in &small {
+                let sources = sources_of(variant, std::slice::from_ref(fatbin));
+                if sources.first().is_some_and(|s| s.targets[0].1 == scheme) {
+                    of_scheme.push(fatbin);
+                }
+            }
+            let step = of_scheme.len().div_ceil(per_scheme).max(1);
+            for (name, bytes) in of_scheme.iter().step_by(step) {
+                let file: String = name
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || c == '.' {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .collect();
+                std::fs::write(dir.join(format!("{written:03}-{file}.fatbin")), bytes)
+                    .expect("writing a source");
+                written += 1;
+            }
+        }
+    }
+    println!(
+        "{written} corpus fatbins of {} small ones under {roots:?} added as sources",
+        small.len()
+    );
+    Some(dir)
+}
+
+/// Runs `tasks` in children; the outcomes.
+fn run(tasks: &[String], sources: &Option<PathBuf>) -> Vec<Outcome> {
+    let parallel = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let jobs = env_number("ATLAS_CFUZZ_JOBS", parallel) as usize;
+    let mut env = support::raw::child_env();
+    if let Some(dir) = sources {
+        env.push((SOURCES_ENV, dir.display().to_string()));
+    }
+    let run = pool::run(load_mutants, &env, tasks, jobs, HANG);
+    println!(
+        "  {} tasks in {:.1} s, {} child processes",
+        tasks.len(),
+        run.elapsed.as_secs_f64(),
+        run.children
+    );
+    run.outcomes
+}
+
+fn error_name(code: &str) -> String {
+    code.parse::<u32>().map_or(code.to_string(), |c| {
+        let text = atlas_registry::cuda_error_text(c);
+        text.split_once(": ")
+            .map_or(text.clone(), |(n, _)| n.into())
+    })
+}
+
+/// The unmutated sources of `variant` that, compressed again here, do not load: each must.
+fn sources_that_do_not_load(name: &str, count: usize, sources: &Option<PathBuf>) -> Vec<String> {
+    let tasks: Vec<String> = (0..count).map(|i| format!("source {name} {i}")).collect();
+    run(&tasks, sources)
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| !matches!(o, Outcome::Answered(a) if a == "loaded" || a == "0"))
+        .map(|(i, o)| format!("source {i}: {o:?}"))
+        .collect()
+}
+
+/// What a GPU test of `variant` starts from: the directory of corpus sources for the children,
+/// the sources, and those of them that do not load unmutated (compressed again here).
+fn gpu_sources(variant: Variant) -> (Option<PathBuf>, Vec<Source>, Vec<String>) {
+    let devices = device_count().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
+    assert!(devices > 0, "{NEEDS_GPU}: the driver reports no device");
+    let dir = corpus_sources(env_number("ATLAS_CFUZZ_CORPUS_SOURCES", 16) as usize);
+    let sources = sources_of(variant, &fatbins(dir.as_deref()));
+    println!("{} {variant:?} sources", sources.len());
+    let name = match variant {
+        Variant::Candidate => "candidate",
+        Variant::Foreign => "foreign",
+    };
+    let unloaded = sources_that_do_not_load(name, sources.len(), &dir);
+    (dir, sources, unloaded)
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn compressed_mutants_load_without_crashing() {
+    let (dir, sources, unloaded) = gpu_sources(Variant::Candidate);
+    let total = env_number("ATLAS_CFUZZ_MUTANTS", 10_000);
+    let first = env_number("ATLAS_CFUZZ_SEED", 0);
+    let seeds: Vec<u64> = (first..first + total).collect();
+    let tasks: Vec<String> = seeds.iter().map(|s| format!("candidate {s}")).collect();
+    let outcomes = run(&tasks, &dir);
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut failures = Vec::new();
+    for (seed, outcome) in seeds.iter().zip(&outcomes) {
+        let key = match outcome {
+            Outcome::Answered(a) if a.starts_with("error ") => {
+                format!("driver error {}", error_name(&a[6..]))
+            }
+            Outcome::Answered(a) if a == "loaded" || a == "refused" => a.clone(),
+            other => {
+                failures.push(format!(
+                    "seed {seed}: {other:?}: {}",
+                    mutant(&sources, *seed).what
+                ));
+                format!("{other:?}")
+            }
+        };
+        *counts.entry(key).or_default() += 1;
+    }
+    let count = |k: &str| counts.get(k).copied().unwrap_or(0);
+    let errors: u64 = counts
+        .iter()
+        .filter(|(k, _)| k.starts_with("driver error"))
+        .map(|(_, n)| n)
+        .sum();
+    println!(
+        "compressed fuzz: {total} mutants (seeds {first}..{}): loaded {} / refused by Atlas {} / \
+         driver error {errors} / crash or hang {}",
+        first + total,
+        count("loaded"),
+        count("refused"),
+        failures.len()
+    );
+    for (key, n) in &counts {
+        println!("  {n:>6}  {key}");
+    }
+    for failure in &failures {
+        println!("FAIL {failure}");
+    }
+    if let Some(dir) = &dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    assert!(
+        failures.is_empty(),
+        "{} mutants crashed, hung or panicked",
+        failures.len()
+    );
+    assert!(
+        unloaded.is_empty(),
+        "sources compressed again here do not load through Atlas: {unloaded:?}"
+    );
+    if total >= 1000 {
+        assert!(
+            count("loaded") > 0 && errors > 0,
+            "mutants reach the driver"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn foreign_entry_mutants_and_the_driver() {
+    let (dir, sources, unloaded) = gpu_sources(Variant::Foreign);
+    let total = env_number("ATLAS_CFUZZ_FOREIGN_MUTANTS", 2000);
+    let tasks: Vec<String> = (0..total).map(|s| format!("foreign {s}")).collect();
+    let outcomes = run(&tasks, &dir);
+    let mut counts: BTreeMap<String, [u64; 2]> = BTreeMap::new();
+    let mut passed_and_crashed = Vec::new();
+    for (seed, outcome) in (0..total).zip(&outcomes) {
+        let m = mutant(&sources, seed);
+        let passes = validate_blob("mutant", &m.compressed).is_ok();
+        let key = match outcome {
+            Outcome::Answered(code) if code == "0" => "loaded".to_string(),
+            Outcome::Answered(code) => format!("driver error {}", error_name(code)),
+            Outcome::Crashed(how) => format!("crash ({how})"),
+            Outcome::Hung => "hung".into(),
+        };
+        if passes && matches!(outcome, Outcome::Crashed(_) | Outcome::Hung) {
+            passed_and_crashed.push(format!("seed {seed}: {key}: {}", m.what));
+        }
+        counts.entry(key).or_default()[usize::from(passes)] += 1;
+    }
+    println!(
+        "foreign-entry mutants: {total} fatbins whose sm_90 cubin is intact and one cubin of \
+         another architecture is mutated, loaded by the plain driver:"
+    );
+    for (key, [refused, passed]) in &counts {
+        println!(
+            "  {:>6}  {key} (Atlas passes {passed}, refuses {refused})",
+            passed + refused
+        );
+    }
+    let loaded: u64 = counts.get("loaded").map_or(0, |c| c[0] + c[1]);
+    println!(
+        "{}",
+        if loaded == total {
+            "the driver loaded every one: it did not trip over the other architectures' entries"
+        } else {
+            "the driver refused or crashed on some: it parses entries of other architectures, so \
+             checking only the device's candidate entries is not enough"
+        }
+    );
+    if let Some(dir) = &dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    for line in &passed_and_crashed {
+        println!("FAIL {line}");
+    }
+    assert!(
+        passed_and_crashed.is_empty(),
+        "{} mutants that Atlas passes crash or hang the driver",
+        passed_and_crashed.len()
+    );
+    assert!(
+        unloaded.is_empty(),
+        "sources compressed again here do not load: {unloaded:?}"
+    );
+}
