@@ -184,7 +184,7 @@ mod launch;
 mod memory;
 mod registry;
 
-pub use code::blob::{BlobKind, sniff, validate_blob};
+pub use code::blob::{BlobKind, sniff, validate_blob, validate_blob_for_device};
 pub use code::layout::{
     CubinProblem, KernelLayout, LayoutError, ParamSlot, PtxProblem, RecordIssue, UnreadableBlob,
     cubin_kernel_layouts, kernel_layout, kernel_layouts, ptx_kernel_layouts,

@@ -68,8 +68,11 @@ fn early_jit_failure_leaves_an_empty_log() {
         // Leave freed heap memory full of non-zero bytes where the next buffer of this size goes:
         // a log buffer left uninitialised would read them.
         drop(vec![0xABu8; 16 * 1024]);
-        let e =
-            AtlasRegistry::load(0, &[("broken", b"STANDIN_EARLY_FAIL".as_slice())]).unwrap_err();
+        let e = AtlasRegistry::load(
+            0,
+            &[("broken", b".version 8.0\n// STANDIN_EARLY_FAIL".as_slice())],
+        )
+        .unwrap_err();
         match e {
             AtlasError::ModuleLoad { ref jit_log, .. } => assert_eq!(jit_log, "", "{e}"),
             other => panic!("expected a ModuleLoad error, got {other}"),

@@ -16,8 +16,6 @@ use atlas_registry::{
     AtlasRegistry, CubinProblem, KernelLayout, LayoutError, ParamSlot, PtxProblem, RecordIssue,
     UnreadableBlob, cubin_kernel_layouts, kernel_layout, kernel_layouts, ptx_kernel_layouts,
 };
-use object::read::elf::{ElfFile64, FileHeader, SectionHeader};
-use object::{Endianness, Object, ObjectSection};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 
@@ -111,28 +109,50 @@ fn find_once(haystack: &[u8], needle: &[u8]) -> usize {
     hits[0]
 }
 
+/// A little-endian integer of `N` bytes at `at` of `elf`.
+fn le<const N: usize>(elf: &[u8], at: usize) -> usize {
+    let mut bytes = [0u8; 8];
+    bytes[..N].copy_from_slice(&elf[at..at + N]);
+    u64::from_le_bytes(bytes) as usize
+}
+
+/// The index and the header's file offset of the section `name` of an ELF64 file, read by hand
+/// (`object`'s reader needs the file aligned in memory, which a `Vec<u8>` need not be).
+fn section_header(elf: &[u8], name: &str) -> (usize, usize) {
+    let (shoff, shnum, shstrndx) = (le::<8>(elf, 0x28), le::<2>(elf, 0x3c), le::<2>(elf, 0x3e));
+    let names = le::<8>(elf, shoff + shstrndx * 64 + 24);
+    (0..shnum)
+        .map(|i| (i, shoff + i * 64))
+        .find(|&(_, header)| {
+            let at = names + le::<4>(elf, header);
+            elf[at..].split(|&c| c == 0).next() == Some(name.as_bytes())
+        })
+        .expect("the section exists")
+}
+
 /// The file range of the section `name` of an ELF file.
 fn section_range(elf: &[u8], name: &str) -> Range<usize> {
-    let file = ElfFile64::<Endianness>::parse(elf).expect("a readable ELF file");
-    let section = file.section_by_name(name).expect("the section exists");
-    let (start, size) = section.file_range().expect("the section has file data");
-    start as usize..(start + size) as usize
+    let (_, header) = section_header(elf, name);
+    let (start, size) = (le::<8>(elf, header + 24), le::<8>(elf, header + 32));
+    start..start + size
 }
 
 /// The file offset of the symbol `name`'s `st_other` byte.
 fn st_other_offset(elf: &[u8], name: &str) -> usize {
-    let file = ElfFile64::<Endianness>::parse(elf).expect("a readable ELF file");
-    let endian = file.endian();
-    let table = file.elf_symbol_table();
-    let (index, _) = table
-        .enumerate()
-        .find(|(_, s)| table.symbol_name(endian, s).ok() == Some(name.as_bytes()))
-        .expect("the symbol exists");
-    let header = file.elf_header();
-    let sections = header.sections(endian, elf).unwrap();
-    let symtab = sections.section(table.section()).unwrap();
+    let symtab = section_range(elf, ".symtab");
+    let (_, header) = section_header(elf, ".symtab");
+    let strtab_index = le::<4>(elf, header + 40);
+    let shoff = le::<8>(elf, 0x28);
+    let strings = le::<8>(elf, shoff + strtab_index * 64 + 24);
     // Elf64_Sym: st_name u32, st_info u8, st_other u8, ...
-    symtab.sh_offset(endian) as usize + index.0 * 24 + 5
+    symtab
+        .step_by(24)
+        .find(|&symbol| {
+            let at = strings + le::<4>(elf, symbol);
+            elf[at..].split(|&c| c == 0).next() == Some(name.as_bytes())
+        })
+        .expect("the symbol exists")
+        + 5
 }
 
 fn elementwise_cubin() -> Vec<u8> {
@@ -754,10 +774,7 @@ fn with_scale_record(head: [u8; 4], change: impl FnOnce(&mut [u8])) -> (Vec<u8>,
 
 /// The file offset of the section header of `name` (ELF64: 64-byte headers from `e_shoff`).
 fn section_header_offset(elf: &[u8], name: &str) -> usize {
-    let file = ElfFile64::<Endianness>::parse(elf).unwrap();
-    let index = file.section_by_name(name).unwrap().index().0;
-    let shoff = u64::from_le_bytes(elf[0x28..0x30].try_into().unwrap()) as usize;
-    shoff + index * 64
+    section_header(elf, name).1
 }
 
 fn record(at: usize, issue: RecordIssue) -> CubinProblem {

@@ -132,8 +132,14 @@ fn without_any_layout_a_typed_launch_is_refused_naming_the_raw_path() {
 
 fn unreadable_layout_refuses_naming_the_raw_path() {
     // The stand-in loads any bytes and knows `scale` by name; the blob declares no kernel.
-    let registry =
-        AtlasRegistry::load(0, &[("elementwise", b"// no kernels here\n".as_slice())]).unwrap();
+    let registry = AtlasRegistry::load(
+        0,
+        &[(
+            "elementwise",
+            b".version 8.0\n// no kernels here\n".as_slice(),
+        )],
+    )
+    .unwrap();
     let scale = registry.function("elementwise", "scale").unwrap();
     assert_eq!(scale.param_sizes().unwrap(), None);
     let stream = registry.stream();

@@ -260,7 +260,7 @@ fn early_fail_writes_no_jit_option() {
 }
 
 fn library_load_defers_the_jit_error() {
-    let broken: &[u8] = b"// STANDIN_JIT_ERROR\n";
+    let broken: &[u8] = b".version 8.0\n// STANDIN_JIT_ERROR\n";
     let library = AtlasLibrary::load(&[("broken", broken)]).expect("the JIT is deferred");
     // The failure surfaces where the driver compiles, with the JIT log.
     match library.registry(0) {

@@ -10,7 +10,10 @@
 //!   alignment, as the JIT compiler lays them out.
 //! - ELF cubin: each kernel's `.nv.info.NAME` section holds one `EIATTR_KPARAM_INFO` record per
 //!   parameter (ordinal, offset, size) next to the total size of the parameter buffer, which the
-//!   reader checks the records against.
+//!   reader checks the records against. The cubin is read with blob validation's ELF reader.
+//!
+//! On a driver without `cuFuncGetParamInfo`, a loaded fatbin's layouts are read from the entries
+//! the driver may load for the device, and must agree ([`device_layouts`]).
 //!
 //! The reader refuses whatever it does not fully understand (unknown PTX syntax, unknown record
 //! formats, records that disagree with each other) with a [`LayoutError`] saying what and where.
@@ -18,11 +21,14 @@
 //! objects are [`LayoutError::NotReadable`]: their PTX and cubin entries are read one by one with
 //! [`ptx_kernel_layouts`] and [`cubin_kernel_layouts`].
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 
-use object::Endianness;
 use object::elf;
-use object::read::elf::{FileHeader, SectionHeader, Sym};
+
+use crate::code::blob::elf::{Elf, Machines, Section, c_string};
+use crate::code::blob::{BlobKind, fatbin, sniff};
+use crate::code::target::{Code, Devices};
 
 /// One kernel parameter: where it lies in the parameter buffer and how many bytes it takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -393,6 +399,77 @@ pub fn kernel_layout(blob: &[u8], name: &str) -> Result<Option<KernelLayout>, La
     }
 }
 
+/// Every kernel's layout as the code the driver may load for some devices declares it (by name),
+/// or why none can be read.
+pub(crate) type DeviceLayouts = Result<HashMap<String, Result<KernelLayout, String>>, String>;
+
+/// The parameter layouts of `blob`'s kernels on `devices`: for a fatbin, those of every entry the
+/// driver may load for them ([`Devices::may_load`]), read one by one; for a PTX text or a cubin,
+/// its own.
+///
+/// The driver picks one of a fatbin's entries, and which is not known here (the best SASS, or PTX
+/// under `CUDA_FORCE_PTX_JIT`), so a layout is one only when every entry it may pick declares it:
+/// a kernel whose layouts differ between them, or that one of them lacks, has none (its `Err`
+/// says why), and an entry that cannot be read makes every layout unknown. Never a guess.
+pub(crate) fn device_layouts(blob: &[u8], devices: Devices) -> DeviceLayouts {
+    let codes: Vec<(String, Cow<'_, [u8]>)> = match sniff(blob) {
+        BlobKind::Fatbin => fatbin::picked(blob, devices)?
+            .into_iter()
+            .map(|(code, bytes)| {
+                let what = match code {
+                    Code::Sass(sm) => format!("its sm_{sm} SASS"),
+                    Code::Ptx(sm) => format!("its compute_{sm} PTX"),
+                };
+                (what, bytes)
+            })
+            .collect(),
+        _ => vec![("the blob".to_owned(), Cow::Borrowed(blob))],
+    };
+    let Some(((first, first_code), rest)) = codes.split_first() else {
+        return Err(format!(
+            "the fatbin holds no code the driver may load for {devices}"
+        ));
+    };
+    let read = |what: &str, code: &[u8]| kernel_layouts(code).map_err(|e| format!("{what}: {e}"));
+    let mut kernels: HashMap<String, Result<KernelLayout, String>> = read(first, first_code)?
+        .into_iter()
+        .map(|kernel| (kernel.name.clone(), Ok(kernel)))
+        .collect();
+    for (what, code) in rest {
+        let layouts = read(what, code)?;
+        let mut declared = HashSet::with_capacity(layouts.len());
+        for kernel in layouts {
+            declared.insert(kernel.name.clone());
+            let differs = |theirs: &KernelLayout| {
+                format!(
+                    "the code the driver may load for {devices} declares different parameter \
+                     layouts: {first} {:?}, {what} {:?}",
+                    theirs.sizes().collect::<Vec<_>>(),
+                    kernel.sizes().collect::<Vec<_>>()
+                )
+            };
+            match kernels.get(&kernel.name) {
+                Some(Ok(theirs)) if *theirs == kernel => {}
+                Some(Ok(theirs)) => {
+                    let why = differs(theirs);
+                    kernels.insert(kernel.name.clone(), Err(why));
+                }
+                Some(Err(_)) => {}
+                None => {
+                    let why = format!("{what} declares it, {first} does not");
+                    kernels.insert(kernel.name.clone(), Err(why));
+                }
+            }
+        }
+        for (name, layout) in &mut kernels {
+            if layout.is_ok() && !declared.contains(name) {
+                *layout = Err(format!("{first} declares it, {what} does not"));
+            }
+        }
+    }
+    Ok(kernels)
+}
+
 const ELF_MAGIC: &[u8] = b"\x7fELF";
 const FATBIN_MAGIC: [u8; 4] = 0xBA55_ED50u32.to_le_bytes();
 const BUNDLE_MAGIC: &[u8] = b"__CLANG_OFFLOAD_BUNDLE__";
@@ -427,6 +504,8 @@ pub fn ptx_kernel_layouts(ptx: &[u8]) -> Result<Vec<KernelLayout>, LayoutError> 
         return Err(ptx_error(line, None, PtxProblem::NoVersion));
     }
     let mut kernels: Vec<KernelLayout> = Vec::new();
+    // Looked up in a set: a text may declare tens of thousands of kernels.
+    let mut names: HashSet<&str> = HashSet::new();
     loop {
         let (token, line) = lexer.next()?;
         match token {
@@ -435,13 +514,14 @@ pub fn ptx_kernel_layouts(ptx: &[u8]) -> Result<Vec<KernelLayout>, LayoutError> 
             Token::Punct('{') => lexer.skip_block(line)?,
             Token::Punct('}') => return Err(ptx_error(line, None, PtxProblem::StrayBrace)),
             Token::Directive(".entry") => {
-                if let Some(kernel) = entry(&mut lexer)? {
-                    if kernels.iter().any(|k| k.name == kernel.name) {
-                        let name = kernel.name;
+                if let Some((name, kernel)) = entry(&mut lexer)? {
+                    if !names.insert(name) {
                         return Err(ptx_error(
                             line,
-                            Some(&name),
-                            PtxProblem::DuplicateKernel { name: name.clone() },
+                            Some(name),
+                            PtxProblem::DuplicateKernel {
+                                name: name.to_owned(),
+                            },
                         ));
                     }
                     kernels.push(kernel);
@@ -771,21 +851,22 @@ struct ParamDecl<'t> {
     count: usize,
 }
 
-/// Reads an `.entry` header after the `.entry` token, and skips its body. `None` for a
-/// declaration without a body.
-fn entry(lexer: &mut Lexer<'_>) -> Result<Option<KernelLayout>, LayoutError> {
+/// Reads an `.entry` header after the `.entry` token, and skips its body: the kernel's name as
+/// written and its layout, `None` for a declaration without a body.
+fn entry<'t>(lexer: &mut Lexer<'t>) -> Result<Option<(&'t str, KernelLayout)>, LayoutError> {
     let (token, at) = lexer.next()?;
     let Token::Word(name) = token else {
         return Err(unexpected(token, at, None, "a kernel name after `.entry`"));
     };
-    entry_after_name(lexer, name).map_err(|e| match e {
+    let layout = entry_after_name(lexer, name).map_err(|e| match e {
         LayoutError::Ptx {
             line,
             kernel: None,
             problem,
         } => ptx_error(line, Some(name), problem),
         other => other,
-    })
+    })?;
+    Ok(layout.map(|layout| (name, layout)))
 }
 
 /// [`entry`] from the parameter list on; errors do not name the kernel yet.
@@ -1044,10 +1125,6 @@ const EIATTR_SMEM_PARAM_SIZE: u8 = 0x18;
 const EIATTR_CBANK_PARAM_SIZE: u8 = 0x19;
 const EIATTR_KPARAM_INFO_V2: u8 = 0x45;
 
-/// `object` reads ELF structures in place and, built without its `unaligned` feature, needs them
-/// aligned in memory; blobs embedded with `include_bytes!` need not be.
-const ELF_ALIGN: usize = 8;
-
 fn cubin_error(kernel: Option<&str>, problem: CubinProblem) -> LayoutError {
     LayoutError::Cubin {
         kernel: kernel.map(str::to_owned),
@@ -1055,115 +1132,88 @@ fn cubin_error(kernel: Option<&str>, problem: CubinProblem) -> LayoutError {
     }
 }
 
-fn elf_error(e: object::read::Error) -> LayoutError {
-    cubin_error(None, CubinProblem::Elf(e.to_string()))
+fn elf_error(e: String) -> LayoutError {
+    cubin_error(None, CubinProblem::Elf(e))
 }
 
-/// The kernels of `cubin`, or only the one named `only`.
+/// The kernels of `cubin`, or only the one named `only`, read with the ELF reader of blob
+/// validation: the header, section table and names it checks, and the bytes of each section
+/// this reads checked to lie inside the file.
 fn read_cubin(cubin: &[u8], only: Option<&str>) -> Result<Vec<KernelLayout>, LayoutError> {
-    let mut copy = Vec::new();
-    let data = aligned(cubin, &mut copy);
-    // The class byte of `e_ident` tells which header layout follows.
-    match data.get(4) {
-        Some(&elf::ELFCLASS64) => read_elf::<elf::FileHeader64<Endianness>>(data, only),
-        Some(&elf::ELFCLASS32) => read_elf::<elf::FileHeader32<Endianness>>(data, only),
-        _ => Err(cubin_error(
-            None,
-            CubinProblem::Elf("no valid ELF class in the header".to_owned()),
-        )),
-    }
-}
-
-/// `blob`, or a copy of it in `copy` at an [`ELF_ALIGN`]ed address when it is not at one.
-fn aligned<'a>(blob: &'a [u8], copy: &'a mut Vec<u8>) -> &'a [u8] {
-    if blob.as_ptr().align_offset(ELF_ALIGN) == 0 {
-        return blob;
-    }
-    copy.resize(blob.len() + ELF_ALIGN, 0);
-    let start = copy.as_ptr().align_offset(ELF_ALIGN);
-    match copy.get_mut(start..start.saturating_add(blob.len())) {
-        Some(dst) => {
-            dst.copy_from_slice(blob);
-            dst
-        }
-        // Not reached: a byte buffer can always be aligned within ELF_ALIGN bytes. Reading the
-        // blob in place is still correct; `object` refuses what it cannot read aligned.
-        None => blob,
-    }
-}
-
-fn read_elf<H: FileHeader<Endian = Endianness>>(
-    data: &[u8],
-    only: Option<&str>,
-) -> Result<Vec<KernelLayout>, LayoutError> {
-    let header = H::parse(data).map_err(elf_error)?;
-    let endian = header.endian().map_err(elf_error)?;
-    if endian != Endianness::Little {
+    if cubin.get(5) == Some(&elf::ELFDATA2MSB) {
         return Err(cubin_error(None, CubinProblem::BigEndian));
     }
-    let machine = header.e_machine(endian);
-    if machine != elf::EM_CUDA {
+    if let Some(machine) = cubin.get(18..20).map(|m| u16::from_le_bytes([m[0], m[1]]))
+        && machine != elf::EM_CUDA
+    {
         return Err(LayoutError::NotReadable(UnreadableBlob::ForeignElf {
             machine,
         }));
     }
-    let sections = header.sections(endian, data).map_err(elf_error)?;
-    let symbols = sections
-        .symbols(endian, data, elf::SHT_SYMTAB)
-        .map_err(elf_error)?;
+    let image = Elf::parse(cubin, "cubin", Machines::Cuda).map_err(elf_error)?;
 
     // Each kernel's info section by name; `None` for a name that has more than one.
-    let mut infos: HashMap<&[u8], Option<&H::SectionHeader>> = HashMap::new();
-    for section in sections.iter() {
-        let name = sections.section_name(endian, section).map_err(elf_error)?;
+    let mut infos: HashMap<&[u8], Option<(u32, Section<'_>)>> = HashMap::new();
+    for (index, section) in image.sections() {
+        let name = image.section_name(index, &section).map_err(elf_error)?;
         if name == b".nv.info" {
-            check_module_info(section.data(endian, data).map_err(elf_error)?)?;
+            check_module_info(image.data(index, &section).map_err(elf_error)?)?;
         } else if let Some(kernel) = name.strip_prefix(b".nv.info.") {
             infos
                 .entry(kernel)
                 .and_modify(|slot| *slot = None)
-                .or_insert(Some(section));
+                .or_insert(Some((index, section)));
         }
     }
+    let Some((symbols, strings)) = image.symbol_table().map_err(elf_error)? else {
+        return Ok(Vec::new());
+    };
 
     let mut layouts: Vec<KernelLayout> = Vec::new();
-    for (index, symbol) in symbols.enumerate() {
-        if symbol.st_type() != elf::STT_FUNC
-            || symbol.st_other() & STO_CUDA_ENTRY == 0
-            || symbol.st_shndx(endian) == elf::SHN_UNDEF
+    let mut names = HashSet::new();
+    for (index, symbol) in symbols.iter().enumerate() {
+        if symbol.kind != elf::STT_FUNC
+            || symbol.other & STO_CUDA_ENTRY == 0
+            || symbol.shndx == elf::SHN_UNDEF
         {
             continue;
         }
-        let raw = symbols.symbol_name(endian, symbol).map_err(elf_error)?;
+        let raw = c_string(strings, symbol.name).ok_or_else(|| {
+            elf_error(format!(
+                "symbol {index}: its name offset {} is not a string of the symbol string table",
+                symbol.name
+            ))
+        })?;
         if only.is_some_and(|name| name.as_bytes() != raw) {
             continue;
         }
         let name = std::str::from_utf8(raw)
-            .map_err(|_| cubin_error(None, CubinProblem::NameNotUtf8 { symbol: index.0 }))?;
+            .map_err(|_| cubin_error(None, CubinProblem::NameNotUtf8 { symbol: index }))?;
         let fail = |problem| Err(cubin_error(Some(name), problem));
-        if layouts.iter().any(|k| k.name == name) {
+        if !names.insert(raw) {
             return fail(CubinProblem::DuplicateKernel);
         }
-        let info = match infos.get(raw) {
+        let (info_index, info) = match infos.get(raw) {
             None => return fail(CubinProblem::MissingInfo),
             Some(None) => return fail(CubinProblem::DuplicateInfo),
             Some(Some(info)) => *info,
         };
-        let sh_type = info.sh_type(endian);
+        let sh_type = info.kind();
         if sh_type != SHT_CUDA_INFO {
             return fail(CubinProblem::InfoType { sh_type });
         }
         // The info section names the section of the code it describes; where it names one, it
         // must be this kernel's.
-        let linked = info.sh_info(endian);
-        let code = symbols
-            .symbol_section(endian, symbol, index)
-            .map_err(elf_error)?
-            .map_or(0, |s| s.0);
+        let linked = info.info();
+        let code = if symbol.shndx < elf::SHN_LORESERVE {
+            usize::from(symbol.shndx)
+        } else {
+            0
+        };
         if linked != 0 && usize::try_from(linked).ok() != Some(code) {
             return fail(CubinProblem::InfoLink { linked, code });
         }
-        let records = info.data(endian, data).map_err(elf_error)?;
+        let records = image.data(info_index, &info).map_err(elf_error)?;
         let section = format!(".nv.info.{name}");
         let params =
             kernel_params(records, &section).map_err(|problem| cubin_error(Some(name), problem))?;

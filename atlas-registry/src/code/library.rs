@@ -7,7 +7,8 @@ use atlas_sys::{CUlibrary, CUresult};
 
 use crate::code::blob::{BlobKind, code_targets};
 use crate::code::jit::{no_binary_for, retry_with_log, with_jit_log};
-use crate::code::module::{BlobLayouts, Module, blob_layouts};
+use crate::code::layout::DeviceLayouts;
+use crate::code::module::{Module, blob_layouts};
 use crate::device::host::CudaHost;
 use crate::driver::{self, calls};
 use crate::error::{AtlasError, Result, report_cleanup};
@@ -17,8 +18,9 @@ use crate::error::{AtlasError, Result, report_cleanup};
 pub(crate) struct LibraryBlob {
     raw: CUlibrary,
     kind: BlobKind,
-    /// As a module's: the blob's kernel layouts, read at load.
-    blob_layouts: Arc<BlobLayouts>,
+    /// As a module's: the blob's kernel layouts for each compute capability of the devices
+    /// present, read at load.
+    blob_layouts: Vec<((u32, u32), Arc<DeviceLayouts>)>,
     /// What is kept of the blob to explain a failure of `cuLibraryGetModule`, where the driver
     /// first compiles or picks code for a device.
     kept: Kept,
@@ -41,8 +43,14 @@ unsafe impl Send for LibraryBlob {}
 unsafe impl Sync for LibraryBlob {}
 
 impl LibraryBlob {
-    /// Loads the checked blob `image` of module `name` (of `kind`) for every context.
-    pub(crate) fn load(name: &str, kind: BlobKind, image: &[u8]) -> Result<Self> {
+    /// Loads the checked blob `image` of module `name` (of `kind`) for every context, on devices
+    /// of `compute_capabilities`.
+    pub(crate) fn load(
+        name: &str,
+        kind: BlobKind,
+        image: &[u8],
+        compute_capabilities: &[(u32, u32)],
+    ) -> Result<Self> {
         // SAFETY: `image` passed validation (PTX NUL-terminated).
         let raw = with_jit_log(name, image, None, |log| unsafe {
             calls::library_load(image, log)
@@ -54,7 +62,10 @@ impl LibraryBlob {
         Ok(Self {
             raw,
             kind,
-            blob_layouts: blob_layouts(image),
+            blob_layouts: compute_capabilities
+                .iter()
+                .map(|&cc| (cc, blob_layouts(image, cc)))
+                .collect(),
             kept,
         })
     }
@@ -74,9 +85,24 @@ impl LibraryBlob {
             name,
             self.kind,
             context.raw(),
-            self.blob_layouts.clone(),
+            self.layouts_for(host.compute_capability()),
             Arc::clone(self) as Arc<dyn Send + Sync>,
         ))
+    }
+
+    /// The blob's kernel layouts on a device of `compute_capability`.
+    fn layouts_for(&self, compute_capability: (u32, u32)) -> Arc<DeviceLayouts> {
+        let found = self
+            .blob_layouts
+            .iter()
+            .find(|(cc, _)| *cc == compute_capability)
+            .map(|(_, layouts)| Arc::clone(layouts));
+        found.unwrap_or_else(|| {
+            Arc::new(Err(format!(
+                "no device of compute capability {}.{} was present when the library was loaded",
+                compute_capability.0, compute_capability.1
+            )))
+        })
     }
 
     /// The error for `cuLibraryGetModule` failing with `error` for module `name` on `host`'s

@@ -1,10 +1,11 @@
 //! Kernel code: what a blob is and checking its structure before the driver sees it ([`blob`]),
-//! the kernels' parameter layouts as blobs declare them ([`layout`]), modules loaded in one context
-//! ([`module`]), context-independent library loads ([`library`]), and the JIT error log that a
-//! failed load carries ([`jit`]).
+//! which code a device can run ([`target`]), the kernels' parameter layouts as blobs declare them
+//! ([`layout`]), modules loaded in one context ([`module`]), context-independent library loads
+//! ([`library`]), and the JIT error log that a failed load carries ([`jit`]).
 
 pub(crate) mod blob;
 pub(crate) mod jit;
 pub(crate) mod layout;
 pub(crate) mod library;
 pub(crate) mod module;
+pub(crate) mod target;

@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use atlas_sys::{CUcontext, CUdeviceptr, CUfunction, CUmodule, CUresult};
 
-use crate::code::blob::{BlobKind, plain_code};
+use crate::code::blob::BlobKind;
 use crate::code::jit::with_jit_log;
-use crate::code::layout::{KernelLayout, kernel_layouts};
+use crate::code::layout::{DeviceLayouts, device_layouts};
+use crate::code::target::Devices;
 use crate::device::context::ensure_bound;
 use crate::device::host::CudaHost;
 use crate::driver::status::is_teardown_noop;
@@ -18,28 +19,17 @@ use crate::error::{AtlasError, NotFoundKind, Result, report_cleanup};
 /// A kernel's parameter sizes in bytes, or why nothing can tell them.
 pub(crate) type ParamSizes = std::result::Result<Box<[usize]>, String>;
 
-/// Every kernel's parameter layout as a blob declares it, or why it cannot be read.
-pub(crate) type BlobLayouts = std::result::Result<Vec<KernelLayout>, String>;
-
-/// The blob's kernel layouts: the layouts themselves when the driver cannot tell them (no
-/// `cuFuncGetParamInfo`: older than CUDA 12.4, or an injection library), and otherwise each
-/// kernel's parameter count, so that the driver is asked about those parameters and not one past
-/// the last (a call that fails, which compute-sanitizer reports as an error).
+/// The blob's kernel layouts on a device of `compute_capability`, read at load: the layouts
+/// themselves when the driver cannot tell them (no `cuFuncGetParamInfo`: older than CUDA 12.4, or
+/// an injection library), and otherwise each kernel's parameter count, so that the driver is asked
+/// about those parameters and not one past the last (a call that fails, which compute-sanitizer
+/// reports as an error).
 ///
-/// A fatbin's layouts come from the first of its uncompressed entries (PTX or cubin) that can be
-/// read: every entry is the same source compiled for another architecture.
-pub(crate) fn blob_layouts(blob: &[u8]) -> Arc<BlobLayouts> {
-    let mut first_error = None;
-    for code in plain_code(blob) {
-        match kernel_layouts(code) {
-            Ok(layouts) => return Arc::new(Ok(layouts)),
-            Err(e) => {
-                first_error.get_or_insert(e.to_string());
-            }
-        }
-    }
-    let why = first_error.unwrap_or_else(|| "it holds no uncompressed PTX or cubin".into());
-    Arc::new(Err(why))
+/// A fatbin's layouts are those of the entries the driver may load for the device (see
+/// [`device_layouts`]): a kernel on which they disagree has none.
+pub(crate) fn blob_layouts(blob: &[u8], compute_capability: (u32, u32)) -> Arc<DeviceLayouts> {
+    let devices = Devices::of(compute_capability).unwrap_or(Devices::Every);
+    Arc::new(device_layouts(blob, devices))
 }
 
 /// One module loaded in a context. Unloaded by [`unload_all`] or, silently, on drop.
@@ -51,8 +41,9 @@ pub(crate) struct Module {
     /// The library this module is a view of, which owns it (kept alive, never unloaded here);
     /// `None` for a module loaded alone.
     library: Option<Arc<dyn Send + Sync>>,
-    /// The kernels' parameter layouts as the blob declares them, read at load.
-    blob_layouts: Arc<BlobLayouts>,
+    /// The kernels' parameter layouts as the blob declares them for this module's device, read at
+    /// load.
+    blob_layouts: Arc<DeviceLayouts>,
 }
 
 // SAFETY: a CUmodule is a driver handle usable from any thread; the module is unloaded only
@@ -82,7 +73,7 @@ pub(crate) fn load_all<'a>(
             kind,
             context,
             library: None,
-            blob_layouts: blob_layouts(image),
+            blob_layouts: blob_layouts(image, host.compute_capability()),
         });
     }
     Ok(modules)
@@ -118,7 +109,7 @@ impl Module {
         name: &str,
         kind: BlobKind,
         context: CUcontext,
-        blob_layouts: Arc<BlobLayouts>,
+        blob_layouts: Arc<DeviceLayouts>,
         library: Arc<dyn Send + Sync>,
     ) -> Self {
         Self {
@@ -173,16 +164,18 @@ impl Module {
     /// known (worded for a driver without `cuFuncGetParamInfo`, the only one it is shown for).
     pub(crate) fn blob_param_sizes(&self, function: &str) -> ParamSizes {
         match &*self.blob_layouts {
-            Ok(kernels) => kernels
-                .iter()
-                .find(|kernel| kernel.name == function)
-                .map(|kernel| kernel.params.iter().map(|slot| slot.size).collect())
-                .ok_or_else(|| {
-                    format!(
-                        "the driver lacks cuFuncGetParamInfo and module `{}` declares no parameter layout for `{function}`",
-                        self.name
-                    )
-                }),
+            Ok(kernels) => match kernels.get(function) {
+                Some(Ok(kernel)) => Ok(kernel.sizes().collect()),
+                Some(Err(why)) => Err(format!(
+                    "the driver lacks cuFuncGetParamInfo and the parameter layout of `{function}` \
+                     in module `{}` cannot be known from its blob: {why}",
+                    self.name
+                )),
+                None => Err(format!(
+                    "the driver lacks cuFuncGetParamInfo and module `{}` declares no parameter layout for `{function}`",
+                    self.name
+                )),
+            },
             Err(why) => Err(format!(
                 "the driver lacks cuFuncGetParamInfo and the parameter layouts of module `{}` cannot be read from its blob: {why}",
                 self.name

@@ -47,7 +47,10 @@ struct Build {
 
 impl AtlasLibrary {
     /// Loads each `(module name, blob)` once, for every device. Blobs are checked as by
-    /// [`AtlasRegistry::load`]; a JIT failure carries the JIT log.
+    /// [`AtlasRegistry::load`], the code of a fatbin's entries for every device present: the
+    /// driver may pick an entry for any of them, so each device's refusal is made here, before
+    /// the driver sees the blob (devices of one compute capability are checked once). A JIT
+    /// failure carries the JIT log.
     #[doc(alias = "cuLibraryLoadData")]
     pub fn load(blobs: &[(&str, &[u8])]) -> Result<Self> {
         Self::load_model(&Model::new().blobs(blobs))
@@ -59,18 +62,33 @@ impl AtlasLibrary {
     /// errors). [`registry`](Self::registry) gives a device the build of its architecture; with
     /// [`Model::preload`], every kernel is resolved there.
     pub fn load_model(model: &Model<'_>) -> Result<Self> {
-        let checked = model.check_blobs()?;
-        let mut archs: Vec<Option<(u32, u32)>> = if model.has_sources() {
-            compute_capabilities()?.into_iter().map(Some).collect()
+        let checked = model.check_blobs(false)?;
+        let mut capabilities = compute_capabilities()?;
+        capabilities.sort_unstable();
+        capabilities.dedup();
+        // Each architecture present is prepared: its sources compiled, and its fatbin entries
+        // checked (before anything is loaded, as `prepare` refuses a blob).
+        let mut all = Vec::with_capacity(capabilities.len());
+        for &cc in &capabilities {
+            all.push((cc, model.prepare(checked.clone(), cc)?));
+        }
+        // Blobs are the same for every architecture: one build serves all devices without
+        // sources.
+        let archs: Vec<Option<(u32, u32)>> = if model.has_sources() {
+            capabilities.iter().copied().map(Some).collect()
         } else {
             vec![None]
         };
-        archs.sort_unstable();
-        archs.dedup();
         let mut builds: Vec<Build> = Vec::with_capacity(archs.len());
         for compute_capability in archs {
-            let prepared =
-                model.prepare(checked.clone(), compute_capability.unwrap_or_default())?;
+            let cc = compute_capability.or(capabilities.first().copied());
+            let Some(prepared) = all
+                .iter()
+                .find(|(prepared_for, _)| Some(*prepared_for) == cc)
+                .map(|(_, prepared)| prepared)
+            else {
+                break;
+            };
             let loads = prepared
                 .modules
                 .iter()
@@ -79,7 +97,12 @@ impl AtlasLibrary {
                     |(i, (name, kind, image))| match (&checked[i], builds.first()) {
                         // A blob is the same for every architecture: loaded once.
                         (Some(_), Some(first)) => Ok(Arc::clone(&first.loads[i])),
-                        _ => Ok(Arc::new(LibraryBlob::load(name, *kind, image)?)),
+                        _ => Ok(Arc::new(LibraryBlob::load(
+                            name,
+                            *kind,
+                            image,
+                            &capabilities,
+                        )?)),
                     },
                 )
                 .collect::<Result<Vec<_>>>()?;
@@ -88,7 +111,7 @@ impl AtlasLibrary {
                 loads,
                 compiled: prepared.compiled(),
                 kernel_names: if model.preloads() {
-                    kernel_names_if_needed(&prepared.modules)
+                    kernel_names_if_needed(&prepared.modules, cc.unwrap_or_default())
                 } else {
                     None
                 },

@@ -38,7 +38,7 @@ use crate::memory::symbol::DeviceSymbol;
 use call_sites::CallSiteTable;
 use function::{CudaFunction, FunctionRef, RawCudaFunc};
 use function_table::FunctionTable;
-use model::{Compiled, Model, kernel_names_if_needed};
+use model::{Checked, Compiled, Model, kernel_names_if_needed};
 
 /// The shared state behind an [`AtlasRegistry`] and the handles taken from it.
 pub(crate) struct RegistryInner {
@@ -71,12 +71,16 @@ impl AtlasRegistry {
     /// [`CudaHost`] is created if needed).
     ///
     /// Every blob is checked before the driver is loaded (see [`validate_blob`](crate::validate_blob)),
-    /// so a malformed one is refused the same on a machine without a GPU. PTX (UTF-8 text) is
-    /// passed NUL-terminated and JIT-compiled by the driver; ELF cubins, fatbins and clang offload
-    /// bundles, and anything else that is not UTF-8, are passed as binaries. An empty or malformed
-    /// blob, or a duplicate module name, is an [`AtlasError::InvalidModule`] naming the module; a
-    /// JIT failure is an [`AtlasError::ModuleLoad`] carrying the JIT log. Modules loaded before a
-    /// failure are unloaded again.
+    /// so a malformed one is refused the same on a machine without a GPU; of a fatbin, the code of
+    /// the entries the driver may pick for the device is checked once the device is known, exactly
+    /// as [`validate_blob_for_device`](crate::validate_blob_for_device) checks it. PTX is passed
+    /// NUL-terminated and JIT-compiled by the driver; ELF cubins, fatbins and clang offload
+    /// bundles are passed as binaries. Bytes of any other format are refused
+    /// ([`load_with_unknown_formats`](Self::load_with_unknown_formats) takes them, unsafely). An
+    /// empty, malformed or unknown blob, or a duplicate module name, is an
+    /// [`AtlasError::InvalidModule`] naming the module; a JIT failure is an
+    /// [`AtlasError::ModuleLoad`] carrying the JIT log. Modules loaded before a failure are
+    /// unloaded again.
     ///
     /// # Examples
     ///
@@ -114,6 +118,37 @@ impl AtlasRegistry {
         Self::load_model(ordinal, &Model::new().blobs(blobs))
     }
 
+    /// As [`load`](Self::load), except that a blob of no format Atlas knows ([`BlobKind::Binary`]:
+    /// not PTX, an ELF cubin or AMD GPU code object, a fatbin or a clang offload bundle) is handed
+    /// to the driver as it is (with a NUL after it), unchecked. Blobs of the formats Atlas knows
+    /// are checked as by `load`.
+    ///
+    /// # Safety
+    ///
+    /// For each blob of a format Atlas does not know:
+    ///
+    /// 1. It is code in a format the driver of this process loads (a driver other than NVIDIA's
+    ///    may take formats NVIDIA's does not).
+    /// 2. It is well formed: no offset, size, index or string in it leads the driver's reader
+    ///    outside the blob or to the wrong structure. The driver does not check this; a malformed
+    ///    image can crash the process inside `cuModuleLoadData`, which is why `load` refuses what
+    ///    Atlas cannot check.
+    ///
+    /// Safe code cannot hand the driver unknown bytes: this does not compile outside `unsafe`.
+    ///
+    /// ```compile_fail
+    /// let blobs: &[(&str, &[u8])] = &[("mystery", b"\xff\xfe")];
+    /// let registry = atlas_registry::AtlasRegistry::load_with_unknown_formats(0, blobs);
+    /// ```
+    #[doc(alias = "cuModuleLoadData")]
+    pub unsafe fn load_with_unknown_formats(
+        ordinal: usize,
+        blobs: &[(&str, &[u8])],
+    ) -> Result<Self> {
+        let model = Model::new().blobs(blobs);
+        Self::load_checked(ordinal, &model, model.check_blobs(true)?)
+    }
+
     /// Loads a [`Model`] on device `ordinal`: its blobs as [`load`](Self::load) does (each checked
     /// before the driver is loaded), and each of its sources compiled for the device (its own SASS
     /// when NVRTC knows its architecture, else PTX the driver JIT-compiles; from the compile cache
@@ -125,12 +160,22 @@ impl AtlasRegistry {
     /// A compile error is [`AtlasError::Compile`] with NVRTC's log; without NVRTC (only needed
     /// when the model has sources), [`AtlasError::NvrtcUnavailable`].
     pub fn load_model(ordinal: usize, model: &Model<'_>) -> Result<Self> {
-        let checked = model.check_blobs()?;
+        Self::load_checked(ordinal, model, model.check_blobs(false)?)
+    }
+
+    /// The device half of a load: `model`, whose blobs are `checked`, made ready for device
+    /// `ordinal` (sources compiled, fatbins checked for it) and loaded there.
+    fn load_checked<'a>(
+        ordinal: usize,
+        model: &Model<'a>,
+        checked: Vec<Checked<'a>>,
+    ) -> Result<Self> {
         let host = host(ordinal)?;
-        let prepared = model.prepare(checked, host.compute_capability())?;
+        let cc = host.compute_capability();
+        let prepared = model.prepare(checked, cc)?;
         let names = model
             .preloads()
-            .then(|| kernel_names_if_needed(&prepared.modules));
+            .then(|| kernel_names_if_needed(&prepared.modules, cc));
         let modules = load_all(
             &host,
             prepared

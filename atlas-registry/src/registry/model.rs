@@ -4,8 +4,9 @@
 
 use std::borrow::Cow;
 
-use crate::code::blob::{self, BlobKind, plain_code};
-use crate::code::layout::kernel_layouts;
+use crate::code::blob::{self, BlobKind};
+use crate::code::layout::device_layouts;
+use crate::code::target::Devices;
 use crate::compile::{CacheOutcome, CompileCache, Compiler, CudaSource};
 use crate::driver::calls;
 use crate::error::{AtlasError, CompileRefusal, Result};
@@ -113,7 +114,10 @@ impl<'a> Model<'a> {
     /// Checks the module names and every blob (before any driver or NVRTC is loaded, so that a bad
     /// blob is refused the same on a machine without a GPU): for each module, its checked blob,
     /// or `None` for a source.
-    pub(crate) fn check_blobs(&self) -> Result<Vec<Checked<'a>>> {
+    ///
+    /// With `unknown_formats`, a blob of no format Atlas knows passes unchecked (the caller's
+    /// promise: [`AtlasRegistry::load_with_unknown_formats`](crate::AtlasRegistry::load_with_unknown_formats)).
+    pub(crate) fn check_blobs(&self, unknown_formats: bool) -> Result<Vec<Checked<'a>>> {
         for (i, (name, _)) in self.modules.iter().enumerate() {
             if self.modules[..i].iter().any(|(earlier, _)| earlier == name) {
                 return Err(AtlasError::InvalidModule {
@@ -125,7 +129,7 @@ impl<'a> Model<'a> {
         self.modules
             .iter()
             .map(|(name, code)| match code {
-                Code::Blob(bytes) => blob::prepare(name, bytes).map(Some),
+                Code::Blob(bytes) => blob::prepare(name, bytes, unknown_formats).map(Some),
                 Code::Source(_) => Ok(None),
             })
             .collect()
@@ -139,7 +143,9 @@ impl<'a> Model<'a> {
     }
 
     /// The model's modules made ready for a device of compute capability `cc`: `checked` (from
-    /// [`check_blobs`](Self::check_blobs)) with each source compiled (or taken from the cache).
+    /// [`check_blobs`](Self::check_blobs)) with each source compiled (or taken from the cache),
+    /// and of every fatbin the code of the entries such a device may pick checked
+    /// ([`validate_blob_for_device`](crate::validate_blob_for_device)).
     pub(crate) fn prepare(
         &self,
         checked: Vec<Checked<'a>>,
@@ -169,7 +175,7 @@ impl<'a> Model<'a> {
                     // Checked as every blob is, on the one path to the driver (the compiler
                     // checked it too, before storing it or taking it from the cache).
                     let image = code.into_image();
-                    let (kind, checked) = blob::prepare(name, &image)?;
+                    let (kind, checked) = blob::prepare(name, &image, false)?;
                     let terminated = match checked {
                         Cow::Borrowed(_) => None,
                         Cow::Owned(copy) => Some(copy),
@@ -179,6 +185,7 @@ impl<'a> Model<'a> {
                 // `checked` holds a blob for every blob module.
                 _ => continue,
             };
+            blob::check_for_device(name, kind, &image, cc)?;
             prepared.modules.push((name.clone(), kind, image));
         }
         Ok(prepared)
@@ -280,25 +287,26 @@ impl CppNames {
     }
 }
 
-/// The kernel names each module's blob declares, for preloading on a driver that cannot list a
-/// module's functions; `None` when it can (so nothing is parsed).
+/// The kernel names each module's blob declares for a device of compute capability `cc`, for
+/// preloading on a driver that cannot list a module's functions; `None` when it can (so nothing
+/// is parsed). Of a fatbin, the kernels of the entries the driver may load for the device.
 pub(crate) fn kernel_names_if_needed(
     modules: &[(String, BlobKind, Cow<'_, [u8]>)],
+    cc: (u32, u32),
 ) -> Option<Vec<Vec<String>>> {
     if calls::can_enumerate_functions() {
         return None;
     }
+    let devices = Devices::of(cc).unwrap_or(Devices::Every);
     Some(
         modules
             .iter()
             .map(|(_, _, image)| {
-                // A fatbin's entries are one source compiled for several architectures: the
-                // first readable one names them all.
-                plain_code(image)
-                    .into_iter()
-                    .find_map(|code| kernel_layouts(code).ok())
-                    .map(|layouts| layouts.into_iter().map(|k| k.name).collect())
-                    .unwrap_or_default()
+                let mut names: Vec<String> = device_layouts(image, devices)
+                    .map(|kernels| kernels.into_keys().collect())
+                    .unwrap_or_default();
+                names.sort_unstable();
+                names
             })
             .collect(),
     )

@@ -15,7 +15,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use atlas_registry::{AtlasError, BlobKind, validate_blob};
+use atlas_registry::{AtlasError, BlobKind, validate_blob, validate_blob_for_device};
 
 use super::fatbin::MAGIC;
 
@@ -344,19 +344,16 @@ fn search(
 /// Atlas's verdict on `blob` for a device of compute capability `sm` (90 for 9.0): its kind, or
 /// the reason it is refused.
 ///
-/// This is the one place the corpus tests ask Atlas. Today that is [`validate_blob`], the check
-/// `AtlasRegistry::load` makes. A check for one device, `validate_blob_for_device(module,
-/// blob, compute_capability)`, is to be asked here as well once Atlas has it:
-/// validate_blob for the blob as a whole, the device's check for what that device would load.
+/// This is the one place the corpus tests ask Atlas: [`validate_blob`] for the blob as a whole
+/// (every entry any device may pick), and [`validate_blob_for_device`], the check
+/// `AtlasRegistry::load` makes on that device.
 pub fn atlas_verdict(module: &str, blob: &[u8], sm: u32) -> Result<BlobKind, String> {
     let reason = |e: AtlasError| match e {
         AtlasError::InvalidModule { reason, .. } => reason,
         other => other.to_string(),
     };
     let kind = validate_blob(module, blob).map_err(reason)?;
-    // The device's check goes here: `validate_blob_for_device(module, blob, (sm / 10, sm % 10))
-    // .map_err(reason)?;`
-    let _ = sm;
+    validate_blob_for_device(module, blob, (sm / 10, sm % 10)).map_err(reason)?;
     Ok(kind)
 }
 

@@ -4,61 +4,82 @@
 //! The driver is not hardened against malformed images: a cubin with one byte changed in its
 //! section header table or symbol table can crash the process inside `cuModuleLoadData`. So every
 //! blob is checked here first, without the driver, and refused with
-//! [`AtlasError::InvalidModule`] naming the structure that is wrong:
+//! [`AtlasError::InvalidModule`] naming the structure that is wrong. The policy, each rule with
+//! its reason, is in `RELIABILITY.md` ("Blob validation"): strict on structure, permissive on
+//! meaning, every byte the driver parses checked, every format known and the rest refused, in
+//! linear time.
 //!
-//! - PTX: no NUL byte before its end; handed over NUL-terminated.
+//! - PTX ([`ptx`]): UTF-8 text that starts with a `.version` directive, no NUL byte before its
+//!   end; handed over NUL-terminated.
 //! - ELF (NVIDIA cubins, AMD GPU code objects): the structure every ELF reader follows
 //!   ([`elf`]), and NVIDIA's own sections of a cubin ([`elf::cuda`]).
-//! - Fatbins: the header, every entry inside the body and every field of its header as toolchains
-//!   write it (names and ptxas options inside the header), each entry's ELF or PTX checked as
-//!   above ([`fatbin`]; compressed entries are checked as containers only, see there).
-//! - Clang offload bundles: the entry table, every entry's id and code object inside the blob,
-//!   each ELF code object checked as above ([`bundle`]).
+//! - Fatbins ([`fatbin`]): the header and every entry's header; the code of every entry the
+//!   driver may pick for the device (or, without a device, for any device), checked as above,
+//!   compressed entries decompressed first ([`compressed`]).
+//! - Clang offload bundles, plain or compressed ([`bundle`]): the entry table, every entry's id
+//!   and code object inside the blob, each ELF code object checked as above.
+//!
+//! Anything else is refused, naming the formats Atlas takes; handing the driver bytes of another
+//! format is an explicit `unsafe` opt-in
+//! ([`AtlasRegistry::load_with_unknown_formats`](crate::AtlasRegistry::load_with_unknown_formats)).
 //!
 //! Everything offsets and sizes point at is read with checked arithmetic and checked reads; no
-//! input makes the checks panic or allocate, except the message of a refusal. They run on every
-//! load, so they are written to take few steps: one pass over a cubin's sections, each field read
-//! where it is used, refusals formatted by cold functions on the way out. A 4.5 KiB cubin with two
-//! kernels takes about 3,100 instructions, a quarter to half a microsecond
+//! input makes the checks panic, and they allocate only to decompress, to sort the sections of an
+//! ELF file whose table is not in file order, and for the message of a refusal. They run on
+//! every load, so they are written to take few steps: one pass over a cubin's sections, each
+//! field read where it is used, refusals formatted by cold functions on the way out. A 4.5 KiB
+//! cubin with two kernels takes about 3,100 instructions, a quarter to half a microsecond
 //! (`cargo run --release -p atlas-registry --example validate_blobs`).
 
 mod bundle;
-mod elf;
-mod fatbin;
+mod compressed;
+pub(in crate::code) mod elf;
+pub(in crate::code) mod fatbin;
+mod ptx;
 mod read;
 #[cfg(test)]
 mod tests;
 
 use std::borrow::Cow;
 
+use crate::code::target::{Code, Devices};
 use crate::error::{AtlasError, Result};
 use read::Check;
 
 pub(crate) use elf::cuda::sm_arch;
 
+/// The formats Atlas takes, for refusals of anything else.
+const FORMATS: &str = "PTX, NVIDIA ELF cubins, AMD GPU ELF code objects, NVIDIA fatbins and clang \
+                       offload bundles (plain or compressed)";
+
 /// The kind of a module blob, told from its first bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BlobKind {
-    /// PTX text (UTF-8); handed to the driver NUL-terminated and JIT-compiled.
+    /// UTF-8 text: PTX when it starts with a `.version` directive (after whitespace and comments),
+    /// as validation requires; handed to the driver NUL-terminated and JIT-compiled.
     Ptx,
     /// An ELF file (`\x7fELF`): an NVIDIA cubin, or an AMD GPU code object (SCALE/HIP).
     Cubin,
     /// A fatbin (magic `0xBA55ED50`).
     Fatbin,
-    /// A clang offload bundle (`__CLANG_OFFLOAD_BUNDLE__`).
+    /// A clang offload bundle (`__CLANG_OFFLOAD_BUNDLE__`, or `CCOB` compressed).
     OffloadBundle,
-    /// Something else that is not UTF-8; handed to the driver as it is, which decides.
+    /// Something else: bytes of no format Atlas knows. [`validate_blob`] refuses them; only
+    /// [`AtlasRegistry::load_with_unknown_formats`](crate::AtlasRegistry::load_with_unknown_formats)
+    /// hands them to the driver.
     Binary,
 }
 
-/// Tells what `blob` is from its first bytes.
+/// Tells what `blob` is from its first bytes: a magic number, else UTF-8 text ([`BlobKind::Ptx`]),
+/// else [`BlobKind::Binary`]. Whether text is PTX, and anything past the first bytes, is for
+/// [`validate_blob`] to say.
 pub fn sniff(blob: &[u8]) -> BlobKind {
     if blob.starts_with(elf::MAGIC) {
         BlobKind::Cubin
     } else if blob.starts_with(&fatbin::MAGIC) {
         BlobKind::Fatbin
-    } else if blob.starts_with(bundle::MAGIC) {
+    } else if blob.starts_with(bundle::MAGIC) || blob.starts_with(bundle::COMPRESSED_MAGIC) {
         BlobKind::OffloadBundle
     } else if std::str::from_utf8(blob).is_ok() {
         BlobKind::Ptx
@@ -68,15 +89,21 @@ pub fn sniff(blob: &[u8]) -> BlobKind {
 }
 
 /// Checks the structure of module `module`'s blob as [`AtlasRegistry::load`] does before handing
-/// it to the driver, without a driver or a GPU, and says what kind of blob it is.
+/// it to the driver, without a driver or a GPU, for any device, and says what kind of blob it is.
 ///
 /// A blob that passes has no offset, size or index that points outside it or at the wrong thing
 /// (see [`BlobKind`] for the kinds; ELF headers, section and program header tables, string
 /// tables, symbols, relocations, notes, NVIDIA's `.nv.info` attribute records, fatbin and
-/// offload-bundle entries); whether the code in it is right is for the driver to say when it
-/// loads it. A blob that fails is an [`AtlasError::InvalidModule`] naming `module` and the
+/// offload-bundle entries, and the code inside compressed entries); whether the code in it is
+/// right is for the driver to say when it loads it. Flag bits, versions and architectures are
+/// the driver's to judge too: an entry of a fatbin that no device can pick is checked only for
+/// its header. A blob that fails is an [`AtlasError::InvalidModule`] naming `module` and the
 /// structure at fault, e.g. "section 7 (.nv.info.scale): offset 4500 + size 88 is past the end of
-/// the 4,584-byte blob (truncated or corrupt)".
+/// the 4,584-byte blob (truncated or corrupt)"; bytes of no format Atlas knows are refused too.
+///
+/// This checks every entry of a fatbin that some device may pick; a load checks only those its
+/// device may pick ([`validate_blob_for_device`]), so a blob that passes here passes there for
+/// every device.
 ///
 /// [`AtlasRegistry::load`]: crate::AtlasRegistry::load
 ///
@@ -89,43 +116,106 @@ pub fn sniff(blob: &[u8]) -> BlobKind {
 /// assert!(e.to_string().contains("truncated"), "{e}");
 /// ```
 pub fn validate_blob(module: &str, blob: &[u8]) -> Result<BlobKind> {
-    check(blob).map_err(|reason| AtlasError::InvalidModule {
+    refused(module, check(blob, Some(Devices::Every)))
+}
+
+/// Checks module `module`'s blob exactly as [`AtlasRegistry::load`] does for a device of compute
+/// capability `compute_capability` (`(9, 0)` for an H200), without a driver or a GPU: as
+/// [`validate_blob`], except that of a fatbin's entries only those the driver may pick for that
+/// device have their code checked: SASS of the device's major version and the same or an older
+/// minor one, and PTX for it or an older architecture (whichever the driver prefers, and under
+/// `CUDA_FORCE_PTX_JIT`). So a load's refusal is reproduced here, on any machine.
+///
+/// Checking only those saves real time on the fatbins of large libraries, which hold code for a
+/// dozen architectures, most of it compressed.
+///
+/// [`AtlasRegistry::load`]: crate::AtlasRegistry::load
+///
+/// ```
+/// use atlas_registry::{BlobKind, validate_blob_for_device};
+///
+/// let fatbin = atlas_kernels::ELEMENTWISE_FATBIN;
+/// assert_eq!(validate_blob_for_device("elementwise", fatbin, (9, 0)).unwrap(), BlobKind::Fatbin);
+/// ```
+pub fn validate_blob_for_device(
+    module: &str,
+    blob: &[u8],
+    compute_capability: (u32, u32),
+) -> Result<BlobKind> {
+    let devices = Devices::of(compute_capability).unwrap_or(Devices::Every);
+    refused(module, check(blob, Some(devices)))
+}
+
+fn refused<T>(module: &str, check: Check<T>) -> Result<T> {
+    check.map_err(|reason| AtlasError::InvalidModule {
         module: module.escape_debug().to_string(),
         reason,
     })
 }
 
-fn check(blob: &[u8]) -> Check<BlobKind> {
+/// What `blob` is when it is of a format Atlas knows: [`sniff`]'s kind, except that text is PTX
+/// only when it starts as PTX does, and `Binary` is no format.
+fn known(blob: &[u8]) -> Option<BlobKind> {
+    match sniff(blob) {
+        BlobKind::Ptx if ptx::starts_as_ptx(blob) => Some(BlobKind::Ptx),
+        BlobKind::Ptx | BlobKind::Binary => None,
+        kind => Some(kind),
+    }
+}
+
+/// Checks `blob`, and of a fatbin the code of the entries that `devices` may pick (`None`: of
+/// none, only the headers).
+fn check(blob: &[u8], devices: Option<Devices>) -> Check<BlobKind> {
     if blob.is_empty() {
         return Err("the blob is empty".into());
     }
-    let kind = sniff(blob);
+    let Some(kind) = known(blob) else {
+        return Err(unknown_format(blob));
+    };
     match kind {
-        BlobKind::Ptx => check_ptx(blob)?,
+        BlobKind::Ptx => ptx::check(blob.strip_suffix(b"\0").unwrap_or(blob))?,
         BlobKind::Cubin => elf::check(blob, "blob", elf::Machines::Gpu)?,
-        BlobKind::Fatbin => fatbin::check(blob)?,
+        BlobKind::Fatbin => fatbin::check(blob, devices)?,
         BlobKind::OffloadBundle => bundle::check(blob)?,
-        BlobKind::Binary => {}
+        BlobKind::Binary => return Err(unknown_format(blob)),
     }
     Ok(kind)
 }
 
-/// PTX is handed over as a C string: a NUL byte may only end it.
-fn check_ptx(blob: &[u8]) -> Check {
-    let text = blob.strip_suffix(b"\0").unwrap_or(blob);
-    // `contains` on bytes is the word-at-a-time search; the position only on the way out.
-    if !text.contains(&0) {
-        return Ok(());
+/// The refusal of `blob`, of no format Atlas knows.
+#[cold]
+fn unknown_format(blob: &[u8]) -> String {
+    match sniff(blob) {
+        BlobKind::Ptx => ptx::check(blob.strip_suffix(b"\0").unwrap_or(blob))
+            .err()
+            .unwrap_or_else(|| format!("not a format Atlas knows; Atlas takes {FORMATS}")),
+        _ => {
+            let shown = blob.get(..8).unwrap_or(blob);
+            format!(
+                "the blob (starting {shown:02x?}) is of no format Atlas knows; Atlas takes \
+                 {FORMATS}"
+            )
+        }
     }
-    let at = text.iter().position(|&b| b == 0).unwrap_or_default();
-    Err(format!("the PTX text has a NUL byte at offset {at}"))
 }
 
-/// Checks `blob` (as [`validate_blob`]) and returns the bytes to hand to the driver: the blob
-/// itself, except PTX without its terminating NUL and unknown binaries, which get one (copied), so
-/// that no reader of the driver's can run past their end.
-pub(crate) fn prepare<'b>(module: &str, blob: &'b [u8]) -> Result<(BlobKind, Cow<'b, [u8]>)> {
-    let kind = validate_blob(module, blob)?;
+/// Checks `blob` before the driver is loaded (so a bad blob is refused the same on a machine
+/// without a GPU) and returns its kind and the bytes to hand to the driver: the blob itself,
+/// except PTX without its terminating NUL and bytes of unknown formats, which get one (copied), so
+/// that no reader of the driver's can run past their end. All of the blob is checked except the
+/// code of fatbin entries, which is checked for the device the blob is loaded on
+/// ([`check_for_device`]). With `unknown_formats`, bytes of no format Atlas knows are taken as
+/// they are, as [`BlobKind::Binary`] (the caller's promise, see
+/// `AtlasRegistry::load_with_unknown_formats`).
+pub(crate) fn prepare<'b>(
+    module: &str,
+    blob: &'b [u8],
+    unknown_formats: bool,
+) -> Result<(BlobKind, Cow<'b, [u8]>)> {
+    let kind = match known(blob) {
+        None if unknown_formats && !blob.is_empty() => BlobKind::Binary,
+        _ => refused(module, check(blob, None))?,
+    };
     let terminated = matches!(kind, BlobKind::Ptx | BlobKind::Binary) && !blob.ends_with(b"\0");
     if !terminated {
         return Ok((kind, Cow::Borrowed(blob)));
@@ -136,13 +226,19 @@ pub(crate) fn prepare<'b>(module: &str, blob: &'b [u8]) -> Result<(BlobKind, Cow
     Ok((kind, Cow::Owned(owned)))
 }
 
-/// The code a blob holds that a reader can parse on its own: the blob itself, or for a fatbin the
-/// payload of each uncompressed entry (PTX text or an ELF image).
-pub(crate) fn plain_code(blob: &[u8]) -> Vec<&[u8]> {
-    match sniff(blob) {
-        BlobKind::Fatbin => fatbin::plain_payloads(blob).collect(),
-        _ => vec![blob],
+/// The rest of [`validate_blob_for_device`] after [`prepare`] made `image` of `kind`: the code of
+/// the entries of a fatbin that a device of compute capability `compute_capability` may pick.
+pub(crate) fn check_for_device(
+    module: &str,
+    kind: BlobKind,
+    image: &[u8],
+    compute_capability: (u32, u32),
+) -> Result<()> {
+    if kind != BlobKind::Fatbin {
+        return Ok(());
     }
+    let devices = Devices::of(compute_capability).unwrap_or(Devices::Every);
+    refused(module, fatbin::check(image, Some(devices)))
 }
 
 /// What code `blob` holds, for messages: `sm_90 SASS` for a cubin, `sm_90 SASS, compute_90 PTX`
@@ -161,9 +257,10 @@ pub(crate) fn code_targets(blob: &[u8]) -> String {
                 .into_iter()
                 .flatten()
                 .map_while(|entry| entry.ok())
-                .map(|entry| match entry.kind {
-                    1 => format!("compute_{} PTX", entry.arch),
-                    _ => format!("sm_{} SASS", entry.arch),
+                .map(|entry| match entry.code() {
+                    Some(Code::Ptx(sm)) => format!("compute_{sm} PTX"),
+                    Some(Code::Sass(sm)) => format!("sm_{sm} SASS"),
+                    None => format!("an entry of kind {}", entry.kind),
                 })
                 .collect();
             if targets.is_empty() {

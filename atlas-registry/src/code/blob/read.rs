@@ -60,6 +60,54 @@ pub(super) fn fits(offset: u64, size: u64, limit: u64) -> bool {
     offset.checked_add(size).is_some_and(|end| end <= limit)
 }
 
+/// The first two of `ranges` (`(offset, size)` each; empty ones left out) whose bytes overlap, by
+/// their places in `ranges`, the lower first. Ranges in file order, as toolchains write them, take
+/// one pass and no allocation; others are sorted (n log n).
+pub(super) fn overlapping(
+    ranges: impl Iterator<Item = (u64, u64)> + Clone,
+) -> Option<(usize, usize)> {
+    let mut last: Option<(usize, u64, u64)> = None;
+    let mut in_order = true;
+    for (i, (offset, size)) in ranges.clone().enumerate() {
+        if size == 0 {
+            continue;
+        }
+        if let Some((j, start, end)) = last {
+            if offset < start {
+                in_order = false;
+                break;
+            }
+            // No overlap before, so every earlier range ends by `end`.
+            if offset < end {
+                return Some((j, i));
+            }
+        }
+        last = Some((i, offset, offset.saturating_add(size)));
+    }
+    if in_order {
+        return None;
+    }
+    let mut spans: Vec<(u64, u64, usize)> = ranges
+        .enumerate()
+        .filter(|(_, (_, size))| *size > 0)
+        .map(|(i, (offset, size))| (offset, offset.saturating_add(size), i))
+        .collect();
+    spans.sort_unstable();
+    let mut reach: Option<(u64, usize)> = None;
+    for (start, end, i) in spans {
+        if let Some((furthest, j)) = reach {
+            if start < furthest {
+                return Some((i.min(j), i.max(j)));
+            }
+            if end <= furthest {
+                continue;
+            }
+        }
+        reach = Some((end, i));
+    }
+    None
+}
+
 /// A byte count with thousands separators (`5,600`), as people read sizes.
 #[derive(Clone, Copy)]
 pub(super) struct Size(pub(super) u64);
@@ -101,6 +149,18 @@ mod tests {
         assert_eq!(bytes_at(&b, 10, 0), None);
         assert_eq!(bytes_at(&b, 1, u64::MAX), None);
         assert!(fits(4, 5, 9) && !fits(4, 6, 9) && !fits(u64::MAX, 2, u64::MAX));
+    }
+
+    #[test]
+    fn overlaps_are_found_in_any_order() {
+        let find = |ranges: &[(u64, u64)]| overlapping(ranges.iter().copied());
+        assert_eq!(find(&[]), None);
+        assert_eq!(find(&[(0, 4), (4, 4), (8, 0), (8, 1)]), None);
+        assert_eq!(find(&[(0, 4), (3, 4)]), Some((0, 1)));
+        assert_eq!(find(&[(0, 4), (0, 0), (4, 4), (4, 4)]), Some((2, 3)));
+        assert_eq!(find(&[(8, 4), (0, 4), (4, 4)]), None);
+        assert_eq!(find(&[(8, 4), (0, 4), (4, 5)]), Some((0, 2)));
+        assert_eq!(find(&[(100, 1), (0, 50), (10, 5)]), Some((1, 2)));
     }
 
     #[test]

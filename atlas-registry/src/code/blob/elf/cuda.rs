@@ -28,16 +28,17 @@
 //!   `KPARAM_INFO` (0x17) is `u32 index, u16 ordinal, u16 offset, u32 flags` with the size in
 //!   bits 18–31, inside `CBANK_PARAM_SIZE` (0x19) bytes; `EXIT_INSTR_OFFSETS` (0x1c) are offsets
 //!   into the kernel's code section.
-//! - `.nv.callgraph` (`SHT_CUDA_CALLGRAPH`, 0x7000_0001) is pairs of 32-bit symbol indexes, with
-//!   values from 0xffff_fff0 up as markers.
+//! - `.nv.callgraph` (`SHT_CUDA_CALLGRAPH`, 0x7000_0001) is pairs of 32-bit values, caller and
+//!   callee, with values from 0xffff_fff0 up as markers; callers are symbol indexes, callees not
+//!   always (CUDA 11's cuFFT numbers them past the symbol table).
 //! - The low 24 bits of a kernel's `.text.<kernel>` `sh_info` are the kernel's symbol; the high 8
 //!   hold its register count in NVRTC 12.0's cubins for sm_75 to sm_89, and are 0 otherwise.
 //! - Relocations are REL (NVRTC 12.0 before sm_90) or RELA (sm_90, nvcc 13), of R_CUDA types.
 //! - The header: `e_version` is the CUDA format version (see `Elf::parse`), and locates
 //!   nothing. `EI_ABIVERSION` 7 or 8 says how `e_flags` is laid out ([`sm_arch`]); the driver
-//!   indexes its own tables by the SM number there, so `e_flags` is checked for the bits of its
-//!   layout, a plausible SM number and a virtual architecture consistent with it
-//!   ([`check_flags`]).
+//!   indexes its own tables by the SM number there, so that number, and the virtual
+//!   architecture's, must be plausible ([`check_flags`]); the flag bits around them are the
+//!   driver's to judge.
 
 use object::elf::{
     EM_CUDA, SHF_ALLOC, SHF_EXECINSTR, SHN_LORESERVE, SHT_LOPROC, SHT_NOBITS, SHT_PROGBITS,
@@ -45,10 +46,29 @@ use object::elf::{
 
 use super::{Elf, MAGIC, Section, Symbols};
 use crate::code::blob::read::{Check, Size, fits, u8_at, u16_at, u32_at};
+use crate::code::target::SM_NUMBERS;
 
 const SHT_CUDA_INFO: u32 = SHT_LOPROC;
 const SHT_CUDA_CALLGRAPH: u32 = SHT_LOPROC + 1;
 const SHT_CUDA_COMPAT: u32 = SHT_LOPROC + 0x86;
+/// The types of the sections of relocatable cubins (`-rdc`) that, like `SHT_NOBITS`, reserve
+/// memory and occupy no file bytes: `.nv.global` (0x7000_0007), a kernel's `.nv.shared.K`
+/// (0x7000_000a) and `.nv.shared.reserved.0` (0x7000_0015). nvcc 13 puts them at the offset of
+/// the next section, and their sizes may run past the end of the file.
+const SHT_CUDA_NO_FILE_BYTES: [u32; 3] = [SHT_LOPROC + 7, SHT_LOPROC + 0xa, SHT_LOPROC + 0x15];
+
+/// Whether a cubin's section of type `kind` occupies no file bytes (see
+/// [`SHT_CUDA_NO_FILE_BYTES`]).
+#[inline]
+pub(super) fn occupies_no_file(kind: u32) -> bool {
+    SHT_CUDA_NO_FILE_BYTES.contains(&kind)
+}
+
+/// Whether a cubin's section of type `kind` holds records that are checked one by one.
+#[inline]
+pub(super) fn is_record_section(kind: u32) -> bool {
+    matches!(kind, SHT_CUDA_INFO | SHT_CUDA_COMPAT | SHT_CUDA_CALLGRAPH)
+}
 
 const EIFMT_NVAL: u8 = 1;
 const EIFMT_BVAL: u8 = 2;
@@ -69,28 +89,14 @@ const EIATTR_REGCOUNT: u8 = 0x2f;
 const CALLGRAPH_MARKERS: u32 = 0xffff_fff0;
 
 /// `e_ident[EI_ABIVERSION]` of CUDA 12 and older (`ELFABIVERSION_CUDA_V1`): the SM number is the
-/// low byte of `e_flags`.
+/// low byte of `e_flags`, the virtual architecture bits 16-23, flags the rest (NVRTC 12.0 writes
+/// `0x005a_055a` for sm_90).
 const ABI_VERSION_7: u8 = 7;
 /// `e_ident[EI_ABIVERSION]` of CUDA 13 for every SM, and of CUDA 12.9 from sm_100
-/// (`ELFABIVERSION_CUDA_V2`): the SM number is bits 8-15 of `e_flags`, where version 7 kept flags.
+/// (`ELFABIVERSION_CUDA_V2`): the SM number is bits 8-15 of `e_flags`, where version 7 kept flags,
+/// the virtual architecture bits 16-23 (0 in CUDA 13's cubins), flags the rest (nvcc 13.0 and
+/// NVRTC 13.5 write `0x0600_5a04` for sm_90, `0x0600_6402` for sm_100).
 const ABI_VERSION_8: u8 = 8;
-
-/// The `e_flags` bits of ABI version 7: the SM number (`0xff`), unified and independent texture
-/// modes (`0x100`, `0x200`), 64-bit addresses (`0x400`), sm_90a's accelerator features (`0x800`),
-/// a software flag (`0x1000`), the virtual architecture (`0xff_0000`). NVRTC 12.0 writes
-/// `0x005a_055a` for sm_90.
-const FLAGS_V7: u32 = 0x00ff_1fff;
-/// The `e_flags` bits of ABI version 8: `0x4` (CUDA 13 sets it up to sm_90) and `0x2` (from
-/// sm_100), the accelerator flag `0x8`, the SM number (`0xff00`), the virtual architecture
-/// (`0xff_0000`, 0 in CUDA 13's cubins) and `0x0600_0000`, set in every CUDA 13 cubin. nvcc 13.0
-/// and NVRTC 13.5 write `0x0600_5a04` for sm_90, `0x0600_6402` for sm_100.
-const FLAGS_V8: u32 = 0x06ff_ff0e;
-
-/// The SM numbers (`10 * major + minor`) a cubin or a fatbin entry may be for: sm_20 (the first
-/// with ELF cubins) to the 12.x family (sm_120, sm_121: the newest CUDA 13 knows). The driver
-/// crashed (an H200, driver 580) on cubins for sm_75 to sm_89 whose `e_flags` named SM 255, 144
-/// or 190.
-pub(in crate::code::blob) const SM_NUMBERS: std::ops::RangeInclusive<u32> = 20..=129;
 
 /// The SM number and the virtual architecture's (0 for none) that `e_flags` of a cubin of ABI
 /// version `abi` hold; `None` for an ABI version whose layout is unknown.
@@ -106,8 +112,8 @@ fn decode_flags(abi: u8, flags: u32) -> Option<(u32, u32)> {
 /// The SM architecture an NVIDIA cubin was built for, as its number (90 for sm_90), from its
 /// `e_flags`; `None` for anything else (or a cubin of an ABI version other than 7 and 8).
 ///
-/// Two layouts are in use, told apart by `e_ident[EI_ABIVERSION]` (see [`FLAGS_V7`] and
-/// [`FLAGS_V8`]): in version 7 the SM number is the low byte, in version 8 bits 8–15.
+/// Two layouts are in use, told apart by `e_ident[EI_ABIVERSION]` (see [`ABI_VERSION_7`] and
+/// [`ABI_VERSION_8`]): in version 7 the SM number is the low byte, in version 8 bits 8–15.
 pub(crate) fn sm_arch(blob: &[u8]) -> Option<u32> {
     if !blob.starts_with(MAGIC) || u16_at(blob, 18)? != EM_CUDA {
         return None;
@@ -116,57 +122,35 @@ pub(crate) fn sm_arch(blob: &[u8]) -> Option<u32> {
     (sm != 0).then_some(sm)
 }
 
-/// Checks a cubin's `e_flags` (`flags`) for its ABI version `abi`: only the bits of that layout,
-/// an SM number in [`SM_NUMBERS`], and a virtual architecture that is 0 or one the SM can run.
+/// Checks a cubin's `e_flags` (`flags`) for its ABI version `abi`: the SM number is one of
+/// [`SM_NUMBERS`], and so is the virtual architecture unless it is 0. The driver indexes its own
+/// tables by these numbers (it crashed on SM numbers 255, 144 and 190); every other bit, and the
+/// relation between the two numbers, is the driver's to judge. For an ABI version other than 7
+/// and 8 the numbers' places are unknown, and nothing is checked.
 #[inline]
 pub(super) fn check_flags(abi: u8, flags: u32) -> Check {
-    let known = match abi {
-        ABI_VERSION_7 => FLAGS_V7,
-        ABI_VERSION_8 => FLAGS_V8,
-        _ => 0,
+    let Some((sm, virtual_sm)) = decode_flags(abi, flags) else {
+        return Ok(());
     };
-    let (sm, virtual_sm) = decode_flags(abi, flags).unwrap_or_default();
-    if known == 0
-        || flags & !known != 0
-        || !SM_NUMBERS.contains(&sm)
-        || (virtual_sm != 0 && (virtual_sm < *SM_NUMBERS.start() || virtual_sm > sm))
-    {
-        return Err(flags_refusal(abi, flags));
+    if !SM_NUMBERS.contains(&sm) || (virtual_sm != 0 && !SM_NUMBERS.contains(&virtual_sm)) {
+        return Err(flags_refusal(flags, sm, virtual_sm));
     }
     Ok(())
 }
 
-/// Why [`check_flags`] refuses `e_flags` `flags` of ABI version `abi`.
+/// Why [`check_flags`] refuses `e_flags` `flags`, which name `sm` and `virtual_sm`.
 #[cold]
-fn flags_refusal(abi: u8, flags: u32) -> String {
-    let (known, layout) = match abi {
-        ABI_VERSION_7 => (FLAGS_V7, "7"),
-        ABI_VERSION_8 => (FLAGS_V8, "8"),
-        _ => {
-            return format!(
-                "EI_ABIVERSION {abi}: Atlas knows the e_flags layouts of CUDA ELF ABI versions \
-                 {ABI_VERSION_7} and {ABI_VERSION_8}"
-            );
-        }
+fn flags_refusal(flags: u32, sm: u32, virtual_sm: u32) -> String {
+    let (what, number) = if SM_NUMBERS.contains(&sm) {
+        ("virtual architecture", virtual_sm)
+    } else {
+        ("SM", sm)
     };
-    let unknown = flags & !known;
-    if unknown != 0 {
-        return format!(
-            "e_flags {flags:#010x} has bits {unknown:#x} that no CUDA toolchain sets in the layout \
-             of ABI version {layout}"
-        );
-    }
-    let (sm, virtual_sm) = decode_flags(abi, flags).unwrap_or_default();
-    if !SM_NUMBERS.contains(&sm) {
-        return format!(
-            "e_flags {flags:#010x} names SM {sm}, not an SM number from {} to {}",
-            SM_NUMBERS.start(),
-            SM_NUMBERS.end()
-        );
-    }
     format!(
-        "e_flags {flags:#010x} names virtual architecture compute_{virtual_sm} for sm_{sm}: \
-         the SASS of an SM is compiled from PTX of that SM or an older one"
+        "e_flags {flags:#010x} names {what} {number}, not an SM number from {} to {} (the driver \
+         indexes its tables by it)",
+        SM_NUMBERS.start(),
+        SM_NUMBERS.end()
     )
 }
 
@@ -298,7 +282,10 @@ fn check_callgraph(elf: &Elf<'_>, i: u32, s: &Section, symtab: &Symbols<'_>) -> 
         )));
     }
     let data = elf.data(i, s)?;
-    for (n, index) in data.chunks_exact(4).enumerate() {
+    // Callees are not always symbols: CUDA 11's cuFFT numbers them past the symbol table, in
+    // relocatable and executable cubins alike (sm_35 to sm_90), and the driver loads those. The
+    // callers are.
+    for (n, index) in data.chunks_exact(4).enumerate().step_by(2) {
         let index = u32::from_le_bytes([index[0], index[1], index[2], index[3]]);
         if index < CALLGRAPH_MARKERS && u64::from(index) >= symtab.count {
             return Err(in_section(format!(

@@ -31,6 +31,8 @@
 //! readers cast the image to its header types, which needs the image aligned for them (its
 //! `unaligned` feature is off), while blobs come from `include_bytes!` and from inside fatbins and
 //! bundles at any address; and a refusal here must say which section and which field is wrong.
+//! It is the crate's one ELF reader: parameter layouts ([`crate::code::layout`]) read cubins
+//! through [`Elf`] too.
 
 pub(super) mod cuda;
 
@@ -45,7 +47,9 @@ use object::elf::{
     STT_OBJECT, STT_TLS,
 };
 
-use super::read::{Check, Size, bytes_at, field, fits, past_end, u8_at, u16_at, u32_at, u64_at};
+use super::read::{
+    Check, Size, bytes_at, field, fits, overlapping, past_end, u8_at, u16_at, u32_at, u64_at,
+};
 
 /// The first bytes of every ELF file.
 pub(super) const MAGIC: &[u8] = b"\x7fELF";
@@ -61,7 +65,7 @@ const PN_XNUM: u16 = 0xffff;
 
 /// Which machines an ELF image may be built for, where it was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Machines {
+pub(in crate::code) enum Machines {
     /// A module blob or a clang offload-bundle entry: an NVIDIA cubin (`EM_CUDA`) or an AMD GPU
     /// code object (`EM_AMDGPU`, for the SCALE/HIP toolchain).
     Gpu,
@@ -70,16 +74,25 @@ pub(super) enum Machines {
 }
 
 /// Checks the ELF image `b`, which is the `whole` ("blob", "ELF payload") named in refusals.
-pub(super) fn check(b: &[u8], whole: &str, machines: Machines) -> Check {
+pub(in crate::code) fn check(b: &[u8], whole: &str, machines: Machines) -> Check {
     let elf = Elf::parse(b, whole, machines)?;
+    if elf.cuda {
+        // Inside the header (checked by `parse`).
+        cuda::check_flags(u8_at(b, 8).unwrap_or(0), u32_at(b, 48).unwrap_or(0))?;
+    }
     elf.check_program_headers()?;
     elf.check_sections()
+}
+
+/// Whether `b` is an ELF file for a GPU: an NVIDIA cubin or an AMD GPU code object.
+pub(super) fn is_gpu_elf(b: &[u8]) -> bool {
+    b.starts_with(MAGIC) && matches!(u16_at(b, 18), Some(EM_CUDA | EM_AMDGPU))
 }
 
 /// A section header: its 64 bytes in the image, each field read where it is used (a check
 /// that follows one link reads one or two fields of the section it reaches).
 #[derive(Debug, Clone, Copy)]
-struct Section<'a> {
+pub(in crate::code) struct Section<'a> {
     h: &'a [u8; SECTION_HEADER_SIZE as usize],
 }
 
@@ -116,7 +129,7 @@ impl<'a> Section<'a> {
 
     /// `sh_type`.
     #[inline(always)]
-    fn kind(&self) -> u32 {
+    pub(in crate::code) fn kind(&self) -> u32 {
         self.u32(4)
     }
 
@@ -146,7 +159,7 @@ impl<'a> Section<'a> {
 
     /// `sh_info`.
     #[inline(always)]
-    fn info(&self) -> u32 {
+    pub(in crate::code) fn info(&self) -> u32 {
         self.u32(44)
     }
 
@@ -170,7 +183,7 @@ impl<'a> Section<'a> {
 
 /// A symbol table, checked for shape (type, entry size, bytes inside the image).
 #[derive(Debug, Clone, Copy)]
-struct Symbols<'a> {
+pub(in crate::code) struct Symbols<'a> {
     index: u32,
     data: &'a [u8],
     count: u64,
@@ -178,13 +191,17 @@ struct Symbols<'a> {
 
 /// A symbol, as read.
 #[derive(Debug, Clone, Copy)]
-struct Symbol {
-    name: u32,
+pub(in crate::code) struct Symbol {
+    /// `st_name`: the offset of its name in the string table.
+    pub(in crate::code) name: u32,
     /// `STB_*`, the high nibble of `st_info`.
     binding: u8,
     /// `STT_*`, the low nibble of `st_info`.
-    kind: u8,
-    shndx: u16,
+    pub(in crate::code) kind: u8,
+    /// `st_other`.
+    pub(in crate::code) other: u8,
+    /// `st_shndx`.
+    pub(in crate::code) shndx: u16,
     value: u64,
     size: u64,
 }
@@ -195,17 +212,25 @@ impl Symbols<'_> {
         let at = usize::try_from(n.checked_mul(SYMBOL_SIZE)?).ok()?;
         self.data.get(at..)?.first_chunk().map(Symbol::read)
     }
+
+    /// Every symbol of the table, in order.
+    pub(in crate::code) fn iter(&self) -> impl Iterator<Item = Symbol> + '_ {
+        self.data
+            .chunks_exact(SYMBOL_SIZE as usize)
+            .filter_map(|entry| entry.first_chunk().map(Symbol::read))
+    }
 }
 
 impl Symbol {
     /// A symbol from its 24 bytes.
     #[inline]
     fn read(entry: &[u8; SYMBOL_SIZE as usize]) -> Self {
-        let [info] = field(entry, 4);
+        let ([info], [other]) = (field(entry, 4), field(entry, 5));
         Self {
             name: u32::from_le_bytes(field(entry, 0)),
             binding: info >> 4,
             kind: info & 0xf,
+            other,
             shndx: u16::from_le_bytes(field(entry, 6)),
             value: u64::from_le_bytes(field(entry, 8)),
             size: u64::from_le_bytes(field(entry, 16)),
@@ -230,8 +255,9 @@ enum SymbolFault {
     ReservedIndex,
 }
 
-/// An ELF image whose header, section header table and section name table have been checked.
-struct Elf<'a> {
+/// An ELF image whose header, section header table and section name table have been checked:
+/// what every reader needs to find anything in it, and the reader of parameter layouts uses too.
+pub(in crate::code) struct Elf<'a> {
     b: &'a [u8],
     whole: &'a str,
     cuda: bool,
@@ -246,7 +272,9 @@ struct Elf<'a> {
 }
 
 impl<'a> Elf<'a> {
-    fn parse(b: &'a [u8], whole: &'a str, machines: Machines) -> Check<Self> {
+    /// Reads the header, the section header table and the section name table of `b`, which is the
+    /// `whole` ("blob", "ELF payload") named in refusals.
+    pub(in crate::code) fn parse(b: &'a [u8], whole: &'a str, machines: Machines) -> Check<Self> {
         let len = b.len() as u64;
         if len < HEADER_SIZE {
             return Err(format!(
@@ -300,19 +328,7 @@ impl<'a> Elf<'a> {
         // e_version is the object file's version: 1 (EV_CURRENT) in AMD code objects and nvcc 13
         // cubins, but other CUDA toolchains write the toolkit's version there as
         // `10 * major + minor` (NVRTC 12.0: 120, nvJitLink 12.8: 128). No reader locates anything
-        // by it; 0 (EV_NONE) is invalid in every ELF file.
-        let version = u32_at(b, 20).unwrap_or(0);
-        if version == 0 {
-            return Err("e_version is 0 (EV_NONE), which no object file has".into());
-        }
-        if !cuda && version != u32::from(EV_CURRENT) {
-            return Err(format!(
-                "e_version is {version}, not the {EV_CURRENT} (EV_CURRENT) of an AMD GPU code object"
-            ));
-        }
-        if cuda {
-            cuda::check_flags(byte(8), u32_at(b, 48).unwrap_or(0))?;
-        }
+        // by it, so it is not checked; nor are `e_flags` here (see `cuda::check_flags`).
         let file_type = half(16);
         if !matches!(file_type, ET_REL | ET_EXEC | ET_DYN) {
             return Err(format!(
@@ -340,14 +356,6 @@ impl<'a> Elf<'a> {
                     half(54)
                 ));
             }
-            check_table(
-                "program header table",
-                phoff,
-                phnum,
-                PROGRAM_HEADER_SIZE,
-                b,
-                whole,
-            )?;
         }
 
         let (shoff, shnum, shstrndx) = (word(40), half(60), half(62));
@@ -427,6 +435,32 @@ impl<'a> Elf<'a> {
         Ok(elf)
     }
 
+    /// Sections 1 and up, with their indexes.
+    pub(in crate::code) fn sections(&self) -> impl Iterator<Item = (u32, Section<'a>)> + '_ {
+        (1..self.shnum).filter_map(|i| Some((i, self.header(i)?)))
+    }
+
+    /// The name of section `i`, `s`: the bytes before its NUL in the section name table (which
+    /// ends in one, checked by `parse`).
+    pub(in crate::code) fn section_name(&self, i: u32, s: &Section) -> Check<&'a [u8]> {
+        c_string(self.names, s.name()).ok_or_else(|| {
+            format!(
+                "section {i}: its name offset {} is outside the {}-byte section name table",
+                s.name(),
+                Size(self.names.len() as u64)
+            )
+        })
+    }
+
+    /// The first symbol table (`SHT_SYMTAB`) and its string table, `None` when there is none.
+    pub(in crate::code) fn symbol_table(&self) -> Check<Option<(Symbols<'a>, &'a [u8])>> {
+        let Some((i, s)) = self.sections().find(|(_, s)| s.kind() == SHT_SYMTAB) else {
+            return Ok(None);
+        };
+        let symbols = self.symbols(i, &s, i)?;
+        Ok(Some((symbols, self.strings(i, &s, s.link())?)))
+    }
+
     /// Section header `i`, `None` when it is not one of the table's.
     #[inline]
     fn header(&self, i: u32) -> Option<Section<'a>> {
@@ -476,8 +510,8 @@ impl<'a> Elf<'a> {
     /// The bytes of section `i`: empty for `NOBITS` and null sections, a refusal when they do not
     /// lie inside the image.
     #[inline(always)]
-    fn data(&self, i: u32, s: &Section) -> Check<&'a [u8]> {
-        if matches!(s.kind(), SHT_NOBITS | SHT_NULL) {
+    pub(in crate::code) fn data(&self, i: u32, s: &Section) -> Check<&'a [u8]> {
+        if !occupies_file(s.kind(), self.cuda) {
             return Ok(&[]);
         }
         match bytes_at(self.b, s.offset(), s.size()) {
@@ -498,7 +532,18 @@ impl<'a> Elf<'a> {
     }
 
     fn check_program_headers(&self) -> Check {
-        // The table lies inside the image (checked in `parse`).
+        if self.phnum == 0 {
+            return Ok(());
+        }
+        check_table(
+            "program header table",
+            self.phoff,
+            self.phnum,
+            PROGRAM_HEADER_SIZE,
+            self.b,
+            self.whole,
+        )?;
+        // The table lies inside the image (checked above).
         let table = bytes_at(
             self.b,
             self.phoff,
@@ -580,18 +625,46 @@ impl<'a> Elf<'a> {
             }
             (rest, i) = (tail, i + 1);
         }
-        let symtab = match (symtab, self.cuda) {
-            (Some(index), true) => Some(self.symbols(index, &self.section(index)?, index)?),
-            (None, true) => return Err("a CUDA cubin without a symbol table (.symtab)".into()),
-            (_, false) => None,
+        if self.cuda && symtab.is_none() {
+            return Err("a CUDA cubin without a symbol table (.symtab)".into());
+        }
+        // Then what every section must be on its own: its name, its bytes inside the image, its
+        // links sections.
+        let (mut rest, mut i) = (headers, 1);
+        while let Some((header, tail)) = rest.split_first_chunk() {
+            self.check_section(i, &Section::read(header))?;
+            (rest, i) = (tail, i + 1);
+        }
+        // The sections whose entries the checks below read one by one do not share bytes, so
+        // that those checks read each byte of the image at most once (many sections sharing the
+        // bytes of one would be read again for each). The ELF standard says no sections overlap,
+        // but NVIDIA's do: nvcc 13 writes sections for sm_100 and later (`.nv.merc.*`) that
+        // mirror the bytes of others, and relocatable cubins have sections of their own types
+        // that occupy no file bytes, at the offset of the next.
+        if let Some((first, second)) = overlapping(self.walked_ranges()) {
+            let (first, second) = (first as u32 + 1, second as u32 + 1);
+            let range = |i| {
+                let s = self.header(i).unwrap_or_default();
+                format!("{}..{}", s.offset(), s.offset().saturating_add(s.size()))
+            };
+            return Err(format!(
+                "{} (bytes {}) and {} (bytes {}) overlap; sections of an ELF file do not",
+                self.label_of(first),
+                range(first),
+                self.label_of(second),
+                range(second)
+            ));
+        }
+        let symtab = match symtab {
+            Some(index) if self.cuda => Some(self.symbols(index, &self.section(index)?, index)?),
+            _ => None,
         };
-        // Then every section, in one pass: what it must be on its own, and what its links reach.
-        // A check that follows a link checks what it reads there (the type of the section, its
-        // bytes inside the image); the rest of that section is checked when the pass gets to it.
+        // Then every section's contents, in one pass, and what its links reach. A check that
+        // follows a link checks what it reads there (the type of the section); the rest of that
+        // section is checked when the pass gets to it.
         let (mut rest, mut i) = (headers, 1);
         while let Some((header, tail)) = rest.split_first_chunk() {
             let s = Section::read(header);
-            self.check_section(i, &s)?;
             match s.kind() {
                 SHT_SYMTAB | SHT_DYNSYM => self.check_symbols(i, &s, symtab)?,
                 SHT_REL | SHT_RELA => self.check_relocations(i, &s, symtab)?,
@@ -613,6 +686,15 @@ impl<'a> Elf<'a> {
             (rest, i) = (tail, i + 1);
         }
         Ok(())
+    }
+
+    /// The bytes of sections 1 and up that the checks below read entry by entry, as `(offset,
+    /// size)`; none for other sections.
+    fn walked_ranges(&self) -> impl Iterator<Item = (u64, u64)> + Clone + '_ {
+        (1..self.shnum).map(|i| match self.header(i) {
+            Some(s) if is_walked(s.kind(), self.cuda) => (s.offset(), s.size()),
+            _ => (0, 0),
+        })
     }
 
     /// What section `i` must be on its own: a name in the name table, its bytes inside the
@@ -834,6 +916,7 @@ impl<'a> Elf<'a> {
             name: 0,
             binding: 0,
             kind: 0,
+            other: 0,
             shndx: 0,
             value: 0,
             size: 0,
@@ -987,6 +1070,29 @@ impl<'a> Elf<'a> {
         }
         Ok(())
     }
+}
+
+/// Whether a section of type `kind` has bytes in the file (of a cubin, when `cuda`).
+#[inline]
+fn occupies_file(kind: u32, cuda: bool) -> bool {
+    !(matches!(kind, SHT_NOBITS | SHT_NULL) || (cuda && cuda::occupies_no_file(kind)))
+}
+
+/// Whether the checks read the bytes of a section of type `kind` entry by entry: symbol tables,
+/// relocations, notes, and NVIDIA's records and call graph.
+#[inline]
+fn is_walked(kind: u32, cuda: bool) -> bool {
+    matches!(
+        kind,
+        SHT_SYMTAB | SHT_DYNSYM | SHT_REL | SHT_RELA | SHT_NOTE
+    ) || (cuda && cuda::is_record_section(kind))
+}
+
+/// The string at `offset` of string table `strings`, without its NUL; `None` when it does not
+/// start and end inside the table.
+pub(in crate::code) fn c_string(strings: &[u8], offset: u32) -> Option<&[u8]> {
+    let tail = strings.get(usize::try_from(offset).ok()?..)?;
+    tail.get(..tail.iter().position(|&c| c == 0)?)
 }
 
 /// Checks that a table of `count` entries of `size` bytes at `offset` lies inside `b`, after its
