@@ -1,4 +1,6 @@
-//! Model load: loading (and unloading) the whole demo model, PTX and cubin, raw and through Atlas.
+//! Model load: loading (and unloading) the whole demo model, PTX, cubin and compressed fatbin, raw
+//! and through Atlas; and a fatbin of the caller's (`ATLAS_BENCH_FATBIN`, e.g. one cut from a
+//! library of the toolkit) as a one-module model.
 
 use std::ptr::null_mut;
 
@@ -9,13 +11,34 @@ use criterion::{BenchmarkId, Criterion};
 use crate::paired::timed;
 use crate::{Env, PairedCriterion, check, demo_ptx, device_sm, ok, paired, sym};
 
+/// The demo model as nvcc 13 writes it for sm_90 by default: a fatbin per module, its entry
+/// zstd-compressed (`atlas-registry/tests/fixtures/make.sh`).
+const DEMO_FATBIN_ZSTD: &[(&str, &[u8])] = &[
+    (
+        "noop",
+        include_bytes!("../../atlas-registry/tests/fixtures/noop.sm_90.zstd.fatbin"),
+    ),
+    (
+        "elementwise",
+        include_bytes!("../../atlas-registry/tests/fixtures/elementwise.sm_90.zstd.fatbin"),
+    ),
+    (
+        "block_reduce",
+        include_bytes!("../../atlas-registry/tests/fixtures/block_reduce.sm_90.zstd.fatbin"),
+    ),
+    (
+        "device_global",
+        include_bytes!("../../atlas-registry/tests/fixtures/device_global.sm_90.zstd.fatbin"),
+    ),
+];
+
 /// Loading (and unloading) the whole demo model, PTX and cubin, raw (`cuModuleLoadData`
 /// of each blob) and through Atlas (`AtlasRegistry::load` + `release`): each timed on its own
 /// (`model_load`), and as ratios pair by pair (`model_load_paired`, see [`paired`]).
 pub(crate) fn model_load(c: &mut Criterion, pc: &mut PairedCriterion, env: &Env) {
     let load = sym!(env.cuda, cuModuleLoadData);
     let unload = sym!(env.cuda, cuModuleUnload);
-    let mut cases = vec![("demo_ptx", demo_ptx())];
+    let mut cases: Vec<(&str, &[(&str, &[u8])])> = vec![("demo_ptx", demo_ptx())];
     // The device's own SASS: PTX against cubin is the point of this bench.
     let sm = device_sm(env);
     match atlas_kernels::cubin_for_model("demo", sm) {
@@ -23,6 +46,19 @@ pub(crate) fn model_load(c: &mut Criterion, pc: &mut PairedCriterion, env: &Env)
         None => eprintln!(
             "launch_overhead: skipping model_load/demo_cubin: atlas-kernels has no sm_{sm} cubins"
         ),
+    }
+    if sm == 90 {
+        cases.push(("demo_fatbin_zstd", DEMO_FATBIN_ZSTD));
+    }
+    // A large fatbin of the caller's, leaked to live as long as the other cases' blobs.
+    if let Some(path) = std::env::var_os("ATLAS_BENCH_FATBIN") {
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let model: Vec<(&str, &[u8])> = vec![("large", Vec::leak(bytes))];
+                cases.push(("large_fatbin", Vec::leak(model)));
+            }
+            Err(e) => eprintln!("launch_overhead: ATLAS_BENCH_FATBIN={path:?}: {e}"),
+        }
     }
 
     let mut group = c.benchmark_group("model_load");

@@ -56,4 +56,8 @@ pub const FIXTURES: &[Fixture] = &[
     fixture!("cooperative.sm_90.lz4.fatbin", ""),
     fixture!("cluster.sm_90.zstd.fatbin", ""),
     fixture!("cluster.sm_90.lz4.fatbin", ""),
+    fixture!("noop.sm_90.zstd.fatbin", ""),
+    fixture!("noop.sm_90.lz4.fatbin", ""),
+    fixture!("block_reduce.sm_90.zstd.fatbin", ""),
+    fixture!("block_reduce.sm_90.lz4.fatbin", ""),
 ];
