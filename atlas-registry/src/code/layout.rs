@@ -13,7 +13,7 @@
 //!   reader checks the records against. The cubin is read with blob validation's ELF reader.
 //!
 //! On a driver without `cuFuncGetParamInfo`, a loaded fatbin's layouts are read from the entries
-//! the driver may load for the device, and must agree ([`device_layouts`]).
+//! the driver may load for the device, and must agree ([`BlobLayouts`]).
 //!
 //! The reader refuses whatever it does not fully understand (unknown PTX syntax, unknown record
 //! formats, records that disagree with each other) with a [`LayoutError`] saying what and where.
@@ -23,11 +23,12 @@
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use object::elf;
 
+use crate::code::blob::BlobKind;
 use crate::code::blob::elf::{Elf, Machines, Section, c_string};
-use crate::code::blob::{BlobKind, fatbin, sniff};
 use crate::code::target::{Code, Devices};
 
 /// One kernel parameter: where it lies in the parameter buffer and how many bytes it takes.
@@ -403,40 +404,167 @@ pub fn kernel_layout(blob: &[u8], name: &str) -> Result<Option<KernelLayout>, La
 /// or why none can be read.
 pub(crate) type DeviceLayouts = Result<HashMap<String, Result<KernelLayout, String>>, String>;
 
-/// The parameter layouts of `blob`'s kernels on `devices`: for a fatbin, those of every entry the
-/// driver may load for them ([`Devices::may_load`]), read one by one; for a PTX text or a cubin,
-/// its own.
+/// The parameter layouts of a loaded blob's kernels on some devices, read at their first need
+/// (a typed launch, a parameter query, a preload) from the code the driver may load for them,
+/// which this keeps until then: for a PTX text or a cubin, the blob; for a fatbin, every entry
+/// the driver may load for the devices ([`Devices::may_load`]).
+///
+/// Why at first need: reading a PTX text's declarations costs about 20 instructions a byte, and
+/// most of what a load costs Atlas when done at every load; many kernels of a model are never
+/// launched with typed arguments, and a driver with `cuFuncGetParamInfo` needs only the count of
+/// each launched kernel's parameters. What keeping costs: the code's bytes until the first need
+/// (then they are dropped), one copy of a borrowed blob (a memory copy, against the 20
+/// instructions a byte of reading it). A cubin in a compressed fatbin entry is read at once
+/// instead, from the decompression that checked it: reading it costs a fraction of that
+/// decompression (a few instructions a byte against tens), keeping it would hold its uncompressed
+/// size, and decompressing it again would cost more than reading it. (Compressed PTX is kept
+/// decompressed: reading it costs as much as decompressing it.)
 ///
 /// The driver picks one of a fatbin's entries, and which is not known here (the best SASS, or PTX
 /// under `CUDA_FORCE_PTX_JIT`), so a layout is one only when every entry it may pick declares it:
 /// a kernel whose layouts differ between them, or that one of them lacks, has none (its `Err`
 /// says why), and an entry that cannot be read makes every layout unknown. Never a guess.
-pub(crate) fn device_layouts(blob: &[u8], devices: Devices) -> DeviceLayouts {
-    let codes: Vec<(String, Cow<'_, [u8]>)> = match sniff(blob) {
-        BlobKind::Fatbin => fatbin::picked(blob, devices)?
-            .into_iter()
-            .map(|(code, bytes)| {
-                let what = match code {
-                    Code::Sass(sm) => format!("its sm_{sm} SASS"),
-                    Code::Ptx(sm) => format!("its compute_{sm} PTX"),
-                };
-                (what, bytes)
+#[derive(Debug)]
+pub(crate) struct BlobLayouts {
+    devices: Devices,
+    /// The code to read, taken by the first need.
+    pending: Mutex<Vec<Piece>>,
+    read: OnceLock<DeviceLayouts>,
+}
+
+/// Code the driver may load, and its layouts or the bytes to read them from.
+#[derive(Debug)]
+struct Piece {
+    /// A fatbin entry's code; `None` for the blob itself.
+    code: Option<Code>,
+    layouts: Pending,
+}
+
+#[derive(Debug)]
+enum Pending {
+    /// Read already.
+    Read(Result<Vec<KernelLayout>, LayoutError>),
+    /// The code, to read.
+    Kept(Vec<u8>),
+}
+
+impl BlobLayouts {
+    /// The layouts of `blob`, of `kind`: a PTX text or an ELF file is kept, to read at first need;
+    /// of another kind but a fatbin, nothing can be read, which is said at once.
+    pub(crate) fn of_blob(kind: BlobKind, blob: Cow<'_, [u8]>, devices: Devices) -> Self {
+        let layouts = match kind {
+            BlobKind::Ptx | BlobKind::Cubin => Pending::Kept(blob.into_owned()),
+            _ => Pending::Read(kernel_layouts(&blob)),
+        };
+        Self::of(
+            devices,
+            vec![Piece {
+                code: None,
+                layouts,
+            }],
+        )
+    }
+
+    /// The layouts of a fatbin's entries on `devices`, none added yet: its check adds each entry
+    /// the driver may load for them ([`add_entry`](Self::add_entry)).
+    pub(crate) fn of_fatbin(devices: Devices) -> Self {
+        Self::of(devices, Vec::new())
+    }
+
+    /// Layouts that cannot be known, for `why`.
+    pub(crate) fn unknown(why: String) -> Self {
+        Self {
+            devices: Devices::Every,
+            pending: Mutex::new(Vec::new()),
+            read: OnceLock::from(Err(why)),
+        }
+    }
+
+    fn of(devices: Devices, pieces: Vec<Piece>) -> Self {
+        Self {
+            devices,
+            pending: Mutex::new(pieces),
+            read: OnceLock::new(),
+        }
+    }
+
+    /// Adds a fatbin entry's `code`, `bytes` as checked: a cubin that had to be `decompressed` is
+    /// read now, anything else kept (a copy) to read at first need.
+    pub(crate) fn add_entry(&mut self, code: Code, bytes: &[u8], decompressed: bool) {
+        let layouts = if decompressed && matches!(code, Code::Sass(_)) {
+            Pending::Read(kernel_layouts(bytes))
+        } else {
+            Pending::Kept(bytes.to_vec())
+        };
+        self.pending
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Piece {
+                code: Some(code),
+                layouts,
+            });
+    }
+
+    /// The layouts, read now if this is their first need.
+    pub(crate) fn get(&self) -> &DeviceLayouts {
+        self.read.get_or_init(|| {
+            let pieces =
+                std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
+            merge(pieces, self.devices)
+        })
+    }
+
+    /// Whether the layouts have been read (the code kept for them dropped).
+    #[cfg(test)]
+    #[allow(dead_code)]
+    pub(crate) fn is_read(&self) -> bool {
+        self.read.get().is_some()
+    }
+
+    /// The bytes of code kept to read.
+    #[cfg(test)]
+    #[allow(dead_code)]
+    pub(crate) fn kept_bytes(&self) -> usize {
+        let pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        pending
+            .iter()
+            .map(|piece| match &piece.layouts {
+                Pending::Kept(bytes) => bytes.len(),
+                Pending::Read(_) => 0,
             })
-            .collect(),
-        _ => vec![("the blob".to_owned(), Cow::Borrowed(blob))],
-    };
-    let Some(((first, first_code), rest)) = codes.split_first() else {
+            .sum()
+    }
+}
+
+/// The layouts of `pieces`, merged as [`BlobLayouts`] says.
+fn merge(pieces: Vec<Piece>, devices: Devices) -> DeviceLayouts {
+    let mut read = pieces.into_iter().map(|piece| {
+        let what = match piece.code {
+            None => "the blob".to_owned(),
+            Some(Code::Sass(sm)) => format!("its sm_{sm} SASS"),
+            Some(Code::Ptx(sm)) => format!("its compute_{sm} PTX"),
+        };
+        let layouts = match piece.layouts {
+            Pending::Read(layouts) => layouts,
+            Pending::Kept(bytes) => kernel_layouts(&bytes),
+        };
+        match layouts {
+            Ok(layouts) => Ok((what, layouts)),
+            Err(e) => Err(format!("{what}: {e}")),
+        }
+    });
+    let Some(first) = read.next() else {
         return Err(format!(
             "the fatbin holds no code the driver may load for {devices}"
         ));
     };
-    let read = |what: &str, code: &[u8]| kernel_layouts(code).map_err(|e| format!("{what}: {e}"));
-    let mut kernels: HashMap<String, Result<KernelLayout, String>> = read(first, first_code)?
+    let (first, layouts) = first?;
+    let mut kernels: HashMap<String, Result<KernelLayout, String>> = layouts
         .into_iter()
         .map(|kernel| (kernel.name.clone(), Ok(kernel)))
         .collect();
-    for (what, code) in rest {
-        let layouts = read(what, code)?;
+    for next in read {
+        let (what, layouts) = next?;
         let mut declared = HashSet::with_capacity(layouts.len());
         for kernel in layouts {
             declared.insert(kernel.name.clone());

@@ -7,8 +7,8 @@ use atlas_sys::{CUlibrary, CUresult};
 
 use crate::code::blob::{BlobKind, code_targets};
 use crate::code::jit::{no_binary_for, retry_with_log, with_jit_log};
-use crate::code::layout::DeviceLayouts;
-use crate::code::module::{Module, blob_layouts};
+use crate::code::layout::BlobLayouts;
+use crate::code::module::{Module, ModuleCode};
 use crate::device::host::CudaHost;
 use crate::driver::{self, calls};
 use crate::error::{AtlasError, Result, report_cleanup};
@@ -19,8 +19,8 @@ pub(crate) struct LibraryBlob {
     raw: CUlibrary,
     kind: BlobKind,
     /// As a module's: the blob's kernel layouts for each compute capability of the devices
-    /// present, read at load.
-    blob_layouts: Vec<((u32, u32), Arc<DeviceLayouts>)>,
+    /// present.
+    blob_layouts: Vec<((u32, u32), Arc<BlobLayouts>)>,
     /// What is kept of the blob to explain a failure of `cuLibraryGetModule`, where the driver
     /// first compiles or picks code for a device.
     kept: Kept,
@@ -43,14 +43,15 @@ unsafe impl Send for LibraryBlob {}
 unsafe impl Sync for LibraryBlob {}
 
 impl LibraryBlob {
-    /// Loads the checked blob `image` of module `name` (of `kind`) for every context, on devices
-    /// of `compute_capabilities`.
-    pub(crate) fn load(
-        name: &str,
-        kind: BlobKind,
-        image: &[u8],
-        compute_capabilities: &[(u32, u32)],
+    /// Loads `code`, a module's checked blob for devices of compute capability `cc`, for every
+    /// context; `others` is the same blob checked for devices of other compute capabilities (a
+    /// compiled module has none: its code is for one architecture). Each comes with its kernel
+    /// layouts.
+    pub(crate) fn load<'a>(
+        (cc, code): ((u32, u32), ModuleCode<'a>),
+        others: impl IntoIterator<Item = ((u32, u32), ModuleCode<'a>)>,
     ) -> Result<Self> {
+        let (name, kind, image) = (code.name.as_str(), code.kind, &*code.image);
         // SAFETY: `image` passed validation (PTX NUL-terminated).
         let raw = with_jit_log(name, image, None, |log| unsafe {
             calls::library_load(image, log)
@@ -62,9 +63,9 @@ impl LibraryBlob {
         Ok(Self {
             raw,
             kind,
-            blob_layouts: compute_capabilities
-                .iter()
-                .map(|&cc| (cc, blob_layouts(image, cc)))
+            blob_layouts: std::iter::once((cc, code))
+                .chain(others)
+                .map(|(cc, code)| (cc, code.into_layouts(cc).1))
                 .collect(),
             kept,
         })
@@ -91,14 +92,14 @@ impl LibraryBlob {
     }
 
     /// The blob's kernel layouts on a device of `compute_capability`.
-    fn layouts_for(&self, compute_capability: (u32, u32)) -> Arc<DeviceLayouts> {
+    fn layouts_for(&self, compute_capability: (u32, u32)) -> Arc<BlobLayouts> {
         let found = self
             .blob_layouts
             .iter()
             .find(|(cc, _)| *cc == compute_capability)
             .map(|(_, layouts)| Arc::clone(layouts));
         found.unwrap_or_else(|| {
-            Arc::new(Err(format!(
+            Arc::new(BlobLayouts::unknown(format!(
                 "no device of compute capability {}.{} was present when the library was loaded",
                 compute_capability.0, compute_capability.1
             )))

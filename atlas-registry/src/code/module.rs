@@ -1,6 +1,7 @@
 //! A loaded module: one `cuModuleLoadData` per blob (a failed load is retried once with a JIT log,
 //! see [`jit`](crate::code::jit)), unloaded exactly once.
 
+use std::borrow::Cow;
 use std::ffi::CString;
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use atlas_sys::{CUcontext, CUdeviceptr, CUfunction, CUmodule, CUresult};
 
 use crate::code::blob::BlobKind;
 use crate::code::jit::with_jit_log;
-use crate::code::layout::{DeviceLayouts, device_layouts};
+use crate::code::layout::BlobLayouts;
 use crate::code::target::Devices;
 use crate::device::context::ensure_bound;
 use crate::device::host::CudaHost;
@@ -19,17 +20,63 @@ use crate::error::{AtlasError, NotFoundKind, Result, report_cleanup};
 /// A kernel's parameter sizes in bytes, or why nothing can tell them.
 pub(crate) type ParamSizes = std::result::Result<Box<[usize]>, String>;
 
-/// The blob's kernel layouts on a device of `compute_capability`, read at load: the layouts
-/// themselves when the driver cannot tell them (no `cuFuncGetParamInfo`: older than CUDA 12.4, or
-/// an injection library), and otherwise each kernel's parameter count, so that the driver is asked
-/// about those parameters and not one past the last (a call that fails, which compute-sanitizer
-/// reports as an error).
-///
-/// A fatbin's layouts are those of the entries the driver may load for the device (see
-/// [`device_layouts`]): a kernel on which they disagree has none.
-pub(crate) fn blob_layouts(blob: &[u8], compute_capability: (u32, u32)) -> Arc<DeviceLayouts> {
-    let devices = Devices::of(compute_capability).unwrap_or(Devices::Every);
-    Arc::new(device_layouts(blob, devices))
+/// A blob checked for a device, to load there: its module name, kind and the bytes to hand over,
+/// and of a fatbin the layouts of its entries, taken while they were checked (`None` for any
+/// other blob: its layouts are the image's).
+pub(crate) struct ModuleCode<'a> {
+    pub(crate) name: String,
+    pub(crate) kind: BlobKind,
+    pub(crate) image: Cow<'a, [u8]>,
+    pub(crate) entries: Option<BlobLayouts>,
+}
+
+impl ModuleCode<'_> {
+    /// The layouts of the kernels of this code on a device of `compute_capability`, read at their
+    /// first need: for the image's, a copy of it is kept (or it is moved in, when owned).
+    ///
+    /// The driver is asked about each kernel's parameters up to the count its blob declares, not
+    /// one past the last (a call that fails, which compute-sanitizer reports as an error); when
+    /// the driver cannot tell them (no `cuFuncGetParamInfo`: older than CUDA 12.4, or an
+    /// injection library), the blob's are the layouts.
+    pub(crate) fn into_layouts(self, compute_capability: (u32, u32)) -> (String, Arc<BlobLayouts>) {
+        let layouts = self.entries.unwrap_or_else(|| {
+            let devices = Devices::of(compute_capability).unwrap_or(Devices::Every);
+            BlobLayouts::of_blob(self.kind, self.image, devices)
+        });
+        (self.name, Arc::new(layouts))
+    }
+}
+
+/// Where the layout of one kernel as its module's blob declares it is read from, at first need.
+#[derive(Debug, Clone)]
+pub(crate) struct BlobParams {
+    layouts: Arc<BlobLayouts>,
+    /// The kernel's symbol.
+    symbol: String,
+}
+
+impl BlobParams {
+    /// The parameter sizes of the kernel, of module `module`, as the blob declares them, or why
+    /// they cannot be known (worded for a driver without `cuFuncGetParamInfo`, the only one it
+    /// is shown for).
+    pub(crate) fn sizes(&self, module: &str) -> ParamSizes {
+        let function = &self.symbol;
+        match self.layouts.get() {
+            Ok(kernels) => match kernels.get(function) {
+                Some(Ok(kernel)) => Ok(kernel.sizes().collect()),
+                Some(Err(why)) => Err(format!(
+                    "the driver lacks cuFuncGetParamInfo and the parameter layout of `{function}` \
+                     in module `{module}` cannot be known from its blob: {why}"
+                )),
+                None => Err(format!(
+                    "the driver lacks cuFuncGetParamInfo and module `{module}` declares no parameter layout for `{function}`"
+                )),
+            },
+            Err(why) => Err(format!(
+                "the driver lacks cuFuncGetParamInfo and the parameter layouts of module `{module}` cannot be read from its blob: {why}"
+            )),
+        }
+    }
 }
 
 /// One module loaded in a context. Unloaded by [`unload_all`] or, silently, on drop.
@@ -41,9 +88,8 @@ pub(crate) struct Module {
     /// The library this module is a view of, which owns it (kept alive, never unloaded here);
     /// `None` for a module loaded alone.
     library: Option<Arc<dyn Send + Sync>>,
-    /// The kernels' parameter layouts as the blob declares them for this module's device, read at
-    /// load.
-    blob_layouts: Arc<DeviceLayouts>,
+    /// The kernels' parameter layouts as the blob declares them for this module's device.
+    blob_layouts: Arc<BlobLayouts>,
 }
 
 // SAFETY: a CUmodule is a driver handle usable from any thread; the module is unloaded only
@@ -52,28 +98,28 @@ unsafe impl Send for Module {}
 // SAFETY: shared references only look names up in the module, which the driver allows concurrently.
 unsafe impl Sync for Module {}
 
-/// Loads each checked `(name, kind, image)` in `host`'s context: the context is made current once,
-/// then one `cuModuleLoadData` per blob. Modules loaded before a failure are unloaded again.
-pub(crate) fn load_all<'a>(
-    host: &CudaHost,
-    blobs: impl ExactSizeIterator<Item = (&'a str, BlobKind, &'a [u8])>,
-) -> Result<Vec<Module>> {
+/// Loads each checked blob of `blobs` in `host`'s context: the context is made current once, then
+/// one `cuModuleLoadData` per blob. Modules loaded before a failure are unloaded again.
+pub(crate) fn load_all(host: &CudaHost, blobs: Vec<ModuleCode<'_>>) -> Result<Vec<Module>> {
     let context = host.context().raw();
     ensure_bound(context)?;
     let mut modules = Vec::with_capacity(blobs.len());
-    for (name, kind, image) in blobs {
+    for code in blobs {
+        let image: &[u8] = &code.image;
         // SAFETY: `image` passed validation (PTX NUL-terminated); the context is current (above,
         // and nothing between the loads changes it).
-        let raw = with_jit_log(name, image, Some(host), |log| unsafe {
+        let raw = with_jit_log(&code.name, image, Some(host), |log| unsafe {
             calls::module_load(image, log)
         })?;
+        let kind = code.kind;
+        let (name, blob_layouts) = code.into_layouts(host.compute_capability());
         modules.push(Module {
             raw,
-            name: name.to_string(),
+            name,
             kind,
             context,
             library: None,
-            blob_layouts: blob_layouts(image, host.compute_capability()),
+            blob_layouts,
         });
     }
     Ok(modules)
@@ -109,7 +155,7 @@ impl Module {
         name: &str,
         kind: BlobKind,
         context: CUcontext,
-        blob_layouts: Arc<DeviceLayouts>,
+        blob_layouts: Arc<BlobLayouts>,
         library: Arc<dyn Send + Sync>,
     ) -> Self {
         Self {
@@ -160,27 +206,23 @@ impl Module {
             .collect()
     }
 
-    /// The parameter sizes of kernel `function` as the blob declares them, or why they cannot be
-    /// known (worded for a driver without `cuFuncGetParamInfo`, the only one it is shown for).
-    pub(crate) fn blob_param_sizes(&self, function: &str) -> ParamSizes {
-        match &*self.blob_layouts {
-            Ok(kernels) => match kernels.get(function) {
-                Some(Ok(kernel)) => Ok(kernel.sizes().collect()),
-                Some(Err(why)) => Err(format!(
-                    "the driver lacks cuFuncGetParamInfo and the parameter layout of `{function}` \
-                     in module `{}` cannot be known from its blob: {why}",
-                    self.name
-                )),
-                None => Err(format!(
-                    "the driver lacks cuFuncGetParamInfo and module `{}` declares no parameter layout for `{function}`",
-                    self.name
-                )),
-            },
-            Err(why) => Err(format!(
-                "the driver lacks cuFuncGetParamInfo and the parameter layouts of module `{}` cannot be read from its blob: {why}",
-                self.name
-            )),
+    /// Where the parameter layout of kernel `symbol` as the blob declares it is read from.
+    pub(crate) fn blob_params(&self, symbol: &str) -> BlobParams {
+        BlobParams {
+            layouts: Arc::clone(&self.blob_layouts),
+            symbol: symbol.to_owned(),
         }
+    }
+
+    /// The names of the kernels the blob declares for this module's device (read now, if this is
+    /// the first need of its layouts), sorted; none when they cannot be read.
+    pub(crate) fn blob_kernel_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = match self.blob_layouts.get() {
+            Ok(kernels) => kernels.keys().cloned().collect(),
+            Err(_) => Vec::new(),
+        };
+        names.sort_unstable();
+        names
     }
 
     /// `cuModuleGetGlobal`: the address and size of a `__device__` variable.

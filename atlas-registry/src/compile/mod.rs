@@ -201,6 +201,14 @@ impl CompileTarget {
     }
 
     /// NVRTC's option for it: `--gpu-architecture=sm_90` or `--gpu-architecture=compute_90`.
+    /// The kind of blob compiling for this target makes.
+    fn kind(self) -> BlobKind {
+        match self {
+            Self::Cubin { .. } => BlobKind::Cubin,
+            Self::Ptx { .. } => BlobKind::Ptx,
+        }
+    }
+
     fn option(self) -> String {
         match self {
             Self::Cubin { arch } => format!("--gpu-architecture=sm_{arch}"),
@@ -252,12 +260,21 @@ impl CompiledCode {
         self.bytes
     }
 
+    /// The code and its kind, to hand to the driver: checked by the blob validator when it was
+    /// compiled or taken from the cache (whose entries it refuses are compiled again), and PTX
+    /// NUL-terminated.
+    pub(crate) fn into_checked(self) -> (BlobKind, Vec<u8>) {
+        let kind = self.kind();
+        let mut image = self.into_image();
+        if kind == BlobKind::Ptx && image.last() != Some(&0) {
+            image.push(0);
+        }
+        (kind, image)
+    }
+
     /// What kind of blob [`image`](Self::image) is.
     pub fn kind(&self) -> BlobKind {
-        match self.target {
-            CompileTarget::Cubin { .. } => BlobKind::Cubin,
-            CompileTarget::Ptx { .. } => BlobKind::Ptx,
-        }
+        self.target.kind()
     }
 
     /// The lowered (mangled) name of a name expression of the source, as the module's symbol
@@ -441,7 +458,14 @@ fn compile_now(
         },
         CompileFailure::Other(e) => e.into(),
     })?;
-    validate_blob(&source.name, &output.image)?;
+    let expected = target.kind();
+    let kind = validate_blob(&source.name, &output.image)?;
+    if kind != expected {
+        return Err(AtlasError::InvalidModule {
+            module: source.name.escape_debug().to_string(),
+            reason: format!("NVRTC made {kind:?} code where {expected:?} was asked for"),
+        });
+    }
     Ok(CompiledCode {
         target,
         bytes: output.image,

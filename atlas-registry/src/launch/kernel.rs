@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use atlas_sys::{CUcontext, CUfunction};
 
-use crate::code::module::ParamSizes;
+use crate::code::module::{BlobParams, ParamSizes};
 use crate::device::context::ensure_bound;
 use crate::device::host::{CudaHost, ordinal_of};
 use crate::device::stream::StreamArg;
@@ -39,9 +39,9 @@ pub struct Kernel {
     /// (so the module stays loaded); upgraded only then.
     owner: Weak<dyn Send + Sync>,
     opt_in: SharedMemOptIn,
-    /// The layout the module's blob declares, or why it cannot be read: the layout for a driver
-    /// without `cuFuncGetParamInfo`, and how far to ask one that has it.
-    from_blob: ParamSizes,
+    /// Where the layout the module's blob declares is read from (at the first read of `params`):
+    /// the layout for a driver without `cuFuncGetParamInfo`, and how far to ask one that has it.
+    from_blob: BlobParams,
     /// The parameter sizes, read on first use: from `cuFuncGetParamInfo`, else from the blob.
     params: OnceLock<ParamSizes>,
     /// What launches with attributes read of the function and keep (cluster dimensions,
@@ -68,7 +68,7 @@ impl Kernel {
         (module, function): (&str, &str),
         host: Arc<CudaHost>,
         (registry, owner): (u64, Weak<dyn Send + Sync>),
-        from_blob: ParamSizes,
+        from_blob: BlobParams,
     ) -> Self {
         Self {
             raw,
@@ -138,15 +138,16 @@ impl Kernel {
 
     #[cold]
     fn read_layout(&self) -> Result<&ParamSizes> {
+        let from_blob = self.from_blob.sizes(self.parts().0);
         if !calls::has_param_info() {
-            return Ok(self.params.get_or_init(|| self.from_blob.clone()));
+            return Ok(self.params.get_or_init(|| from_blob));
         }
         ensure_bound(self.host.context().raw())?;
         // The driver's sizes, read up to the blob's count when each agrees with the blob: asking
         // one index past the last is answered with an error, which compute-sanitizer reports
         // (CUDA 13.0 has no entry point for the count). When the blob cannot tell, or differs,
         // the walk goes on to the driver's end.
-        let bound = self.from_blob.as_deref().ok();
+        let bound = from_blob.as_deref().ok();
         let mut sizes = Vec::new();
         while bound != Some(&sizes[..]) {
             // SAFETY: the function is live (its registry is, as `&self` is).

@@ -5,10 +5,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::code::library::LibraryBlob;
+use crate::code::module::ModuleCode;
 use crate::device::host::{compute_capabilities, host};
 use crate::error::{AtlasError, Result};
 use crate::registry::AtlasRegistry;
-use crate::registry::model::{Compiled, Model, kernel_names_if_needed};
+use crate::registry::model::{Compiled, Model};
 
 /// A model loaded once for every device (`cuLibraryLoadData`, CUDA 12.0+): no context is needed
 /// to load it, and [`registry`](Self::registry) gives each device an [`AtlasRegistry`] over that
@@ -41,8 +42,6 @@ struct Build {
     /// One load per module, in order; a blob's load is shared by every build.
     loads: Vec<Arc<LibraryBlob>>,
     compiled: Compiled,
-    /// For preloading on a driver that cannot list a module's functions: each module's kernels.
-    kernel_names: Option<Vec<Vec<String>>>,
 }
 
 impl AtlasLibrary {
@@ -68,55 +67,51 @@ impl AtlasLibrary {
         capabilities.dedup();
         // Each architecture present is prepared: its sources compiled, and its fatbin entries
         // checked (before anything is loaded, as `prepare` refuses a blob).
-        let mut all = Vec::with_capacity(capabilities.len());
+        let mut compiled = Vec::with_capacity(capabilities.len());
+        let mut codes: Vec<Vec<((u32, u32), ModuleCode<'_>)>> =
+            checked.iter().map(|_| Vec::new()).collect();
         for &cc in &capabilities {
-            all.push((cc, model.prepare(checked.clone(), cc)?));
+            let prepared = model.prepare(checked.clone(), cc)?;
+            compiled.push(prepared.compiled());
+            for (module, code) in codes.iter_mut().zip(prepared.modules) {
+                module.push((cc, code));
+            }
         }
         // Blobs are the same for every architecture: one build serves all devices without
-        // sources.
-        let archs: Vec<Option<(u32, u32)>> = if model.has_sources() {
-            capabilities.iter().copied().map(Some).collect()
+        // sources, and a blob is loaded once, with its layouts for every architecture.
+        let sources = model.has_sources();
+        let count = if sources {
+            capabilities.len()
         } else {
-            vec![None]
+            capabilities.len().min(1)
         };
-        let mut builds: Vec<Build> = Vec::with_capacity(archs.len());
-        for compute_capability in archs {
-            let cc = compute_capability.or(capabilities.first().copied());
-            let Some(prepared) = all
-                .iter()
-                .find(|(prepared_for, _)| Some(*prepared_for) == cc)
-                .map(|(_, prepared)| prepared)
-            else {
-                break;
-            };
-            let loads = prepared
-                .modules
-                .iter()
-                .enumerate()
-                .map(
-                    |(i, (name, kind, image))| match (&checked[i], builds.first()) {
-                        // A blob is the same for every architecture: loaded once.
-                        (Some(_), Some(first)) => Ok(Arc::clone(&first.loads[i])),
-                        _ => Ok(Arc::new(LibraryBlob::load(
-                            name,
-                            *kind,
-                            image,
-                            &capabilities,
-                        )?)),
-                    },
-                )
-                .collect::<Result<Vec<_>>>()?;
-            builds.push(Build {
-                compute_capability,
-                loads,
-                compiled: prepared.compiled(),
-                kernel_names: if model.preloads() {
-                    kernel_names_if_needed(&prepared.modules, cc.unwrap_or_default())
-                } else {
-                    None
-                },
-            });
+        let mut loads: Vec<Vec<Arc<LibraryBlob>>> = vec![Vec::with_capacity(codes.len()); count];
+        for (blob, codes) in checked.iter().zip(codes) {
+            if blob.is_some() {
+                let mut codes = codes.into_iter();
+                let Some(first) = codes.next() else {
+                    continue;
+                };
+                let load = Arc::new(LibraryBlob::load(first, codes)?);
+                for build in &mut loads {
+                    build.push(Arc::clone(&load));
+                }
+            } else {
+                for (build, code) in loads.iter_mut().zip(codes) {
+                    build.push(Arc::new(LibraryBlob::load(code, [])?));
+                }
+            }
         }
+        let builds: Vec<Build> = loads
+            .into_iter()
+            .zip(compiled)
+            .zip(capabilities)
+            .map(|((loads, compiled), cc)| Build {
+                compute_capability: sources.then_some(cc),
+                loads,
+                compiled,
+            })
+            .collect();
         Ok(Self {
             names: model.module_names().map(str::to_string).collect(),
             builds: builds.into(),
@@ -155,7 +150,7 @@ impl AtlasLibrary {
             .collect::<Result<Vec<_>>>()?;
         let registry = AtlasRegistry::from_modules(host, modules, build.compiled.clone());
         if self.preload {
-            registry.preload(build.kernel_names.as_deref())?;
+            registry.preload()?;
         }
         Ok(registry)
     }

@@ -38,7 +38,7 @@ use crate::memory::symbol::DeviceSymbol;
 use call_sites::CallSiteTable;
 use function::{CudaFunction, FunctionRef, RawCudaFunc};
 use function_table::FunctionTable;
-use model::{Checked, Compiled, Model, kernel_names_if_needed};
+use model::{Checked, Compiled, Model};
 
 /// The shared state behind an [`AtlasRegistry`] and the handles taken from it.
 pub(crate) struct RegistryInner {
@@ -173,19 +173,11 @@ impl AtlasRegistry {
         let host = host(ordinal)?;
         let cc = host.compute_capability();
         let prepared = model.prepare(checked, cc)?;
-        let names = model
-            .preloads()
-            .then(|| kernel_names_if_needed(&prepared.modules, cc));
-        let modules = load_all(
-            &host,
-            prepared
-                .modules
-                .iter()
-                .map(|(name, kind, image)| (name.as_str(), *kind, &**image)),
-        )?;
-        let registry = Self::from_modules(host, modules, prepared.compiled());
-        if let Some(names) = names {
-            registry.preload(names.as_deref())?;
+        let compiled = prepared.compiled();
+        let modules = load_all(&host, prepared.modules)?;
+        let registry = Self::from_modules(host, modules, compiled);
+        if model.preloads() {
+            registry.preload()?;
         }
         Ok(registry)
     }
@@ -204,15 +196,17 @@ impl AtlasRegistry {
     /// Resolves every kernel of every module into the function table (and reads its parameter
     /// layout), so that no first lookup or launch pays for it; the number of kernels. The kernels
     /// are listed by the driver (`cuModuleEnumerateFunctions`, CUDA 12.4+) or, when it cannot,
-    /// taken from `from_blobs` (per module, the kernel names its blob declares).
+    /// are those the module's blob declares.
     #[doc(alias = "cuModuleEnumerateFunctions")]
     #[doc(alias = "cuFuncLoad")]
-    pub(crate) fn preload(&self, from_blobs: Option<&[Vec<String>]>) -> Result<usize> {
+    pub(crate) fn preload(&self) -> Result<usize> {
         let mut count = 0;
-        for (i, module) in self.inner.modules.iter().enumerate() {
-            let listed = match from_blobs {
-                Some(names) => names.get(i).cloned().unwrap_or_default(),
-                None => module.function_names()?,
+        let listed_by_driver = calls::can_enumerate_functions();
+        for module in &self.inner.modules {
+            let listed = if listed_by_driver {
+                module.function_names()?
+            } else {
+                module.blob_kernel_names()
             };
             for symbol in &listed {
                 let name = self.inner.compiled.names.cpp_name(module.name(), symbol);
@@ -380,7 +374,7 @@ impl AtlasRegistry {
                 (module, function),
                 Arc::clone(&self.inner.host),
                 (self.inner.id, owner),
-                found.blob_param_sizes(symbol),
+                found.blob_params(symbol),
             )
         }))
     }

@@ -5,7 +5,8 @@
 use std::borrow::Cow;
 
 use crate::code::blob::{self, BlobKind};
-use crate::code::layout::device_layouts;
+use crate::code::layout::BlobLayouts;
+use crate::code::module::ModuleCode;
 use crate::code::target::Devices;
 use crate::compile::{CacheOutcome, CompileCache, Compiler, CudaSource};
 use crate::driver::calls;
@@ -172,21 +173,25 @@ impl<'a> Model<'a> {
                     prepared
                         .outcomes
                         .push((name.clone(), code.cache_outcome().clone()));
-                    // Checked as every blob is, on the one path to the driver (the compiler
-                    // checked it too, before storing it or taking it from the cache).
-                    let image = code.into_image();
-                    let (kind, checked) = blob::prepare(name, &image, false)?;
-                    let terminated = match checked {
-                        Cow::Borrowed(_) => None,
-                        Cow::Owned(copy) => Some(copy),
-                    };
-                    (kind, Cow::Owned(terminated.unwrap_or(image)))
+                    // Checked by the blob validator as it was made or taken from the cache
+                    // (an entry it refuses is compiled again), as `check_blobs` checks a blob.
+                    let (kind, image) = code.into_checked();
+                    (kind, Cow::Owned(image))
                 }
                 // `checked` holds a blob for every blob module.
                 _ => continue,
             };
-            blob::check_for_device(name, kind, &image, cc)?;
-            prepared.modules.push((name.clone(), kind, image));
+            let devices = Devices::of(cc).unwrap_or(Devices::Every);
+            let mut entries = BlobLayouts::of_fatbin(devices);
+            blob::check_for_device(name, kind, &image, cc, |code, bytes, decompressed| {
+                entries.add_entry(code, bytes, decompressed)
+            })?;
+            prepared.modules.push(ModuleCode {
+                name: name.clone(),
+                kind,
+                image,
+                entries: (kind == BlobKind::Fatbin).then_some(entries),
+            });
         }
         Ok(prepared)
     }
@@ -219,8 +224,8 @@ fn check_driver(compiler: &Compiler, model: &Model<'_>) -> Result<()> {
 /// its sources told.
 #[derive(Default)]
 pub(crate) struct Prepared<'a> {
-    /// `(module name, kind, checked blob)`.
-    pub(crate) modules: Vec<(String, BlobKind, Cow<'a, [u8]>)>,
+    /// Each module's checked code.
+    pub(crate) modules: Vec<ModuleCode<'a>>,
     /// For each compiled module, its `(name expression, lowered name)` pairs.
     pub(crate) lowered: Vec<(String, Vec<(String, String)>)>,
     /// For each compiled module, what the compile cache did.
@@ -285,29 +290,4 @@ impl CppNames {
             .find(|(m, _, l)| m == module && l == symbol)
             .map_or(symbol, |(_, expression, _)| expression.as_str())
     }
-}
-
-/// The kernel names each module's blob declares for a device of compute capability `cc`, for
-/// preloading on a driver that cannot list a module's functions; `None` when it can (so nothing
-/// is parsed). Of a fatbin, the kernels of the entries the driver may load for the device.
-pub(crate) fn kernel_names_if_needed(
-    modules: &[(String, BlobKind, Cow<'_, [u8]>)],
-    cc: (u32, u32),
-) -> Option<Vec<Vec<String>>> {
-    if calls::can_enumerate_functions() {
-        return None;
-    }
-    let devices = Devices::of(cc).unwrap_or(Devices::Every);
-    Some(
-        modules
-            .iter()
-            .map(|(_, _, image)| {
-                let mut names: Vec<String> = device_layouts(image, devices)
-                    .map(|kernels| kernels.into_keys().collect())
-                    .unwrap_or_default();
-                names.sort_unstable();
-                names
-            })
-            .collect(),
-    )
 }

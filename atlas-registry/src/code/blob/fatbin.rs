@@ -44,7 +44,7 @@
 //!   ([`compressed`]). An entry the driver never picks for the device is not
 //!   read beyond its header, so it cannot sink a fatbin whose other entries are fine.
 
-use std::borrow::Cow;
+use std::ffi::CStr;
 
 use super::compressed::{self, Scheme};
 use super::elf::{self, Machines};
@@ -252,26 +252,50 @@ impl Iterator for Entries<'_> {
 /// Checks a fatbin: its header, every entry's header, and (for `devices`, `None` for none) the
 /// code of each entry the driver may pick for those devices.
 pub(super) fn check(b: &[u8], devices: Option<Devices>) -> Check {
+    check_picked(b, devices, |_, _, _| {})
+}
+
+/// As [`check`], handing each picked entry's code, once checked, to `picked`: what code it is, its
+/// bytes (decompressed), and whether they had to be decompressed (they are then in a buffer that
+/// the next compressed entry reuses). So a load reads what it needs of the code from the one
+/// decompression that checked it.
+pub(super) fn check_picked(
+    b: &[u8],
+    devices: Option<Devices>,
+    mut picked: impl FnMut(Code, &[u8], bool),
+) -> Check {
     // One buffer for what every compressed entry decompresses to.
     let mut buffer = Vec::new();
     for (index, entry) in entries(b)?.enumerate() {
         let entry = entry?;
-        let picked = devices.is_some_and(|d| entry.code().is_some_and(|code| d.may_load(code)));
-        check_entry(b, &entry, picked, &mut buffer)
+        let code = entry
+            .code()
+            .filter(|&code| devices.is_some_and(|d| d.may_load(code)));
+        let checked = check_entry(b, &entry, code.is_some(), &mut buffer)
             .map_err(|e| format!("{}: {e}", entry.label(index)))?;
+        if let (Some(code), Some(bytes)) = (code, checked) {
+            picked(code, bytes, entry.stored() != Stored::Plain);
+        }
     }
     Ok(())
 }
 
-/// Checks entry `entry` of fatbin `b`: its header, and its code when `picked`.
-fn check_entry(b: &[u8], entry: &Entry, picked: bool, buffer: &mut Vec<u8>) -> Check {
+/// Checks entry `entry` of fatbin `b`: its header, and its code when `picked`; that code.
+fn check_entry<'a>(
+    b: &'a [u8],
+    entry: &Entry,
+    picked: bool,
+    buffer: &'a mut Vec<u8>,
+) -> Check<Option<&'a [u8]>> {
     // The whole header lies inside the fatbin (checked when the entry was read).
     let header = bytes_at(b, entry.at, entry.header_size).unwrap_or_default();
     check_header(header, entry)?;
-    if picked {
-        check_code(entry, code(b, entry, buffer)?)?;
+    if !picked {
+        return Ok(None);
     }
-    Ok(())
+    let code = code(b, entry, buffer)?;
+    check_code(entry, code)?;
+    Ok(Some(code))
 }
 
 /// The code of `entry` of fatbin `b`: its payload, or, compressed, what that decompresses to (in
@@ -302,37 +326,15 @@ fn check_code(entry: &Entry, code: &[u8]) -> Check {
     match entry.kind {
         KIND_ELF => elf::check(code, "ELF payload", Machines::Cuda),
         // PTX is stored NUL-terminated (padded with more NULs to a multiple of 8) and read as a
-        // C string: it must end inside the payload.
-        _ => match code.iter().position(|&c| c == 0) {
-            Some(end) => ptx::check(code.get(..end).unwrap_or_default()),
-            None => Err(format!(
+        // C string: it must end inside the payload (found with the word-at-a-time search).
+        _ => match CStr::from_bytes_until_nul(code) {
+            Ok(text) => ptx::check(text.to_bytes()),
+            Err(_) => Err(format!(
                 "the {}-byte PTX payload has no terminating NUL byte",
                 Size(code.len() as u64)
             )),
         },
     }
-}
-
-/// The code of every entry of fatbin `b` that the driver may pick for `devices`, decompressed,
-/// in order; an entry whose code cannot be had is an `Err` with the refusal of that entry.
-pub(in crate::code) fn picked(b: &[u8], devices: Devices) -> Check<Vec<(Code, Cow<'_, [u8]>)>> {
-    let mut picked = Vec::new();
-    for (index, entry) in entries(b)?.enumerate() {
-        let entry = entry?;
-        let Some(code) = entry.code().filter(|&code| devices.may_load(code)) else {
-            continue;
-        };
-        let bytes = if entry.stored() == Stored::Plain {
-            Cow::Borrowed(bytes_at(b, entry.payload_at(), entry.payload_size).unwrap_or_default())
-        } else {
-            let mut buffer = Vec::new();
-            self::code(b, &entry, &mut buffer)
-                .map_err(|e| format!("{}: {e}", entry.label(index)))?;
-            Cow::Owned(buffer)
-        };
-        picked.push((code, bytes));
-    }
-    Ok(picked)
 }
 
 /// The structure of an entry's header, which the driver follows before it picks an entry: the

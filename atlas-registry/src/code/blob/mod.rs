@@ -173,7 +173,8 @@ fn check(blob: &[u8], devices: Option<Devices>) -> Check<BlobKind> {
         return Err(unknown_format(blob));
     };
     match kind {
-        BlobKind::Ptx => ptx::check(blob.strip_suffix(b"\0").unwrap_or(blob))?,
+        // `known` found it UTF-8 and starting as PTX does.
+        BlobKind::Ptx => ptx::check_nul(blob.strip_suffix(b"\0").unwrap_or(blob))?,
         BlobKind::Cubin => elf::check(blob, "blob", elf::Machines::Gpu)?,
         BlobKind::Fatbin => fatbin::check(blob, devices)?,
         BlobKind::OffloadBundle => bundle::check(blob)?,
@@ -227,18 +228,21 @@ pub(crate) fn prepare<'b>(
 }
 
 /// The rest of [`validate_blob_for_device`] after [`prepare`] made `image` of `kind`: the code of
-/// the entries of a fatbin that a device of compute capability `compute_capability` may pick.
+/// the entries of a fatbin that a device of compute capability `compute_capability` may pick,
+/// each handed to `picked` once checked (what code it is, its bytes, whether they were
+/// decompressed), so that what a load reads of it needs no second decompression.
 pub(crate) fn check_for_device(
     module: &str,
     kind: BlobKind,
     image: &[u8],
     compute_capability: (u32, u32),
+    picked: impl FnMut(Code, &[u8], bool),
 ) -> Result<()> {
     if kind != BlobKind::Fatbin {
         return Ok(());
     }
     let devices = Devices::of(compute_capability).unwrap_or(Devices::Every);
-    refused(module, fatbin::check(image, Some(devices)))
+    refused(module, fatbin::check_picked(image, Some(devices), picked))
 }
 
 /// What code `blob` holds, for messages: `sm_90 SASS` for a cubin, `sm_90 SASS, compute_90 PTX`

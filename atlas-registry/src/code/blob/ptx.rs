@@ -13,11 +13,7 @@ const VERSION: &[u8] = b".version";
 
 /// Checks PTX `text`, without its terminating NUL.
 pub(super) fn check(text: &[u8]) -> Check {
-    // `contains` on bytes is the word-at-a-time search; the position only on the way out.
-    if text.contains(&0) {
-        let at = text.iter().position(|&b| b == 0).unwrap_or_default();
-        return Err(format!("the PTX text has a NUL byte at offset {at}"));
-    }
+    check_nul(text)?;
     if let Err(e) = std::str::from_utf8(text) {
         return Err(format!(
             "the text is not UTF-8 from byte {} on, so not PTX; Atlas takes {FORMATS}",
@@ -30,6 +26,17 @@ pub(super) fn check(text: &[u8]) -> Check {
             "the text does not start with a `.version` directive (after whitespace and comments), \
              as every PTX module does, so it is not PTX; Atlas takes {FORMATS}"
         ));
+    }
+    Ok(())
+}
+
+/// Checks that PTX `text`, without its terminating NUL, has no NUL before its end: all that
+/// [`check`] checks of text that is UTF-8 and [`starts_as_ptx`].
+pub(super) fn check_nul(text: &[u8]) -> Check {
+    // `contains` on bytes is the word-at-a-time search; the position only on the way out.
+    if text.contains(&0) {
+        let at = text.iter().position(|&b| b == 0).unwrap_or_default();
+        return Err(format!("the PTX text has a NUL byte at offset {at}"));
     }
     Ok(())
 }

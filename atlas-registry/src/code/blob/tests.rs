@@ -1496,14 +1496,15 @@ fn nvcc_13_compressed_fatbins_pass_and_decompress_to_their_cubins() {
         );
     }
     // Both compressions decompress to nvcc's cubin, which the uncompressed fatbin holds as it is.
-    let picked = |fatbin| fatbin::picked(fatbin, Devices::Sm(90)).unwrap();
     let cubin_of = |fatbin| {
-        picked(fatbin)
-            .into_iter()
-            .find(|(code, _)| *code == crate::code::target::Code::Sass(90))
-            .unwrap()
-            .1
-            .into_owned()
+        let mut cubin = None;
+        fatbin::check_picked(fatbin, Some(Devices::Sm(90)), |code, bytes, _| {
+            if code == crate::code::target::Code::Sass(90) {
+                cubin = Some(bytes.to_vec());
+            }
+        })
+        .unwrap();
+        cubin.unwrap()
     };
     let plain = cubin_of(NVCC13_FATBIN);
     assert_eq!(cubin_of(NVCC13_LZ4_FATBIN), plain);
