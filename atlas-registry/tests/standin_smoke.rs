@@ -26,6 +26,7 @@ child::bodies!(
     param_sizes_come_from_the_driver,
     param_sizes_come_from_the_driver_where_the_blob_differs,
     param_sizes_come_from_the_blob_without_param_info,
+    param_sizes_come_from_the_modules_own_copy_of_the_blob,
     jit_error_carries_the_log,
     unknown_function_is_not_found,
     second_device_has_its_own_context,
@@ -58,6 +59,18 @@ fn param_sizes_with_and_without_cu_func_get_param_info() {
         param_sizes_come_from_the_blob_without_param_info,
         &["-DSTANDIN_NO_PARAM_INFO"],
     );
+}
+
+/// Layouts are read at their first need, from what the module kept of the blob: the caller's
+/// buffer may be gone by then, and the driver is still asked no further than the blob's count.
+#[test]
+fn layouts_read_after_the_load_come_from_the_modules_own_copy() {
+    for variant in [&[][..], &["-DSTANDIN_NO_PARAM_INFO"]] {
+        standin::run(
+            param_sizes_come_from_the_modules_own_copy_of_the_blob,
+            variant,
+        );
+    }
 }
 
 #[test]
@@ -141,6 +154,41 @@ fn param_sizes_come_from_the_blob_without_param_info() {
     let scale = registry.function("elementwise", "scale").unwrap();
     assert_eq!(scale.param_sizes().unwrap(), Some(&[8, 4, 4][..]));
     assert_eq!(standin::probe().count("cuFuncGetParamInfo"), 0);
+}
+
+fn param_sizes_come_from_the_modules_own_copy_of_the_blob() {
+    let ptx = ptx_for_model("demo").unwrap()[1].1;
+    let zstd = include_bytes!("fixtures/elementwise.sm_90.zstd.fatbin");
+    // PTX as it is (NUL-terminated, so handed over as it is), PTX without its NUL (copied to add
+    // one), a plain fatbin, and a compressed one (whose cubin is read at the load).
+    let blobs: [&[u8]; 4] = [
+        ptx,
+        ptx.strip_suffix(b"\0").unwrap(),
+        ELEMENTWISE_FATBIN,
+        zstd,
+    ];
+    let driver_tells = sys::driver().is_ok_and(|d| d.cuFuncGetParamInfo.is_ok());
+    for (i, blob) in blobs.into_iter().enumerate() {
+        let mut bytes = blob.to_vec();
+        let registry = AtlasRegistry::load(0, &[("elementwise", &bytes[..])]).unwrap();
+        let scale = registry.function("elementwise", "scale").unwrap();
+        bytes.fill(0xff);
+        drop(bytes);
+        let asked = standin::probe().count("cuFuncGetParamInfo");
+        assert_eq!(
+            scale.param_sizes().unwrap(),
+            Some(&[8, 4, 4][..]),
+            "blob {i}"
+        );
+        let expected = if driver_tells { 3 } else { 0 };
+        assert_eq!(
+            standin::probe().count("cuFuncGetParamInfo") - asked,
+            expected,
+            "blob {i}"
+        );
+        drop(scale);
+        release(registry).unwrap();
+    }
 }
 
 fn jit_error_carries_the_log() {

@@ -516,14 +516,12 @@ impl BlobLayouts {
 
     /// Whether the layouts have been read (the code kept for them dropped).
     #[cfg(test)]
-    #[allow(dead_code)]
     pub(crate) fn is_read(&self) -> bool {
         self.read.get().is_some()
     }
 
     /// The bytes of code kept to read.
     #[cfg(test)]
-    #[allow(dead_code)]
     pub(crate) fn kept_bytes(&self) -> usize {
         let pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         pending

@@ -289,3 +289,77 @@ impl Drop for Module {
         report_cleanup("unloading a module", result);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::code::blob::DECOMPRESSIONS;
+    use crate::registry::model::Model;
+
+    /// nvcc 13.0's `-arch=sm_90` fatbin of `kernels/elementwise.cu` as it writes it (the PTX
+    /// zstd-compressed, the cubin plain), and with both zstd-compressed.
+    const FATBIN: &[u8] = include_bytes!("blob/testdata/nvcc13.0.elementwise.fatbin");
+    const ZSTD_FATBIN: &[u8] = include_bytes!("blob/testdata/nvcc13.0.elementwise.zstd.fatbin");
+
+    /// `blob` as a load on an sm_90 device makes it ready for the driver.
+    fn prepared(blob: &[u8]) -> ModuleCode<'_> {
+        let model = Model::new().blob("elementwise", blob);
+        let checked = model.check_blobs(false).unwrap();
+        let mut prepared = model.prepare(checked, (9, 0)).unwrap();
+        prepared.modules.pop().unwrap()
+    }
+
+    fn scale_sizes(layouts: &BlobLayouts) -> Vec<usize> {
+        let kernels = layouts.get().as_ref().unwrap();
+        kernels["scale"].as_ref().unwrap().sizes().collect()
+    }
+
+    #[test]
+    fn layouts_are_read_at_their_first_need_from_a_copy_dropped_then() {
+        let ptx = atlas_kernels::ptx_for_model("demo").unwrap()[1].1;
+        let (name, layouts) = prepared(ptx).into_layouts((9, 0));
+        assert_eq!(name, "elementwise");
+        assert!(!layouts.is_read());
+        assert_eq!(layouts.kept_bytes(), ptx.len());
+        assert_eq!(scale_sizes(&layouts), [8, 4, 4]);
+        assert!(layouts.is_read());
+        assert_eq!(layouts.kept_bytes(), 0);
+    }
+
+    #[test]
+    fn a_fatbin_entry_is_decompressed_once_and_its_cubin_read_from_that() {
+        DECOMPRESSIONS.with(|n| n.set(0));
+        let zstd = prepared(ZSTD_FATBIN).into_layouts((9, 0)).1;
+        // Its PTX and its cubin, once each, by the check; the cubin's layouts read then, the PTX
+        // kept as it came out.
+        assert_eq!(DECOMPRESSIONS.with(|n| n.get()), 2);
+        assert!(!zstd.is_read());
+        assert_eq!(zstd.kept_bytes(), 1426);
+        // The plain cubin and the decompressed PTX are kept.
+        let plain = prepared(FATBIN).into_layouts((9, 0)).1;
+        assert_eq!(DECOMPRESSIONS.with(|n| n.get()), 3);
+        assert_eq!(plain.kept_bytes(), 1426 + 5600);
+        assert_eq!(zstd.get(), plain.get());
+        assert_eq!(scale_sizes(&zstd), [8, 4, 4]);
+        assert_eq!(DECOMPRESSIONS.with(|n| n.get()), 3);
+    }
+
+    #[test]
+    fn a_kernels_blob_params_name_the_module_when_unknown() {
+        let ptx = atlas_kernels::ptx_for_model("demo").unwrap()[1].1;
+        let layouts = prepared(ptx).into_layouts((9, 0)).1;
+        let params = |symbol: &str| {
+            BlobParams {
+                layouts: Arc::clone(&layouts),
+                symbol: symbol.into(),
+            }
+            .sizes("elementwise")
+        };
+        assert_eq!(params("scale").unwrap()[..], [8, 4, 4]);
+        let e = params("absent").unwrap_err();
+        assert!(
+            e.contains("module `elementwise` declares no parameter layout for `absent`"),
+            "{e}"
+        );
+    }
+}

@@ -55,9 +55,17 @@ impl Scheme {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many streams this thread began to decompress, for tests that count them.
+    pub(crate) static DECOMPRESSIONS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Decompresses all of `input`, compressed by `scheme`, into `out` (replacing what it held), which
 /// must come out exactly `declared` bytes.
 pub(super) fn decompress(scheme: Scheme, input: &[u8], declared: u64, out: &mut Vec<u8>) -> Check {
+    #[cfg(test)]
+    DECOMPRESSIONS.with(|n| n.set(n.get() + 1));
     out.clear();
     let name = scheme.name();
     if declared > scheme.most_from(input.len()) {

@@ -46,6 +46,8 @@ use crate::code::target::{Code, Devices};
 use crate::error::{AtlasError, Result};
 use read::Check;
 
+#[cfg(test)]
+pub(crate) use compressed::DECOMPRESSIONS;
 pub(crate) use elf::cuda::sm_arch;
 
 /// The formats Atlas takes, for refusals of anything else.
