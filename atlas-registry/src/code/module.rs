@@ -31,13 +31,14 @@ pub(crate) struct ModuleCode<'a> {
 }
 
 impl ModuleCode<'_> {
-    /// The layouts of the kernels of this code on a device of `compute_capability`, read at their
-    /// first need: for the image's, a copy of it is kept (or it is moved in, when owned).
+    /// The module's name, and the layouts of its kernels on a device of `compute_capability`,
+    /// read at their first need ([`BlobLayouts`]): those a fatbin's check took, or else the
+    /// image's, which is kept for it (moved in when owned, else copied).
     ///
-    /// The driver is asked about each kernel's parameters up to the count its blob declares, not
-    /// one past the last (a call that fails, which compute-sanitizer reports as an error); when
-    /// the driver cannot tell them (no `cuFuncGetParamInfo`: older than CUDA 12.4, or an
-    /// injection library), the blob's are the layouts.
+    /// They bound how far the driver is asked about a kernel's parameters (to the count the blob
+    /// declares, not one past the last: a call that fails, which compute-sanitizer reports), and
+    /// are the layouts when the driver cannot tell them (no `cuFuncGetParamInfo`: older than CUDA
+    /// 12.4, or an injection library).
     pub(crate) fn into_layouts(self, compute_capability: (u32, u32)) -> (String, Arc<BlobLayouts>) {
         let layouts = self.entries.unwrap_or_else(|| {
             let devices = Devices::of(compute_capability).unwrap_or(Devices::Every);

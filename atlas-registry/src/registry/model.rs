@@ -146,7 +146,8 @@ impl<'a> Model<'a> {
     /// The model's modules made ready for a device of compute capability `cc`: `checked` (from
     /// [`check_blobs`](Self::check_blobs)) with each source compiled (or taken from the cache),
     /// and of every fatbin the code of the entries such a device may pick checked
-    /// ([`validate_blob_for_device`](crate::validate_blob_for_device)).
+    /// ([`validate_blob_for_device`](crate::validate_blob_for_device)), what its layouts need
+    /// taken from that check ([`BlobLayouts::add_entry`]).
     pub(crate) fn prepare(
         &self,
         checked: Vec<Checked<'a>>,
