@@ -351,7 +351,11 @@ fn corrupt_entries_are_compiled_again() {
             },
             "checksum",
         ),
-        ("cut in half", bytes[..bytes.len() / 2].to_vec(), "checksum"),
+        (
+            "cut in half",
+            bytes[..bytes.len() / 2].to_vec(),
+            "truncated",
+        ),
         ("cut inside the header", bytes[..20].to_vec(), "truncated"),
         ("empty", Vec::new(), "truncated"),
         (
@@ -359,7 +363,7 @@ fn corrupt_entries_are_compiled_again() {
             b"ATLASNVC\x09\0\0\0"
                 .iter()
                 .copied()
-                .chain([0; 40])
+                .chain([0; 32])
                 .collect(),
             "format",
         ),

@@ -17,11 +17,14 @@
 //! its own, and its output is fixed by the XXH3 specification, so keys do not change with the
 //! toolchain (as `std`'s `DefaultHasher` may).
 //!
-//! **Entry.** A 44-byte header (magic `ATLASNVC`, format version, code kind, code length, the
-//! number of lowered names, and the XXH3-128 checksum of everything after the header), the
-//! lowered names, then the code. An entry is used only when its header, checksum, names and
-//! length agree and its code passes the blob validator ([`validate_blob`]), before the driver sees
-//! it; otherwise it is compiled again and replaced ([`CacheOutcome::Replaced`]), never loaded.
+//! **Entry.** The code, the lowered names, then a 44-byte header (magic `ATLASNVC`, format version,
+//! code kind, code length, the number of lowered names, and the XXH3-128 checksum of everything
+//! before the header). The code comes first so that a hit hands the bytes it read to the driver
+//! as they are, without moving a 150 KB cubin of 100 kernels to the front of its buffer; the
+//! header last, so that an entry cut short has none. An entry is used only when its header,
+//! checksum, names and length agree and its code passes the blob validator ([`validate_blob`]),
+//! before the driver sees it; otherwise it is compiled again and replaced
+//! ([`CacheOutcome::Replaced`]), never loaded.
 //!
 //! **Publication.** An entry is written to a temporary file of its own in the same directory
 //! (named for the process and a counter) and renamed over the entry's name: a rename within a
@@ -57,7 +60,7 @@ pub const CACHE_MAX_BYTES_VAR: &str = "ATLAS_CACHE_MAX_BYTES";
 pub const DEFAULT_MAX_BYTES: u64 = 512 << 20;
 
 const MAGIC: &[u8; 8] = b"ATLASNVC";
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 const HEADER: usize = 44;
 const EXTENSION: &str = "atlas";
 const TEMP_EXTENSION: &str = "tmp";
@@ -173,13 +176,13 @@ impl CompileCache {
             return Lookup::Unusable(format!("cannot read {}: {e}", path.display()));
         }
         match parse(&bytes, key.kind(), expressions) {
-            Ok((lowered, range)) => {
+            Ok((lowered, code_len)) => {
                 // Its use, for the least-recently-used order; a cache shared with other users
                 // may not let this process change the time, which costs only that order.
                 let _ = file.set_modified(SystemTime::now());
+                bytes.truncate(code_len);
                 Lookup::Hit {
-                    bytes,
-                    image_start: range.start,
+                    code: bytes,
                     lowered,
                 }
             }
@@ -289,10 +292,9 @@ pub(crate) enum Lookup {
     Miss,
     /// An entry that cannot be used, and why.
     Unusable(String),
-    /// A usable entry: its bytes, where its code starts in them, and the lowered names.
+    /// A usable entry: its code and the lowered names.
     Hit {
-        bytes: Vec<u8>,
-        image_start: usize,
+        code: Vec<u8>,
         lowered: Vec<(String, String)>,
     },
 }
@@ -300,91 +302,96 @@ pub(crate) enum Lookup {
 /// The bytes of the entry for `code`.
 fn encode(kind: u32, code: &CompiledCode) -> Vec<u8> {
     let image = code.image();
-    let mut body = Vec::with_capacity(image.len() + 64 * code.lowered.len());
+    let mut entry = Vec::with_capacity(image.len() + 64 * code.lowered.len() + HEADER);
+    entry.extend_from_slice(image);
     for (expression, lowered) in &code.lowered {
         for s in [expression, lowered] {
-            body.extend_from_slice(&(s.len() as u32).to_le_bytes());
-            body.extend_from_slice(s.as_bytes());
+            entry.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            entry.extend_from_slice(s.as_bytes());
         }
     }
-    body.extend_from_slice(image);
-    let mut entry = Vec::with_capacity(HEADER + body.len());
+    let checksum = xxh3_128(&entry);
     entry.extend_from_slice(MAGIC);
     entry.extend_from_slice(&FORMAT.to_le_bytes());
     entry.extend_from_slice(&kind.to_le_bytes());
     entry.extend_from_slice(&(image.len() as u64).to_le_bytes());
     entry.extend_from_slice(&(code.lowered.len() as u32).to_le_bytes());
-    entry.extend_from_slice(&xxh3_128(&body).to_le_bytes());
-    entry.extend_from_slice(&body);
+    entry.extend_from_slice(&checksum.to_le_bytes());
     entry
 }
 
-/// An entry's lowered names, and where its code lies in it.
-type Parsed = (Vec<(String, String)>, std::ops::Range<usize>);
+/// An entry's lowered names, and the length of its code (which starts it).
+type Parsed = (Vec<(String, String)>, usize);
 
-/// Checks an entry (see the module docs) and returns its lowered names and where its code lies.
+/// Checks an entry (see the module docs) and returns its lowered names and the length of its code.
 fn parse(entry: &[u8], kind: u32, expressions: &[String]) -> Result<Parsed, String> {
-    let u32_at = |at: usize| -> u32 {
-        let mut b = [0u8; 4];
-        b.copy_from_slice(&entry[at..at + 4]);
-        u32::from_le_bytes(b)
-    };
-    if entry.len() < HEADER {
+    let Some(body_len) = entry.len().checked_sub(HEADER) else {
         return Err(format!(
             "{} bytes, shorter than an entry's header (truncated)",
             entry.len()
         ));
-    }
-    if &entry[..8] != MAGIC || u32_at(8) != FORMAT {
-        return Err("not an entry of this cache's format".into());
+    };
+    let (body, header) = entry.split_at(body_len);
+    let u32_at = |at: usize| -> u32 {
+        let mut b = [0u8; 4];
+        b.copy_from_slice(&header[at..at + 4]);
+        u32::from_le_bytes(b)
+    };
+    if &header[..8] != MAGIC || u32_at(8) != FORMAT {
+        return Err(
+            "its last bytes are not the header of an entry of this cache's format (truncated, or \
+             another format)"
+                .into(),
+        );
     }
     if u32_at(12) != kind {
         return Err(format!("holds code of kind {}, not {kind}", u32_at(12)));
     }
     let mut len = [0u8; 8];
-    len.copy_from_slice(&entry[16..24]);
+    len.copy_from_slice(&header[16..24]);
     let code_len = u64::from_le_bytes(len);
     let names = u32_at(24) as usize;
     let mut sum = [0u8; 16];
-    sum.copy_from_slice(&entry[28..44]);
-    let body = &entry[HEADER..];
+    sum.copy_from_slice(&header[28..44]);
     if xxh3_128(body) != u128::from_le_bytes(sum) {
         return Err("its checksum does not match its contents (truncated or corrupt)".into());
     }
-    let mut at = HEADER;
-    let string = |at: &mut usize| -> Result<String, String> {
-        let len = entry
-            .get(*at..*at + 4)
-            .map(|_| u32_at(*at) as usize)
-            .ok_or("a lowered name runs past the end")?;
-        let bytes = entry
-            .get(*at + 4..*at + 4 + len)
-            .ok_or("a lowered name runs past the end")?;
-        *at += 4 + len;
+    let Some(code_len) = usize::try_from(code_len).ok().filter(|&n| n <= body.len()) else {
+        return Err(format!(
+            "it declares {code_len} bytes of code and holds {}",
+            body.len()
+        ));
+    };
+    let (code, mut rest) = body.split_at(code_len);
+    let mut string = || -> Result<String, String> {
+        let past = "a lowered name runs past the end";
+        let (len, tail) = rest.split_at_checked(4).ok_or(past)?;
+        let len = u32::from_le_bytes(len.try_into().map_err(|_| past)?) as usize;
+        let (bytes, tail) = tail.split_at_checked(len).ok_or(past)?;
+        rest = tail;
         String::from_utf8(bytes.to_vec()).map_err(|_| "a lowered name is not UTF-8".to_string())
     };
     let mut lowered = Vec::with_capacity(names.min(expressions.len()));
     for _ in 0..names {
-        let expression = string(&mut at)?;
-        lowered.push((expression, string(&mut at)?));
+        let expression = string()?;
+        lowered.push((expression, string()?));
     }
     if !lowered.iter().map(|(e, _)| e).eq(expressions) {
         return Err("its name expressions are not the source's".into());
     }
-    if (entry.len() - at) as u64 != code_len {
+    if !rest.is_empty() {
         return Err(format!(
-            "it declares {code_len} bytes of code and holds {}",
-            entry.len() - at
+            "{} bytes follow its lowered names (corrupt)",
+            rest.len()
         ));
     }
-    let code = &entry[at..];
     let expected = if kind == 2 {
         BlobKind::Cubin
     } else {
         BlobKind::Ptx
     };
     match validate_blob("cache entry", code) {
-        Ok(found) if found == expected => Ok((lowered, at..entry.len())),
+        Ok(found) if found == expected => Ok((lowered, code_len)),
         Ok(found) => Err(format!("its code is {found:?}, not {expected:?}")),
         Err(e) => Err(format!("its code is refused: {e}")),
     }
@@ -513,7 +520,6 @@ mod tests {
         CompiledCode {
             target: SM_90,
             bytes: image.to_vec(),
-            image_start: 0,
             lowered: vec![("k".into(), "_Z1kv".into())],
             log: String::new(),
             cache: CacheOutcome::Off,
@@ -525,9 +531,9 @@ mod tests {
         let (_, cubin) = atlas_kernels::cubin_for_model("demo", 90).unwrap()[1];
         let names = ["k".to_string()];
         let entry = encode(2, &code(cubin));
-        let (lowered, range) = parse(&entry, 2, &names).unwrap();
+        let (lowered, code_len) = parse(&entry, 2, &names).unwrap();
         assert_eq!(lowered, code(cubin).lowered);
-        assert_eq!(&entry[range], cubin);
+        assert_eq!(&entry[..code_len], cubin);
         // Asked for as PTX, or with other name expressions: not this entry.
         assert!(parse(&entry, 1, &names).unwrap_err().contains("kind"));
         assert!(

@@ -230,11 +230,9 @@ impl fmt::Display for CompileTarget {
 #[derive(Debug, Clone)]
 pub struct CompiledCode {
     target: CompileTarget,
-    /// Holds the code at `image_start..`: the cubin, or the PTX with its terminating NUL, a blob
-    /// that passed [`validate_blob`]. (From the cache, the bytes before it are the entry's
-    /// header, kept so that a hit copies nothing.)
+    /// The code: the cubin, or the PTX with its terminating NUL, a blob that passed
+    /// [`validate_blob`].
     bytes: Vec<u8>,
-    image_start: usize,
     /// `(name expression, lowered name)`, in the source's order.
     lowered: Vec<(String, String)>,
     log: String,
@@ -251,12 +249,11 @@ impl CompiledCode {
     ///
     /// [`AtlasRegistry::load`]: crate::AtlasRegistry::load
     pub fn image(&self) -> &[u8] {
-        &self.bytes[self.image_start..]
+        &self.bytes
     }
 
     /// The code, as [`image`](Self::image), without copying it.
-    pub fn into_image(mut self) -> Vec<u8> {
-        self.bytes.drain(..self.image_start);
+    pub fn into_image(self) -> Vec<u8> {
         self.bytes
     }
 
@@ -401,15 +398,10 @@ impl Compiler {
         let key = cache::Key::new(source, target, self.nvrtc.version);
         let looked = self.cache.look_up(&key, &source.name_expressions);
         let looked = match looked {
-            cache::Lookup::Hit {
-                bytes,
-                image_start,
-                lowered,
-            } => {
+            cache::Lookup::Hit { code, lowered } => {
                 return Ok(CompiledCode {
                     target,
-                    bytes,
-                    image_start,
+                    bytes: code,
                     lowered,
                     log: String::new(),
                     cache: CacheOutcome::Hit,
@@ -469,7 +461,6 @@ fn compile_now(
     Ok(CompiledCode {
         target,
         bytes: output.image,
-        image_start: 0,
         lowered: source
             .name_expressions
             .iter()
