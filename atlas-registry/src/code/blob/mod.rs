@@ -77,16 +77,23 @@ pub enum BlobKind {
 /// else [`BlobKind::Binary`]. Whether text is PTX, and anything past the first bytes, is for
 /// [`validate_blob`] to say.
 pub fn sniff(blob: &[u8]) -> BlobKind {
+    match magic(blob) {
+        Some(kind) => kind,
+        None if std::str::from_utf8(blob).is_ok() => BlobKind::Ptx,
+        None => BlobKind::Binary,
+    }
+}
+
+/// The kind `blob`'s magic number says, if it has one.
+fn magic(blob: &[u8]) -> Option<BlobKind> {
     if blob.starts_with(elf::MAGIC) {
-        BlobKind::Cubin
+        Some(BlobKind::Cubin)
     } else if blob.starts_with(&fatbin::MAGIC) {
-        BlobKind::Fatbin
+        Some(BlobKind::Fatbin)
     } else if blob.starts_with(bundle::MAGIC) || blob.starts_with(bundle::COMPRESSED_MAGIC) {
-        BlobKind::OffloadBundle
-    } else if std::str::from_utf8(blob).is_ok() {
-        BlobKind::Ptx
+        Some(BlobKind::OffloadBundle)
     } else {
-        BlobKind::Binary
+        None
     }
 }
 
@@ -158,20 +165,24 @@ fn refused<T>(module: &str, check: Check<T>) -> Result<T> {
 /// What `blob` is when it is of a format Atlas knows: [`sniff`]'s kind, except that text is PTX
 /// only when it starts as PTX does, and `Binary` is no format.
 fn known(blob: &[u8]) -> Option<BlobKind> {
-    match sniff(blob) {
-        BlobKind::Ptx if ptx::starts_as_ptx(blob) => Some(BlobKind::Ptx),
-        BlobKind::Ptx | BlobKind::Binary => None,
-        kind => Some(kind),
-    }
+    magic(blob).or_else(|| {
+        let text = std::str::from_utf8(blob).ok()?;
+        ptx::starts_as_ptx(text).then_some(BlobKind::Ptx)
+    })
 }
 
 /// Checks `blob`, and of a fatbin the code of the entries that `devices` may pick (`None`: of
 /// none, only the headers).
 fn check(blob: &[u8], devices: Option<Devices>) -> Check<BlobKind> {
+    check_known(blob, known(blob), devices)
+}
+
+/// [`check`], of a blob that is of `kind` ([`known`]'s answer).
+fn check_known(blob: &[u8], kind: Option<BlobKind>, devices: Option<Devices>) -> Check<BlobKind> {
     if blob.is_empty() {
         return Err("the blob is empty".into());
     }
-    let Some(kind) = known(blob) else {
+    let Some(kind) = kind else {
         return Err(unknown_format(blob));
     };
     match kind {
@@ -217,7 +228,7 @@ pub(crate) fn prepare<'b>(
 ) -> Result<(BlobKind, Cow<'b, [u8]>)> {
     let kind = match known(blob) {
         None if unknown_formats && !blob.is_empty() => BlobKind::Binary,
-        _ => refused(module, check(blob, None))?,
+        kind => refused(module, check_known(blob, kind, None))?,
     };
     let terminated = matches!(kind, BlobKind::Ptx | BlobKind::Binary) && !blob.ends_with(b"\0");
     if !terminated {
