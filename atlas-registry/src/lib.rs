@@ -185,6 +185,7 @@ mod memory;
 mod registry;
 
 pub use code::blob::{BlobKind, sniff, validate_blob, validate_blob_for_device};
+pub use code::blob_set::BlobSet;
 pub use code::layout::{
     CubinProblem, KernelLayout, LayoutError, ParamSlot, PtxProblem, RecordIssue, UnreadableBlob,
     cubin_kernel_layouts, kernel_layout, kernel_layouts, ptx_kernel_layouts,
@@ -252,6 +253,7 @@ mod send_sync {
         send_sync::<ConditionalHandle>();
         send_sync::<GraphUpdate>();
         send_sync::<Model<'static>>();
+        send_sync::<BlobSet<'static>>();
         send_sync::<CudaSource>();
         send_sync::<Compiler>();
         send_sync::<CompileCache>();

@@ -413,7 +413,7 @@ pub(crate) type DeviceLayouts = Result<HashMap<String, Result<KernelLayout, Stri
 /// says why), and an entry that cannot be read makes every layout unknown. Never a guess.
 pub(crate) fn device_layouts(blob: &[u8], devices: Devices) -> DeviceLayouts {
     let codes: Vec<(String, Cow<'_, [u8]>)> = match sniff(blob) {
-        BlobKind::Fatbin => fatbin::picked(blob, devices)?
+        BlobKind::Fatbin => fatbin::picked(blob, |code| devices.may_load(code))?
             .into_iter()
             .map(|(code, bytes)| {
                 let what = match code {

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use atlas_sys::{CUlibrary, CUresult};
 
 use crate::code::blob::{BlobKind, code_targets};
-use crate::code::jit::{no_binary_for, retry_with_log, with_jit_log};
+use crate::code::fit::no_binary_for;
+use crate::code::jit::{retry_with_log, with_jit_log};
 use crate::code::layout::DeviceLayouts;
 use crate::code::module::{Module, blob_layouts};
 use crate::device::host::CudaHost;

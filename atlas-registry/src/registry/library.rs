@@ -4,6 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::code::fit::{self, Runs, Unfit};
 use crate::code::library::LibraryBlob;
 use crate::device::host::{compute_capabilities, host};
 use crate::error::{AtlasError, Result};
@@ -29,17 +30,18 @@ use crate::registry::model::{Compiled, Model, kernel_names_if_needed};
 #[derive(Clone)]
 pub struct AtlasLibrary {
     names: Arc<[String]>,
-    /// One build of the model per architecture its sources were compiled for (one build, for
-    /// every device, when it has no sources).
+    /// One build of the model for each compute capability among the devices present at load.
     builds: Arc<[Build]>,
     preload: bool,
 }
 
-/// The model's modules for the devices of one compute capability (`None`: every device).
+/// The model's modules for the devices of one compute capability.
 struct Build {
-    compute_capability: Option<(u32, u32)>,
-    /// One load per module, in order; a blob's load is shared by every build.
-    loads: Vec<Arc<LibraryBlob>>,
+    compute_capability: (u32, u32),
+    /// One load per module, in order, with what these devices run of it (a blob that several
+    /// builds chose is loaded once); or the first module these devices cannot run, and why
+    /// (nothing is loaded for them).
+    loads: std::result::Result<Vec<(Arc<LibraryBlob>, Runs)>, (String, Unfit)>,
     compiled: Compiled,
     /// For preloading on a driver that cannot list a module's functions: each module's kernels.
     kernel_names: Option<Vec<Vec<String>>>,
@@ -56,65 +58,58 @@ impl AtlasLibrary {
         Self::load_model(&Model::new().blobs(blobs))
     }
 
-    /// Loads a [`Model`] once for every device: its blobs as [`load`](Self::load) does, and its
-    /// sources compiled once per architecture present among the devices (each loaded with
-    /// `cuLibraryLoadData`; see [`AtlasRegistry::load_model`] for the compile, its cache and
-    /// errors). [`registry`](Self::registry) gives a device the build of its architecture; with
-    /// [`Model::preload`], every kernel is resolved there.
+    /// Loads a [`Model`] once for every device: its blobs as [`load`](Self::load) does, its
+    /// [`BlobSet`](crate::BlobSet)s' blob for each architecture present among the devices, and
+    /// its sources compiled once per architecture present (each loaded with `cuLibraryLoadData`;
+    /// see [`AtlasRegistry::load_model`] for the compile, its cache and errors); a blob chosen for
+    /// several architectures is loaded once. [`registry`](Self::registry) gives a device the
+    /// build of its architecture; with [`Model::preload`], every kernel is resolved there.
     pub fn load_model(model: &Model<'_>) -> Result<Self> {
         let checked = model.check_blobs(false)?;
         let mut capabilities = compute_capabilities()?;
         capabilities.sort_unstable();
         capabilities.dedup();
-        // Each architecture present is prepared: its sources compiled, and its fatbin entries
-        // checked (before anything is loaded, as `prepare` refuses a blob).
+        // Each architecture present is prepared: its sources compiled, its blob sets' blobs
+        // chosen and its fatbin entries checked, before anything is loaded (as `prepare` refuses
+        // a blob).
         let mut all = Vec::with_capacity(capabilities.len());
         for &cc in &capabilities {
             all.push((cc, model.prepare(checked.clone(), cc)?));
         }
-        // Blobs are the same for every architecture: one build serves all devices without
-        // sources.
-        let archs: Vec<Option<(u32, u32)>> = if model.has_sources() {
-            capabilities.iter().copied().map(Some).collect()
-        } else {
-            vec![None]
-        };
-        let mut builds: Vec<Build> = Vec::with_capacity(archs.len());
-        for compute_capability in archs {
-            let cc = compute_capability.or(capabilities.first().copied());
-            let Some(prepared) = all
-                .iter()
-                .find(|(prepared_for, _)| Some(*prepared_for) == cc)
-                .map(|(_, prepared)| prepared)
-            else {
-                break;
+        let mut loaded: Vec<(&str, &[u8], Arc<LibraryBlob>)> = Vec::new();
+        let mut builds = Vec::with_capacity(all.len());
+        for (cc, prepared) in &all {
+            let loads = match &prepared.unfit {
+                Some((module, unfit)) => Err((module.clone(), unfit.clone())),
+                None => {
+                    let mut loads = Vec::with_capacity(prepared.modules.len());
+                    for ((name, kind, image), &runs) in prepared.modules.iter().zip(&prepared.runs)
+                    {
+                        let same =
+                            |(n, bytes, _): &&(&str, &[u8], _)| *n == name && **bytes == **image;
+                        let blob = match loaded.iter().find(same) {
+                            Some((_, _, blob)) => Arc::clone(blob),
+                            None => {
+                                let blob = LibraryBlob::load(name, *kind, image, &capabilities)?;
+                                let blob = Arc::new(blob);
+                                loaded.push((name, image, Arc::clone(&blob)));
+                                blob
+                            }
+                        };
+                        loads.push((blob, runs));
+                    }
+                    Ok(loads)
+                }
             };
-            let loads = prepared
-                .modules
-                .iter()
-                .enumerate()
-                .map(
-                    |(i, (name, kind, image))| match (&checked[i], builds.first()) {
-                        // A blob is the same for every architecture: loaded once.
-                        (Some(_), Some(first)) => Ok(Arc::clone(&first.loads[i])),
-                        _ => Ok(Arc::new(LibraryBlob::load(
-                            name,
-                            *kind,
-                            image,
-                            &capabilities,
-                        )?)),
-                    },
-                )
-                .collect::<Result<Vec<_>>>()?;
+            let kernel_names = match (model.preloads(), &loads) {
+                (true, Ok(_)) => kernel_names_if_needed(&prepared.modules, *cc),
+                _ => None,
+            };
             builds.push(Build {
-                compute_capability,
+                compute_capability: *cc,
                 loads,
                 compiled: prepared.compiled(),
-                kernel_names: if model.preloads() {
-                    kernel_names_if_needed(&prepared.modules, cc.unwrap_or_default())
-                } else {
-                    None
-                },
+                kernel_names,
             });
         }
         Ok(Self {
@@ -128,9 +123,11 @@ impl AtlasLibrary {
     /// that device's context (`cuLibraryGetModule`), not new loads. The library stays loaded while
     /// any such registry or this value lives.
     ///
-    /// The driver compiles PTX here, on the first registry of each device, not in
-    /// [`load`](Self::load): PTX that does not compile loads "fine" and fails here, as an
-    /// [`AtlasError::ModuleLoad`](crate::AtlasError::ModuleLoad) carrying the JIT log.
+    /// A device that runs none of a module's code is refused here, before the driver is called,
+    /// as [`AtlasRegistry::load`] refuses it: [`AtlasError::NoBinaryForDevice`] or
+    /// [`AtlasError::PtxTooNew`]. The driver compiles PTX here, on the first registry of each
+    /// device, not in [`load`](Self::load): PTX that does not compile loads "fine" and fails
+    /// here, as an [`AtlasError::ModuleLoad`](crate::AtlasError::ModuleLoad) carrying the JIT log.
     #[doc(alias = "cuLibraryGetModule")]
     pub fn registry(&self, ordinal: usize) -> Result<AtlasRegistry> {
         let host = host(ordinal)?;
@@ -138,20 +135,27 @@ impl AtlasLibrary {
         let build = self
             .builds
             .iter()
-            .find(|b| b.compute_capability.is_none_or(|built| built == cc))
+            .find(|b| b.compute_capability == cc)
             .ok_or_else(|| AtlasError::InvalidModule {
                 module: self.names.first().cloned().unwrap_or_default(),
                 reason: format!(
-                    "the library's sources were compiled for the devices present at its load, and \
-                     device {ordinal} (sm_{}{}) was not among them",
+                    "the library was built for the devices present at its load, and device \
+                     {ordinal} (sm_{}{}) was not among them",
                     cc.0, cc.1
                 ),
             })?;
+        let loads = build
+            .loads
+            .as_ref()
+            .map_err(|(module, unfit)| unfit.error(module, &host))?;
         let modules = self
             .names
             .iter()
-            .zip(&build.loads)
-            .map(|(name, blob)| blob.module_in(&host, name))
+            .zip(loads)
+            .map(|(name, (blob, runs))| {
+                blob.module_in(&host, name)
+                    .map_err(|e| fit::explain(e, name, *runs, &host))
+            })
             .collect::<Result<Vec<_>>>()?;
         let registry = AtlasRegistry::from_modules(host, modules, build.compiled.clone());
         if self.preload {

@@ -173,6 +173,7 @@ impl AtlasRegistry {
         let host = host(ordinal)?;
         let cc = host.compute_capability();
         let prepared = model.prepare(checked, cc)?;
+        prepared.refuse_unfit(&host)?;
         let names = model
             .preloads()
             .then(|| kernel_names_if_needed(&prepared.modules, cc));
@@ -182,7 +183,8 @@ impl AtlasRegistry {
                 .modules
                 .iter()
                 .map(|(name, kind, image)| (name.as_str(), *kind, &**image)),
-        )?;
+        )
+        .map_err(|e| prepared.explain(e, &host))?;
         let registry = Self::from_modules(host, modules, prepared.compiled());
         if let Some(names) = names {
             registry.preload(names.as_deref())?;

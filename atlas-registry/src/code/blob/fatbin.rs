@@ -313,13 +313,27 @@ fn check_code(entry: &Entry, code: &[u8]) -> Check {
     }
 }
 
-/// The code of every entry of fatbin `b` that the driver may pick for `devices`, decompressed,
-/// in order; an entry whose code cannot be had is an `Err` with the refusal of that entry.
-pub(in crate::code) fn picked(b: &[u8], devices: Devices) -> Check<Vec<(Code, Cow<'_, [u8]>)>> {
+/// What each entry of fatbin `b` holds, in order, as far as its headers can be read (for a fatbin
+/// that passed its check, every entry): its code, or `None` for a kind Atlas does not know.
+pub(in crate::code) fn codes(b: &[u8]) -> impl Iterator<Item = Option<Code>> + '_ {
+    entries(b)
+        .into_iter()
+        .flatten()
+        .map_while(Result::ok)
+        .map(|entry| entry.code())
+}
+
+/// The code of every entry of fatbin `b` whose code is `wanted` (for one that the driver may pick
+/// for some devices: `|code| devices.may_load(code)`), decompressed, in order; an entry whose code
+/// cannot be had is an `Err` with the refusal of that entry.
+pub(in crate::code) fn picked(
+    b: &[u8],
+    wanted: impl Fn(Code) -> bool,
+) -> Check<Vec<(Code, Cow<'_, [u8]>)>> {
     let mut picked = Vec::new();
     for (index, entry) in entries(b)?.enumerate() {
         let entry = entry?;
-        let Some(code) = entry.code().filter(|&code| devices.may_load(code)) else {
+        let Some(code) = entry.code().filter(|&code| wanted(code)) else {
             continue;
         };
         let bytes = if entry.stored() == Stored::Plain {

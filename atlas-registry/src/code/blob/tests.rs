@@ -358,7 +358,11 @@ fn the_sm_architecture_comes_from_e_flags_in_both_layouts() {
     );
     assert_eq!(
         code_targets(ptx_for_model("demo").unwrap()[0].1),
-        "PTX for sm_75"
+        "compute_75 PTX (ISA 8.0)"
+    );
+    assert_eq!(
+        code_targets(b".version 9.0\n"),
+        "PTX (ISA 9.0) without a readable .target"
     );
     assert_eq!(code_targets(b"\xff\xfe"), "an unknown binary");
 }
@@ -1496,7 +1500,7 @@ fn nvcc_13_compressed_fatbins_pass_and_decompress_to_their_cubins() {
         );
     }
     // Both compressions decompress to nvcc's cubin, which the uncompressed fatbin holds as it is.
-    let picked = |fatbin| fatbin::picked(fatbin, Devices::Sm(90)).unwrap();
+    let picked = |fatbin| fatbin::picked(fatbin, |code| Devices::Sm(90).may_load(code)).unwrap();
     let cubin_of = |fatbin| {
         picked(fatbin)
             .into_iter()
