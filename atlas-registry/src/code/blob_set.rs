@@ -5,6 +5,7 @@ use std::borrow::Cow;
 
 use crate::code::blob::{self, BlobKind, code_targets, sm_arch, sniff};
 use crate::code::fit::{self, Runs, Unfit};
+use crate::code::target::Devices;
 use crate::error::{AtlasError, Result};
 
 /// One module as cubins for several architectures and PTX, of which each device loads the best
@@ -79,13 +80,15 @@ impl<'a> BlobSet<'a> {
 
     /// The blob a device of compute capability `compute_capability` loads of this set, as a load
     /// chooses it, under a driver of CUDA release `driver` (`(12, 4)`; `None`: a driver that
-    /// JIT-compiles PTX of every ISA version); `None` when the device runs none of them. Pure: no
-    /// driver or GPU is needed, and the blobs are not checked here (a load checks them).
+    /// JIT-compiles PTX of every ISA version); `None` when the device runs none of them, or
+    /// `compute_capability` is none (a minor version of 10 or more). Pure: no driver or GPU is
+    /// needed, and the blobs are not checked here (a load checks them).
     pub fn choose(
         &self,
         compute_capability: (u32, u32),
         driver: Option<(u32, u32)>,
     ) -> Option<&'a [u8]> {
+        Devices::of(compute_capability)?;
         let fits = self.offered.iter().map(|offered| {
             let bytes = offered.bytes();
             (
