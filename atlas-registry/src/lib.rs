@@ -52,7 +52,8 @@
 //!   "Threads and contexts").
 //! - **Limits**: grid, block and shared memory against the device's [`DeviceLimits`]; the >48 KiB
 //!   dynamic shared memory opt-in is made for the launch that needs it.
-//! - **Blobs**: malformed modules are refused before the driver parses them.
+//! - **Blobs**: malformed modules are refused before the driver parses them, and so is code the
+//!   device cannot run (other architectures only, PTX newer than the driver), naming both sides.
 //! - **Lifetimes**: a function handle keeps its module loaded ([`CudaFunction`]) or borrows the
 //!   registry that does ([`FunctionRef`]); a handle of another registry is never trusted. A graph
 //!   keeps the modules it launches loaded and the buffers its typed launches use allocated
@@ -152,6 +153,14 @@
 //!
 //! [`AtlasLibrary::load`] loads a model once with `cuLibraryLoadData`, independent of any
 //! context; [`AtlasLibrary::registry`] gives each device a registry over that one load.
+//!
+//! # Blobs for several architectures
+//!
+//! A [`BlobSet`] gives a module as cubins for several architectures and PTX, as Atlas's own
+//! kernels are shipped ([`Model::blob_set`]): each device loads its own SASS, else SASS of an
+//! older minor version of its architecture, else PTX its driver JIT-compiles, and a device that
+//! runs none is refused naming what the set holds. [`AtlasLibrary::load_model`] chooses for each
+//! device.
 //!
 //! # Run-time compilation
 //!

@@ -271,3 +271,168 @@ fn arch(host: &CudaHost) -> String {
     let (major, minor) = host.compute_capability();
     format!("sm_{major}{minor}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atlas_kernels::{ELEMENTWISE_FATBIN, cubin_for_model, ptx_for_model};
+
+    const NVCC13_LZ4: &[u8] = include_bytes!("blob/testdata/nvcc13.0.elementwise.lz4.fatbin");
+    const NVCC13_ZSTD: &[u8] = include_bytes!("blob/testdata/nvcc13.0.elementwise.zstd.fatbin");
+    const CUDA13: &[u8] = include_bytes!("blob/testdata/cuda13.elementwise.fatbin");
+
+    fn cubin(sm: u32) -> &'static [u8] {
+        cubin_for_model("demo", sm).unwrap()[1].1
+    }
+
+    fn too_new(isa: (u32, u32), needs: (u32, u32), driver: (u32, u32)) -> Result<Runs, Unfit> {
+        Err(Unfit::PtxTooNew { isa, needs, driver })
+    }
+
+    #[test]
+    fn a_cubin_runs_on_its_architecture_and_newer_minors_only() {
+        assert_eq!(
+            fit(BlobKind::Cubin, cubin(80), (8, 0), None),
+            Ok(Runs::Sass(80))
+        );
+        assert_eq!(
+            fit(BlobKind::Cubin, cubin(80), (8, 9), None),
+            Ok(Runs::Sass(80))
+        );
+        for cc in [(9, 0), (7, 5), (8, 10)] {
+            let fits = fit(BlobKind::Cubin, cubin(86), cc, None);
+            let holds = "sm_86 SASS".to_string();
+            let want = if cc == (8, 10) {
+                Ok(Runs::Unread)
+            } else {
+                Err(Unfit::NoCode { holds })
+            };
+            assert_eq!(fits, want, "{cc:?}");
+        }
+    }
+
+    #[test]
+    fn ptx_runs_on_its_target_and_newer_under_a_driver_of_its_isa() {
+        let ptx = ptx_for_model("demo").unwrap()[1].1; // ISA 8.0, sm_75
+        let runs = Ok(Runs::Ptx {
+            target: Some(75),
+            isa: Some((8, 0)),
+        });
+        for cc in [(7, 5), (9, 0), (12, 1)] {
+            assert_eq!(fit(BlobKind::Ptx, ptx, cc, Some((12, 0))), runs, "{cc:?}");
+        }
+        assert_eq!(fit(BlobKind::Ptx, ptx, (9, 0), None), runs);
+        assert_eq!(
+            fit(BlobKind::Ptx, ptx, (9, 0), Some((11, 8))),
+            too_new((8, 0), (12, 0), (11, 8))
+        );
+        assert!(matches!(
+            fit(BlobKind::Ptx, ptx, (7, 0), Some((12, 0))),
+            Err(Unfit::NoCode { .. })
+        ));
+        // Text that does not say is the driver's to judge.
+        let unsaid = b".version 9.0\n.address_size 64\n";
+        assert_eq!(
+            fit(BlobKind::Ptx, unsaid, (5, 0), Some((13, 0))),
+            Ok(Runs::Ptx {
+                target: None,
+                isa: Some((9, 0))
+            })
+        );
+    }
+
+    #[test]
+    fn a_fatbin_runs_its_best_sass_else_its_ptx_else_is_refused() {
+        let fatbin = ELEMENTWISE_FATBIN; // compute_75 PTX (ISA 8.0), sm_75 to sm_90 SASS
+        let ptx = Ok(Runs::Ptx {
+            target: Some(75),
+            isa: Some((8, 0)),
+        });
+        for (cc, driver, want) in [
+            ((9, 0), (11, 8), Ok(Runs::Sass(90))),
+            ((8, 9), (11, 8), Ok(Runs::Sass(89))),
+            ((8, 7), (11, 8), Ok(Runs::Sass(86))),
+            ((10, 0), (12, 0), ptx),
+            ((10, 0), (11, 8), too_new((8, 0), (12, 0), (11, 8))),
+        ] {
+            assert_eq!(
+                fit(BlobKind::Fatbin, fatbin, cc, Some(driver)),
+                want,
+                "{cc:?} {driver:?}"
+            );
+        }
+        let none = fit(BlobKind::Fatbin, fatbin, (7, 0), Some((13, 0)));
+        let holds = "compute_75 PTX, sm_75 SASS, sm_80 SASS, sm_86 SASS, sm_89 SASS, sm_90 SASS";
+        assert_eq!(
+            none,
+            Err(Unfit::NoCode {
+                holds: holds.into()
+            })
+        );
+        // CUDA 13's nvFatbin: compute_75 PTX beside sm_75, sm_90 and sm_100 SASS.
+        assert_eq!(
+            fit(BlobKind::Fatbin, CUDA13, (10, 3), Some((12, 0))),
+            Ok(Runs::Sass(100))
+        );
+    }
+
+    #[test]
+    fn compressed_ptx_entries_are_read_for_their_isa() {
+        // nvcc 13.0: compute_90 PTX of ISA 9.0 and sm_90 SASS, both compressed.
+        for fatbin in [NVCC13_LZ4, NVCC13_ZSTD] {
+            assert_eq!(
+                fit(BlobKind::Fatbin, fatbin, (9, 0), Some((12, 4))),
+                Ok(Runs::Sass(90))
+            );
+            assert_eq!(
+                fit(BlobKind::Fatbin, fatbin, (10, 0), Some((12, 4))),
+                too_new((9, 0), (13, 0), (12, 4))
+            );
+            assert_eq!(
+                fit(BlobKind::Fatbin, fatbin, (10, 0), Some((13, 0))),
+                Ok(Runs::Ptx {
+                    target: Some(90),
+                    isa: Some((9, 0))
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn the_best_fit_runs_and_ranks_highest_else_needs_the_oldest_driver() {
+        let sass = |sm| Ok(Runs::Sass(sm));
+        let ptx = |target| {
+            Ok(Runs::Ptx {
+                target: Some(target),
+                isa: Some((8, 0)),
+            })
+        };
+        let no_code = || {
+            Err(Unfit::NoCode {
+                holds: String::new(),
+            })
+        };
+        let pick =
+            |fits: Vec<Result<Runs, Unfit>>| best(fits.into_iter().enumerate()).map(|(i, _)| i);
+        assert_eq!(pick(vec![ptx(90), sass(80), sass(86), no_code()]), Some(2));
+        assert_eq!(pick(vec![Ok(Runs::Unread), ptx(75), ptx(80)]), Some(2));
+        assert_eq!(
+            pick(vec![
+                no_code(),
+                too_new((9, 0), (13, 0), (12, 4)),
+                too_new((8, 5), (12, 5), (12, 4))
+            ]),
+            Some(2)
+        );
+        assert_eq!(
+            pick(vec![too_new((9, 0), (13, 0), (12, 4)), Ok(Runs::Unread)]),
+            Some(1)
+        );
+        assert_eq!(
+            pick(vec![sass(90), sass(90)]),
+            Some(0),
+            "the first of equals"
+        );
+        assert_eq!(pick(vec![]), None);
+    }
+}
