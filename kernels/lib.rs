@@ -30,8 +30,8 @@
 //!
 //! [`model`] gives a model as the registry's [`BlobSet`](atlas_registry::BlobSet)s, of which
 //! each device loads the best it runs: its own SASS when there is a cubin for exactly its compute
-//! capability (no JIT, nothing to compile at load), else SASS of an older minor version of its
-//! architecture, else the PTX. [`blobs_for_device`] makes the same choice for one device.
+//! capability (no JIT, nothing to compile at load), else (on a desktop GPU) SASS of an older minor
+//! version of its architecture, else the PTX. [`blobs_for_device`] makes the same choice for one device.
 //!
 //! ```no_run
 //! let model = atlas_kernels::model("demo").expect("demo is one of MODELS");
@@ -203,8 +203,9 @@ fn blob_set(model: &'static Model, i: usize) -> BlobSet<'static> {
 
 /// The best blobs of `model` for a device of `compute_capability` (`(major, minor)`, as
 /// `CudaHost::compute_capability` gives it), as the registry chooses from [`model`]'s blob sets
-/// ([`BlobSet::choose`]): the cubins of the device's own architecture (no JIT at load), else
-/// those of an older minor version of it, else the PTX. `None` only for an unknown model.
+/// ([`BlobSet::choose`]): the cubins of the device's own architecture (no JIT at load), else,
+/// on a desktop GPU, those of an older minor version of it, else the PTX. `None` only for an
+/// unknown model.
 ///
 /// A device older than 7.5 gets the PTX too, and the driver refuses it at load: nothing here runs
 /// there.
@@ -348,8 +349,8 @@ mod tests {
                 assert!(std::ptr::eq(got, cubin), "{model} on {sm}: not its cubins");
                 assert!(!std::ptr::eq(got, ptx));
             }
-            // Orin (8.7) runs sm_86 SASS, a later Hopper (9.1) sm_90 SASS.
-            for (cc, sm) in [((8, 7), 86), ((9, 1), 90)] {
+            // A desktop GPU of a later minor version (9.1) runs sm_90 SASS.
+            for (cc, sm) in [((9, 1), 90)] {
                 let got = blobs_for_device(model, cc).unwrap();
                 let cubin = cubin_for_model(model, sm).unwrap();
                 assert!(
@@ -357,9 +358,17 @@ mod tests {
                     "{model} on {cc:?}: not the sm_{sm} cubins"
                 );
             }
-            // Newer (Blackwell 10.0, 12.0), older (Volta 7.0) and nonsense: no cubin runs, so the
-            // PTX.
-            for cc in [(12, 0), (10, 0), (7, 0), (0, 0), (8, 10), (u32::MAX, 9)] {
+            // Newer (Blackwell 10.0, 12.0), older (Volta 7.0), Tegra (Orin 8.7, which runs SASS
+            // of its own compute capability only) and nonsense: no cubin surely runs, so the PTX.
+            for cc in [
+                (12, 0),
+                (10, 0),
+                (7, 0),
+                (8, 7),
+                (0, 0),
+                (8, 10),
+                (u32::MAX, 9),
+            ] {
                 let got = blobs_for_device(model, cc).unwrap();
                 assert!(std::ptr::eq(got, ptx), "{model} on {cc:?}: not the PTX");
             }

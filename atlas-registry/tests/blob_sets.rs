@@ -53,16 +53,24 @@ fn loaded_from(registry: &AtlasRegistry) -> *const u8 {
     probe().module_image(registry.raw_module("elementwise").unwrap())
 }
 
-/// The blob each device loads of `elementwise` as a cubin for every architecture of atlas-kernels
-/// and the PTX, written out per device.
-fn best_for((major, minor): (u32, u32)) -> &'static [u8] {
+/// The architectures of a set without cubins for sm_86 and sm_89.
+const PARTIAL: &[u32] = &[75, 80, 90];
+
+/// The blob each device loads of `elementwise` given as a cubin for each architecture of
+/// atlas-kernels and the PTX (`full`), and as cubins for [`PARTIAL`] and the PTX: written out per
+/// device.
+fn best_for((major, minor): (u32, u32)) -> (&'static [u8], &'static [u8]) {
+    let ptx = elementwise_ptx();
     match (major, minor) {
-        (9, 0) => elementwise(90),
-        (8, 0) => elementwise(80),
-        (8, 7) => elementwise(86), // Orin: no sm_87 cubin, sm_86 SASS runs there
-        (8, 9) => elementwise(89),
-        (7, 5) => elementwise(75),
-        (10, 0) | (12, 0) => elementwise_ptx(),
+        (9, 0) => (elementwise(90), elementwise(90)),
+        (8, 0) => (elementwise(80), elementwise(80)),
+        // Desktop Ampere and Ada run sm_80 SASS.
+        (8, 6) => (elementwise(86), elementwise(80)),
+        (8, 9) => (elementwise(89), elementwise(80)),
+        // Orin (Tegra) runs SASS of its own compute capability only.
+        (8, 7) => (ptx, ptx),
+        (7, 5) => (elementwise(75), elementwise(75)),
+        (10, 0) | (12, 0) => (ptx, ptx),
         other => panic!("no expectation written for compute capability {other:?}"),
     }
 }
@@ -72,6 +80,7 @@ fn each_device_loads_its_own_sass_else_an_older_minors_else_the_ptx() {
     for variant in [
         &[][..],
         &["-DSTANDIN_CC_MAJOR=8"],
+        &["-DSTANDIN_CC_MAJOR=8", "-DSTANDIN_CC_MINOR=6"],
         &["-DSTANDIN_CC_MAJOR=8", "-DSTANDIN_CC_MINOR=7"],
         &["-DSTANDIN_CC_MAJOR=8", "-DSTANDIN_CC_MINOR=9"],
         &["-DSTANDIN_CC_MAJOR=7", "-DSTANDIN_CC_MINOR=5"],
@@ -84,31 +93,37 @@ fn each_device_loads_its_own_sass_else_an_older_minors_else_the_ptx() {
 
 fn each_device_loads_the_best_blob_it_runs() {
     let cc = host(0).unwrap().compute_capability();
-    let want = best_for(cc);
-    let registry = AtlasRegistry::load_model(0, &model(set(CUBIN_ARCHS, true))).unwrap();
-    assert_eq!(loaded_from(&registry), want.as_ptr(), "on {cc:?}");
-    let kind = if std::ptr::eq(want, elementwise_ptx()) {
-        BlobKind::Ptx
-    } else {
-        BlobKind::Cubin
-    };
-    assert_eq!(registry.module_kind("elementwise"), Some(kind));
-    assert!(registry.function("elementwise", "scale").is_ok());
-    // The order the set is given in does not matter.
-    let reversed = CUBIN_ARCHS
-        .iter()
-        .rev()
-        .fold(BlobSet::new().ptx(elementwise_ptx()), |set, &sm| {
-            set.cubin(sm, elementwise(sm))
-        });
-    let registry = AtlasRegistry::load_model(0, &model(reversed)).unwrap();
-    assert_eq!(loaded_from(&registry), want.as_ptr(), "on {cc:?}, reversed");
-    // The library chooses the same; the pure choice says so without a driver.
-    let library = AtlasLibrary::load_model(&model(set(CUBIN_ARCHS, true))).unwrap();
-    assert_eq!(loaded_from(&library.registry(0).unwrap()), want.as_ptr());
-    assert_eq!(set(CUBIN_ARCHS, true).choose(cc, Some((12, 9))), Some(want));
+    let (full, partial) = best_for(cc);
+    for (sms, want) in [(CUBIN_ARCHS, full), (PARTIAL, partial)] {
+        let registry = AtlasRegistry::load_model(0, &model(set(sms, true))).unwrap();
+        assert_eq!(loaded_from(&registry), want.as_ptr(), "{sms:?} on {cc:?}");
+        let kind = if std::ptr::eq(want, elementwise_ptx()) {
+            BlobKind::Ptx
+        } else {
+            BlobKind::Cubin
+        };
+        assert_eq!(registry.module_kind("elementwise"), Some(kind));
+        assert!(registry.function("elementwise", "scale").is_ok());
+        // The order the set is given in does not matter.
+        let reversed = sms
+            .iter()
+            .rev()
+            .fold(BlobSet::new().ptx(elementwise_ptx()), |set, &sm| {
+                set.cubin(sm, elementwise(sm))
+            });
+        let registry = AtlasRegistry::load_model(0, &model(reversed)).unwrap();
+        assert_eq!(
+            loaded_from(&registry),
+            want.as_ptr(),
+            "{sms:?} on {cc:?}, reversed"
+        );
+        // The library chooses the same; the pure choice says so without a driver.
+        let library = AtlasLibrary::load_model(&model(set(sms, true))).unwrap();
+        assert_eq!(loaded_from(&library.registry(0).unwrap()), want.as_ptr());
+        assert_eq!(set(sms, true).choose(cc, Some((12, 9))), Some(want));
+    }
     let blobs = blobs_for_device("demo", cc).unwrap();
-    assert_eq!(support::blobs::blob_of(blobs, "elementwise"), want);
+    assert_eq!(support::blobs::blob_of(blobs, "elementwise"), full);
 }
 
 #[test]

@@ -10,7 +10,8 @@ use crate::error::{AtlasError, Result};
 
 /// One module as cubins for several architectures and PTX, of which each device loads the best
 /// it runs: its own SASS (a cubin built for exactly its compute capability), else SASS of an older
-/// minor version of its architecture (an `sm_86` cubin on an 8.9 device), else PTX that its driver
+/// minor version of its architecture (an `sm_86` cubin on an 8.9 device; not on Tegra GPUs such
+/// as Orin, which run SASS of their own compute capability only), else PTX that its driver
 /// JIT-compiles (an ISA version the driver takes, for the newest architecture the device runs).
 ///
 /// Added to a [`Model`](crate::Model) with [`Model::blob_set`](crate::Model::blob_set):
@@ -32,6 +33,7 @@ use crate::error::{AtlasError, Result};
 /// let set = BlobSet::new().cubin(80, module(80)).cubin(90, module(90)).ptx(ptx);
 /// assert_eq!(set.choose((9, 0), None), Some(module(90))); // its own SASS
 /// assert_eq!(set.choose((8, 6), None), Some(module(80))); // SASS of an older minor version
+/// assert_eq!(set.choose((8, 7), None), Some(ptx)); // Orin (Tegra) runs sm_87 SASS only
 /// assert_eq!(set.choose((7, 5), None), Some(ptx)); // PTX, JIT-compiled at load
 /// assert_eq!(set.choose((12, 0), Some((12, 4))), Some(ptx));
 /// assert_eq!(set.choose((12, 0), Some((11, 8))), None); // PTX ISA 8.0 needs CUDA 12.0

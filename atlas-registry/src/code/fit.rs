@@ -108,7 +108,9 @@ pub(crate) fn fit(
     };
     match kind {
         BlobKind::Cubin => match sm_arch(image) {
-            Some(sm) if device.may_load(Code::Sass(sm)) => Ok(Runs::Sass(sm)),
+            Some(sm) if device.runs_sass(sm) => Ok(Runs::Sass(sm)),
+            // SASS of an older minor version on a Tegra GPU: the driver's to judge.
+            Some(sm) if device.may_load(Code::Sass(sm)) => Ok(Runs::Unread),
             Some(_) => Err(no_code()),
             None => Ok(Runs::Unread),
         },
@@ -140,8 +142,9 @@ fn jit(header: ptx::Header, driver: Option<(u32, u32)>) -> Result<Runs, Unfit> {
 }
 
 /// What `device` runs of fatbin `image`: its best SASS, else its best PTX that the driver
-/// JIT-compiles, else (entries of unknown kinds) the driver's judgement, else the refusal of its
-/// PTX; `None` when it holds nothing the device may load.
+/// JIT-compiles, else (entries of unknown kinds, SASS the device may load but does not surely
+/// run) the driver's judgement, else the refusal of its PTX; `None` when it holds nothing the
+/// device may load.
 fn fatbin_fit(
     image: &[u8],
     device: Devices,
@@ -152,7 +155,8 @@ fn fatbin_fit(
         match code {
             None => unknown = true,
             Some(code) if !device.may_load(code) => {}
-            Some(Code::Sass(sm)) => sass = sass.max(Some(sm)),
+            Some(Code::Sass(sm)) if device.runs_sass(sm) => sass = sass.max(Some(sm)),
+            Some(Code::Sass(_)) => unknown = true,
             Some(Code::Ptx(_)) => ptx = true,
         }
     }
@@ -299,6 +303,11 @@ mod tests {
             fit(BlobKind::Cubin, cubin(80), (8, 9), None),
             Ok(Runs::Sass(80))
         );
+        // On Tegra (Orin) only its own SASS surely runs; the driver judges the rest.
+        assert_eq!(
+            fit(BlobKind::Cubin, cubin(86), (8, 7), None),
+            Ok(Runs::Unread)
+        );
         for cc in [(9, 0), (7, 5), (8, 10)] {
             let fits = fit(BlobKind::Cubin, cubin(86), cc, None);
             let holds = "sm_86 SASS".to_string();
@@ -351,7 +360,9 @@ mod tests {
         for (cc, driver, want) in [
             ((9, 0), (11, 8), Ok(Runs::Sass(90))),
             ((8, 9), (11, 8), Ok(Runs::Sass(89))),
-            ((8, 7), (11, 8), Ok(Runs::Sass(86))),
+            // Orin runs the PTX; whether it runs the sm_86 SASS is the driver's to say.
+            ((8, 7), (12, 0), ptx.clone()),
+            ((8, 7), (11, 8), Ok(Runs::Unread)),
             ((10, 0), (12, 0), ptx),
             ((10, 0), (11, 8), too_new((8, 0), (12, 0), (11, 8))),
         ] {
