@@ -166,15 +166,20 @@ const SCALE_PARAM_2: [u8; 16] = [
     0x04, 0x17, 0x0c, 0x00, 0, 0, 0, 0, 0x02, 0x00, 0x0c, 0x00, 0x00, 0xf0, 0x11, 0x00,
 ];
 
-/// The cubin error for a mutated elementwise cubin, which must concern kernel `scale`.
-fn scale_problem(cubin: &[u8]) -> CubinProblem {
+/// The cubin error for a mutated cubin, which must concern kernel `name`.
+fn problem_of(name: &str, cubin: &[u8]) -> CubinProblem {
     match cubin_kernel_layouts(cubin) {
         Err(LayoutError::Cubin {
             kernel: Some(kernel),
             problem,
-        }) if kernel == "scale" => problem,
-        other => panic!("expected an error about `scale`, got {other:?}"),
+        }) if kernel == name => problem,
+        other => panic!("expected an error about `{name}`, got {other:?}"),
     }
+}
+
+/// The cubin error for a mutated elementwise cubin, which must concern kernel `scale`.
+fn scale_problem(cubin: &[u8]) -> CubinProblem {
+    problem_of("scale", cubin)
 }
 
 /// Checks what every layout must be, whatever blob it came from.
@@ -1160,39 +1165,25 @@ fn with_mixed_record(ordinal: u16, change: impl FnOnce(&mut [u8])) -> (Vec<u8>, 
     (cubin, at)
 }
 
-fn mixed_problem(cubin: &[u8]) -> CubinProblem {
-    match cubin_kernel_layouts(cubin) {
-        Err(LayoutError::Cubin {
-            kernel: Some(kernel),
-            problem,
-        }) if kernel == "mixed" => problem,
-        other => panic!("expected an error about `mixed`, got {other:?}"),
-    }
-}
-
 #[test]
 fn large_parameter_records_are_read_whole_and_checked_as_the_others() {
-    let mixed = || {
-        kernel_layout(&large_params_cubin(), "mixed")
-            .unwrap()
-            .unwrap()
-    };
     let read = |cubin: &[u8]| kernel_layout(cubin, "mixed").unwrap().unwrap();
+    let mixed = read(&large_params_cubin());
     // The size is the u16 after the offset; the u16 after it (the pointee's alignment and
     // space) says nothing of where the parameter lies.
     let (cubin, _) = with_mixed_record(5, |r| r[14..16].copy_from_slice(&[0xff, 0xff]));
-    assert_eq!(read(&cubin), mixed());
+    assert_eq!(read(&cubin), mixed);
     // Parameter 6 described by a KPARAM_INFO record (size in bits 18-31) among the
     // KPARAM_INFO_V2 ones: the same layout.
     let (cubin, _) = with_mixed_record(6, |r| {
         r[1] = 0x17;
         r[12..16].copy_from_slice(&(8u32 << 18 | 0x1f000).to_le_bytes());
     });
-    assert_eq!(read(&cubin), mixed());
+    assert_eq!(read(&cubin), mixed);
     // Block's size 4400 -> 4405: it overlaps the double after it, at 4816.
     let (cubin, _) = with_mixed_record(3, |r| r[12] = 0x35);
     assert_eq!(
-        mixed_problem(&cubin),
+        problem_of("mixed", &cubin),
         CubinProblem::Overlap {
             ordinal: 4,
             offset: 4816,
@@ -1202,7 +1193,7 @@ fn large_parameter_records_are_read_whole_and_checked_as_the_others() {
     // The last parameter's size 8 -> 16: past the 4840 bytes of the totals.
     let (cubin, _) = with_mixed_record(6, |r| r[12] = 16);
     assert_eq!(
-        mixed_problem(&cubin),
+        problem_of("mixed", &cubin),
         CubinProblem::TotalMismatch {
             attribute: "EIATTR_CBANK_PARAM_SIZE",
             declared: 4840,
@@ -1216,13 +1207,13 @@ fn large_parameter_records_are_read_whole_and_checked_as_the_others() {
         r[12..16].copy_from_slice(&(8u32 << 18 | 0x1f000).to_le_bytes());
     });
     assert_eq!(
-        mixed_problem(&cubin),
+        problem_of("mixed", &cubin),
         CubinProblem::DuplicateOrdinal { ordinal: 5 }
     );
     // A record of 8 bytes.
     let (cubin, at) = with_mixed_record(2, |r| r[2] = 8);
     assert_eq!(
-        mixed_problem(&cubin),
+        problem_of("mixed", &cubin),
         CubinProblem::Record {
             section: ".nv.info.mixed".into(),
             at,
