@@ -38,7 +38,7 @@ const DEMO_FATBIN_ZSTD: &[(&str, &[u8])] = &[
 pub(crate) fn model_load(c: &mut Criterion, pc: &mut PairedCriterion, env: &Env) {
     let load = sym!(env.cuda, cuModuleLoadData);
     let unload = sym!(env.cuda, cuModuleUnload);
-    let mut cases: Vec<(&str, &[(&str, &[u8])])> = vec![("demo_ptx", demo_ptx())];
+    let mut cases: Vec<(&str, atlas_kernels::Blobs)> = vec![("demo_ptx", demo_ptx())];
     // The device's own SASS: PTX against cubin is the point of this bench.
     let sm = device_sm(env);
     match atlas_kernels::cubin_for_model("demo", sm) {

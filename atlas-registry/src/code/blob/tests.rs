@@ -995,6 +995,77 @@ fn nv_info_records_are_checked() {
     );
 }
 
+/// nvcc 13's sm_90 cubin of `tests/fixtures/large_params.cu`: kernels whose parameters take more
+/// than 4352 bytes, described by `KPARAM_INFO_V2` records, beside kernels described by
+/// `KPARAM_INFO` records.
+const LARGE_PARAMS_CUBIN: &[u8] =
+    include_bytes!("../../../tests/fixtures/large_params.sm_90.cubin");
+
+#[test]
+fn large_parameter_records_are_checked() {
+    let real = Image::new(LARGE_PARAMS_CUBIN);
+    assert_passes(&real.b);
+    // mixed(char, Small, short, Block, double, int*, long long): 7 records, the last parameter's
+    // first, in 4840 bytes.
+    let mixed = real.label(".nv.info.mixed");
+    let params = real.records(".nv.info.mixed", 0x45);
+    assert_eq!(params.len(), 7);
+    assert!(real.records(".nv.info.mixed", 0x17).is_empty());
+    let bytes = real.u16(real.record(".nv.info.mixed", 0x19) + 2);
+    assert_eq!(bytes, 4840);
+    let kparam = params[0];
+    let (ordinal, size) = (real.u16(kparam + 8), real.u16(kparam + 12));
+    assert_eq!((ordinal, real.u16(kparam + 10), size), (6, 4832, 8));
+    let at = kparam - real.data(".nv.info.mixed");
+    assert_refused(
+        &real.with(kparam + 8, &7u16.to_le_bytes()),
+        &[&format!(
+            "{mixed}: the attribute record at offset {at} (attribute 0x45): parameter ordinal 7, \
+             but the kernel has 7 parameters"
+        )],
+    );
+    let offset = bytes - size + 1;
+    assert_refused(
+        &real.with(kparam + 10, &offset.to_le_bytes()),
+        &[&format!(
+            "(attribute 0x45): parameter 6 at offset {offset} + size 8 is past the kernel's \
+             {bytes} bytes of parameters"
+        )],
+    );
+    // A short record: 8 bytes of value hold no size.
+    assert_refused(
+        &real.with(kparam + 2, &8u16.to_le_bytes()),
+        &["(attribute 0x45): 8 bytes, not the 12 of a parameter description"],
+    );
+    // The size is all 16 bits: largest(Largest, int) takes the most there may be, 32764 bytes,
+    // 32760 of them its first parameter's; one more is past them.
+    let largest = real.records(".nv.info.largest", 0x45);
+    let first = largest[1];
+    assert_eq!((real.u16(first + 8), real.u16(first + 12)), (0, 32760));
+    assert_eq!(real.u16(real.record(".nv.info.largest", 0x19) + 2), 32764);
+    assert_passes(&real.with(first + 12, &32764u16.to_le_bytes()));
+    assert_refused(
+        &real.with(first + 12, &32765u16.to_le_bytes()),
+        &["parameter 0 at offset 0 + size 32765 is past the kernel's 32764 bytes of parameters"],
+    );
+    // The flags (the pointee's alignment and space) are the driver's to judge.
+    assert_passes(&real.with(kparam + 14, &[0xff, 0xff]));
+    // Both kinds in one kernel count as one list of parameters: parameter 6 described by a
+    // KPARAM_INFO record (size in bits 18-31) passes, and is checked as one.
+    let legacy = (8u32 << 18 | 0x1f000).to_le_bytes();
+    let mut mix = real.clone();
+    mix.set(kparam + 1, &[0x17]).set(kparam + 12, &legacy);
+    assert_passes(&mix.b);
+    assert_refused(
+        &mix.with(kparam + 8, &7u16.to_le_bytes()),
+        &["(attribute 0x17): parameter ordinal 7, but the kernel has 7 parameters"],
+    );
+    assert_refused(
+        &mix.with(kparam + 10, &4833u16.to_le_bytes()),
+        &["(attribute 0x17): parameter 6 at offset 4833 + size 8 is past the kernel's 4840"],
+    );
+}
+
 #[test]
 fn cuda_sections_linking_to_symbols_are_checked() {
     let real = Image::new(demo_cubin("elementwise"));

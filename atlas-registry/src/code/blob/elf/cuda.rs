@@ -26,8 +26,10 @@
 //!   (0x0a), and every word of `EXTERNS` (0x0f), are symbol indexes; `PARAM_CBANK`'s second word
 //!   is the parameters' `offset | size << 16` in the constant bank that symbol's section holds;
 //!   `KPARAM_INFO` (0x17) is `u32 index, u16 ordinal, u16 offset, u32 flags` with the size in
-//!   bits 18–31, inside `CBANK_PARAM_SIZE` (0x19) bytes; `EXIT_INSTR_OFFSETS` (0x1c) are offsets
-//!   into the kernel's code section.
+//!   bits 18–31, and `KPARAM_INFO_V2` (0x45: every parameter of a kernel whose parameters take
+//!   more than 4352 bytes, CUDA 12.1 and later) `u32 index, u16 ordinal, u16 offset, u16 size,
+//!   u16 flags`; either kind inside the `CBANK_PARAM_SIZE` (0x19) bytes of parameters, 32764 at
+//!   most; `EXIT_INSTR_OFFSETS` (0x1c) are offsets into the kernel's code section.
 //! - `.nv.callgraph` (`SHT_CUDA_CALLGRAPH`, 0x7000_0001) is pairs of 32-bit values, caller and
 //!   callee, with values from 0xffff_fff0 up as markers; callers are symbol indexes, callees not
 //!   always (CUDA 11's cuFFT numbers them past the symbol table).
@@ -82,6 +84,7 @@ const EIATTR_MIN_STACK_SIZE: u8 = 0x12;
 const EIATTR_KPARAM_INFO: u8 = 0x17;
 const EIATTR_CBANK_PARAM_SIZE: u8 = 0x19;
 const EIATTR_EXIT_INSTR_OFFSETS: u8 = 0x1c;
+const EIATTR_KPARAM_INFO_V2: u8 = 0x45;
 const EIATTR_MAX_STACK_SIZE: u8 = 0x23;
 const EIATTR_REGCOUNT: u8 = 0x2f;
 
@@ -328,30 +331,37 @@ fn walk_records(data: &[u8]) -> Result<(), (usize, u8, Why)> {
     Ok(())
 }
 
-/// A kernel's parameter description (`KPARAM_INFO`), for the refusals made after the last
-/// record: the offset of its record, its ordinal, offset and size.
+/// A kernel's parameter description (`KPARAM_INFO` or `KPARAM_INFO_V2`), for the refusals made
+/// after the last record: the offset and attribute of its record, its ordinal, offset and size.
 #[derive(Clone, Copy)]
 struct Param {
     at: usize,
+    attribute: u8,
     ordinal: u64,
     offset: u64,
     size: u64,
 }
 
 impl Param {
-    /// The description in a `KPARAM_INFO` record at `at` whose value holds `position` and
-    /// `flags` as its second and third words.
+    /// The description in a `KPARAM_INFO` or `KPARAM_INFO_V2` (`attribute`) record at `at` whose
+    /// value holds `position` and `flags` as its second and third words.
     #[inline(always)]
-    fn read(at: usize, position: u32, flags: u32) -> Self {
+    fn read(at: usize, attribute: u8, position: u32, flags: u32) -> Self {
+        let size = if attribute == EIATTR_KPARAM_INFO {
+            flags >> 18
+        } else {
+            flags & 0xffff
+        };
         Self {
             at,
+            attribute,
             ordinal: u64::from(position & 0xffff),
             offset: u64::from(position >> 16),
-            size: u64::from(flags >> 18),
+            size: u64::from(size),
         }
     }
 
-    /// Where the parameter ends: 16 bits of offset and 14 of size, so no overflow.
+    /// Where the parameter ends: 16 bits of offset and at most 16 of size, so no overflow.
     #[inline(always)]
     fn end(&self) -> u64 {
         self.offset + self.size
@@ -372,10 +382,10 @@ fn param_where(data: &[u8], pick: impl Fn(&Param) -> bool) -> Option<Param> {
         let end = next + usize::from(u16::from_le_bytes([h0, h1]));
         let value = data.get(next..end).unwrap_or_default();
         next = (end + 3) & !3;
-        if attribute == EIATTR_KPARAM_INFO
+        if matches!(attribute, EIATTR_KPARAM_INFO | EIATTR_KPARAM_INFO_V2)
             && let (Some(position), Some(flags)) = (word(value, 1), word(value, 2))
         {
-            let param = Param::read(at, position, flags);
+            let param = Param::read(at, attribute, position, flags);
             if pick(&param) {
                 return Some(param);
             }
@@ -499,12 +509,12 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Chec
                     }
                 }
             }
-            EIATTR_KPARAM_INFO => {
+            EIATTR_KPARAM_INFO | EIATTR_KPARAM_INFO_V2 => {
                 let (Some(position), Some(flags)) = (word(value, 1), word(value, 2)) else {
                     return Err(refuse(record_at, attribute, Why::ShortParam(value.len())));
                 };
                 params += 1;
-                let param = Param::read(record_at, position, flags);
+                let param = Param::read(record_at, attribute, position, flags);
                 highest = highest.max(param.ordinal);
                 furthest = furthest.max(param.end());
             }
@@ -523,23 +533,21 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Chec
     }
     // The refusals name the first description with the highest ordinal, or the furthest end.
     if highest >= params {
-        let at = param_where(data, |p| p.ordinal == highest).map_or(0, |p| p.at);
-        return Err(refuse(
-            at,
-            EIATTR_KPARAM_INFO,
-            Why::Ordinal(highest, params),
-        ));
+        let (at, attribute) = param_where(data, |p| p.ordinal == highest)
+            .map_or((0, EIATTR_KPARAM_INFO), |p| (p.at, p.attribute));
+        return Err(refuse(at, attribute, Why::Ordinal(highest, params)));
     }
     if let Some(bank) = param_bank
         && furthest > bank
     {
         let p = param_where(data, |p| p.end() == furthest).unwrap_or(Param {
             at: 0,
+            attribute: EIATTR_KPARAM_INFO,
             ordinal: 0,
             offset: furthest,
             size: 0,
         });
-        return Err(refuse(p.at, EIATTR_KPARAM_INFO, Why::PastParams(p, bank)));
+        return Err(refuse(p.at, p.attribute, Why::PastParams(p, bank)));
     }
     Ok(())
 }
@@ -561,7 +569,7 @@ enum Why {
     NoPlacement,
     /// `PARAM_CBANK`: the parameters at this offset and size do not fit in the bank's section.
     Bank(u16, u64, u64),
-    /// `KPARAM_INFO` of this many bytes, too short.
+    /// `KPARAM_INFO` or `KPARAM_INFO_V2` of this many bytes, too short.
     ShortParam(usize),
     /// An exit instruction at this offset past the end of the code.
     Exit(u32),
