@@ -8,11 +8,14 @@
 //! refused only when even the newest one below it needs a newer driver (ISA versions grow with
 //! every release, so a later one never needs an older driver), and otherwise left to the driver.
 
+/// A version, of the PTX ISA or of a CUDA release: `(major, minor)`.
+type Version = (u32, u32);
+
 /// `(PTX ISA version, first CUDA release whose driver JIT-compiles it)`, oldest first: the PTX
 /// ISA's release history (PTX ISA document, "Release Notes"; the same table as NVIDIA's
 /// `cuda.bindings.utils.get_minimal_required_cuda_ver_from_ptx_ver`). Releases without an ISA
 /// version of their own (CUDA 12.6 writes 8.5) are not listed.
-const RELEASES: &[((u32, u32), (u32, u32))] = &[
+const RELEASES: &[(Version, Version)] = &[
     ((1, 0), (1, 0)),
     ((1, 1), (1, 1)),
     ((1, 2), (2, 0)),
@@ -67,7 +70,7 @@ pub(crate) enum Verdict {
     /// table does not list, at least that of the newest one below it).
     Refuses {
         /// The CUDA release.
-        needs: (u32, u32),
+        needs: Version,
     },
     /// Only the driver can tell: a version the table does not list, which the driver is new enough
     /// for as far as the table knows.
@@ -75,7 +78,7 @@ pub(crate) enum Verdict {
 }
 
 /// Whether a driver of CUDA release `driver` JIT-compiles PTX of ISA version `isa`.
-pub(crate) fn verdict(isa: (u32, u32), driver: (u32, u32)) -> Verdict {
+pub(crate) fn verdict(isa: Version, driver: Version) -> Verdict {
     match RELEASES.iter().rev().find(|(listed, _)| *listed <= isa) {
         Some(&(_, needs)) if driver < needs => Verdict::Refuses { needs },
         Some(&(listed, _)) if listed == isa => Verdict::Takes,
@@ -85,7 +88,7 @@ pub(crate) fn verdict(isa: (u32, u32), driver: (u32, u32)) -> Verdict {
 
 /// The newest ISA version a driver of CUDA release `driver` JIT-compiles, as far as the table
 /// knows; `None` for a driver older than every release it lists.
-pub(crate) fn newest_for(driver: (u32, u32)) -> Option<(u32, u32)> {
+pub(crate) fn newest_for(driver: Version) -> Option<Version> {
     RELEASES
         .iter()
         .rev()

@@ -35,13 +35,16 @@ pub struct AtlasLibrary {
     preload: bool,
 }
 
+/// One load per module of a model, in order, with what the devices of a build run of it.
+type Loads = Vec<(Arc<LibraryBlob>, Runs)>;
+
 /// The model's modules for the devices of one compute capability.
 struct Build {
     compute_capability: (u32, u32),
     /// One load per module, in order, with what these devices run of it (a blob that several
     /// builds chose is loaded once); or the first module these devices cannot run, and why
     /// (nothing is loaded for them).
-    loads: std::result::Result<Vec<(Arc<LibraryBlob>, Runs)>, (String, Unfit)>,
+    loads: std::result::Result<Loads, (String, Unfit)>,
     compiled: Compiled,
     /// For preloading on a driver that cannot list a module's functions: each module's kernels.
     kernel_names: Option<Vec<Vec<String>>>,
