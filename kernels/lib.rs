@@ -28,7 +28,7 @@
 //! | [`cubin_for_model`]`(model, sm)` | `sm_75`, `sm_80`, `sm_86`, `sm_89`, `sm_90` (SASS) | a GPU of that major compute capability with an equal or higher minor (`sm_80` runs on 8.0 and 8.6, not on 9.0), any CUDA 12.0+ driver; no JIT |
 //! | [`ELEMENTWISE_FATBIN`] | all five cubins and the PTX, in one blob | what the PTX needs: the driver takes the device's SASS when there is one and JIT-compiles the PTX otherwise |
 //!
-//! [`model`] gives a model as the registry's [`BlobSet`](atlas_registry::BlobSet)s, of which
+//! [`model`] gives a model as the registry's [`BlobSet`]s, of which
 //! each device loads the best it runs: its own SASS when there is a cubin for exactly its compute
 //! capability (no JIT, nothing to compile at load), else (on a desktop GPU) SASS of an older minor
 //! version of its architecture, else the PTX. [`blobs_for_device`] makes the same choice for one device.

@@ -165,22 +165,13 @@ fn fatbin_fit(
     }
     let loadable_ptx = |code| matches!(code, Code::Ptx(_)) && device.may_load(code);
     let best_ptx = match fatbin::picked(image, loadable_ptx) {
-        // Each entry's architecture is the one of its header, which the driver picks by.
         Ok(entries) => best(entries.into_iter().map(|(code, text)| {
+            // The driver picks an entry by the architecture its header names.
             let target = match code {
-                Code::Ptx(sm) | Code::Sass(sm) => sm,
+                Code::Ptx(sm) | Code::Sass(sm) => Some(sm),
             };
             let header = ptx::header(&text);
-            (
-                (),
-                jit(
-                    ptx::Header {
-                        target: Some(target),
-                        ..header
-                    },
-                    driver,
-                ),
-            )
+            ((), jit(ptx::Header { target, ..header }, driver))
         })),
         // Checked before (the code of every entry the device may pick): not reached.
         Err(_) => return Some(Ok(Runs::Unread)),

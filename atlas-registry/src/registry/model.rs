@@ -195,7 +195,8 @@ impl<'a> Model<'a> {
         } else {
             None
         };
-        let driver = Some(calls::cuda_version()?);
+        // A driver that cannot tell its version is left to judge PTX itself.
+        let driver = calls::cuda_version().ok();
         let mut prepared = Prepared::default();
         for ((name, code), checked) in self.modules.iter().zip(checked) {
             let (kind, image) = match (code, checked, &compiler) {
