@@ -19,11 +19,17 @@
 //!   Atlas checks compressed entries as containers only (what they hold passes unseen: the
 //!   twins of most mutants are refused, the mutants are not).
 //! - `mutants_replay_from_their_seed`, `validation_never_panics_on_compressed_mutants`.
+//! - `crash_fixtures_are_refused`: the three mutants of the first GPU run that
+//!   Atlas passed and that crashed the driver (`tests/fixtures/crashes/`, see `CRASHES`), and the
+//!   fault each is refused for alone, are refused; `crash_fixtures_are_the_mutants_of_their_seeds`
+//!   makes them again from their seeds and sources (and, with `ATLAS_WRITE_CRASH_FIXTURES=1`,
+//!   writes them).
 //!
 //! With an NVIDIA GPU (`#[ignore]`d, fail without one), in child processes (`support/pool.rs`,
 //! `ATLAS_CFUZZ_JOBS` at once, default the available parallelism):
 //! - `compressed_mutants_load_without_crashing`: `ATLAS_CFUZZ_MUTANTS` mutants (default 10,000,
-//!   seeds from `ATLAS_CFUZZ_SEED`, default 0) through `AtlasRegistry::load(0, ..)`; prints
+//!   seeds from `ATLAS_CFUZZ_SEED`, default 0, or those `ATLAS_CFUZZ_SEEDS` lists, e.g.
+//!   `2426,5270,9481`) through `AtlasRegistry::load(0, ..)`; prints
 //!   loaded / refused by Atlas / driver error (by `CUresult`) / crash / hung and fails on any
 //!   crash, hang or panic. Every source, unmutated but compressed again here, must load.
 //! - `foreign_entry_mutants_and_the_driver`: `ATLAS_CFUZZ_FOREIGN_MUTANTS` foreign mutants
@@ -31,6 +37,10 @@
 //!   that load or crash tell that the driver parses entries of other architectures, so that
 //!   checking only the entries a device can pick would not be enough; the test prints the split
 //!   and fails if a mutant that Atlas passes crashes the driver.
+//! - `crash_fixtures_crash_the_plain_driver_and_atlas_refuses_them`: the crash fixtures, their
+//!   sources, and each group of a mutant's changes alone, on the plain driver and through Atlas;
+//!   fails unless each mutant, and the fault it is refused for alone, crashes the plain driver and
+//!   is refused by Atlas, whatever else crashes the driver is refused too, and the sources load.
 
 mod support;
 
@@ -653,7 +663,9 @@ fn replayed(crash: &Crash) -> Mutant {
 fn sole_contents(blob: &[u8]) -> Vec<u8> {
     let fatbin = Fatbin::parse(blob).expect("a fatbin");
     assert_eq!(fatbin.entries.len(), 1, "a fatbin of one entry");
-    fatbin.entries[0].contents().expect("an entry that decompresses")
+    fatbin.entries[0]
+        .contents()
+        .expect("an entry that decompresses")
 }
 
 /// A blob made from a crash fixture, for the GPU test.
@@ -730,7 +742,9 @@ fn crash_fixtures_are_the_mutants_of_their_seeds() {
         assert_eq!(cubin, sole_contents(&m.twin), "seed {}", crash.seed);
         let fatbins = [(crash.source_name.to_string(), crash.source.to_vec())];
         let original = &sources_of(Variant::Candidate, &fatbins)[0].targets[0].2;
-        let changed: Vec<usize> = (0..cubin.len()).filter(|&i| cubin[i] != original[i]).collect();
+        let changed: Vec<usize> = (0..cubin.len())
+            .filter(|&i| cubin[i] != original[i])
+            .collect();
         let mut grouped: Vec<usize> = crash.faults.iter().flat_map(|f| f.1.to_vec()).collect();
         grouped.sort_unstable();
         assert_eq!(changed, grouped, "seed {}: the changed bytes", crash.seed);
@@ -742,7 +756,7 @@ fn crash_fixtures_are_the_mutants_of_their_seeds() {
 /// is the fault Atlas refuses each for, alone. Fails before `.note.nv.tkinfo`'s string offsets
 /// and the shape of `.nv.info`'s symbol-index records were checked.
 #[test]
-fn mutants_that_crashed_the_driver_are_refused() {
+fn crash_fixtures_are_refused() {
     let mut blobs = crash_blobs();
     for crash in CRASHES {
         blobs.push(CrashBlob {
@@ -758,7 +772,11 @@ fn mutants_that_crashed_the_driver_are_refused() {
         ] {
             match (b.refused_for, verdict) {
                 (Some(words), Err(AtlasError::InvalidModule { reason, .. })) => {
-                    assert!(reason.contains(words), "{}: {reason:?} says no {words:?}", b.what);
+                    assert!(
+                        reason.contains(words),
+                        "{}: {reason:?} says no {words:?}",
+                        b.what
+                    );
                 }
                 (Some(_), verdict) => panic!("{} is not refused: {verdict:?}", b.what),
                 (None, verdict) => assert!(verdict.is_ok(), "{}: {verdict:?}", b.what),
@@ -773,7 +791,7 @@ fn mutants_that_crashed_the_driver_are_refused() {
 /// change crashes the driver: any of them that crashes it must be refused as well.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
-fn mutants_that_crashed_the_driver_crash_it_and_atlas_refuses_them() {
+fn crash_fixtures_crash_the_plain_driver_and_atlas_refuses_them() {
     let devices = device_count().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
     assert!(devices > 0, "{NEEDS_GPU}: the driver reports no device");
     let blobs = crash_blobs();
@@ -808,10 +826,16 @@ fn mutants_that_crashed_the_driver_crash_it_and_atlas_refuses_them() {
             ));
         }
         if (crashed || fault) && !refused {
-            failures.push(format!("{} crashes the driver, and Atlas: {atlas_text}", b.what));
+            failures.push(format!(
+                "{} crashes the driver, and Atlas: {atlas_text}",
+                b.what
+            ));
         }
         if b.what.ends_with("the source") && !(raw_text == "loads" && atlas_text == "loaded") {
-            failures.push(format!("{} does not load: {raw_text}, Atlas {atlas_text}", b.what));
+            failures.push(format!(
+                "{} does not load: {raw_text}, Atlas {atlas_text}",
+                b.what
+            ));
         }
     }
     for failure in &failures {
