@@ -88,8 +88,10 @@ impl AtlasLibrary {
                     let mut loads = Vec::with_capacity(prepared.modules.len());
                     for ((name, kind, image), &runs) in prepared.modules.iter().zip(&prepared.runs)
                     {
-                        let same =
-                            |(n, bytes, _): &&(&str, &[u8], _)| *n == name && **bytes == **image;
+                        // The same bytes: for a borrowed blob, the same slice (no comparison).
+                        let same = |(n, bytes, _): &&(&str, &[u8], _)| {
+                            *n == name && (std::ptr::eq(*bytes, &**image) || **bytes == **image)
+                        };
                         let blob = match loaded.iter().find(same) {
                             Some((_, _, blob)) => Arc::clone(blob),
                             None => {
