@@ -127,21 +127,12 @@ impl<'a> BlobSet<'a> {
                     },
                     other => other,
                 })?;
-                let (wrong, given) = match offered {
-                    Offered::Cubin(sm, _) => {
-                        (sm_arch(bytes) != Some(sm), format!("cubin for sm_{sm}"))
-                    }
-                    Offered::Ptx(_) => (checked.0 != BlobKind::Ptx, "PTX".into()),
+                let wrong = match offered {
+                    Offered::Cubin(sm, _) => sm_arch(bytes) != Some(sm),
+                    Offered::Ptx(_) => checked.0 != BlobKind::Ptx,
                 };
                 if wrong {
-                    return Err(refused(
-                        module,
-                        format!(
-                            "blob {i} of the blob set, given as its {given}, holds {}: give each \
-                             cubin the SM it is built for, and PTX as PTX",
-                            code_targets(bytes)
-                        ),
-                    ));
+                    return Err(mislabelled(module, i, offered));
                 }
                 Ok(checked)
             })
@@ -175,6 +166,23 @@ pub(crate) fn choose<'a>(
         }),
         Some((_, Err(too_new))) => Err(too_new),
     }
+}
+
+/// The refusal of blob `i` of a set, `offered`, which is not what it was given as.
+#[cold]
+fn mislabelled(module: &str, i: usize, offered: Offered<'_>) -> AtlasError {
+    let given = match offered {
+        Offered::Cubin(sm, _) => format!("cubin for sm_{sm}"),
+        Offered::Ptx(_) => "PTX".into(),
+    };
+    refused(
+        module,
+        format!(
+            "blob {i} of the blob set, given as its {given}, holds {}: give each cubin the SM it \
+             is built for, and PTX as PTX",
+            code_targets(offered.bytes())
+        ),
+    )
 }
 
 fn refused(module: &str, reason: String) -> AtlasError {
