@@ -28,16 +28,25 @@
 //! | [`cubin_for_model`]`(model, sm)` | `sm_75`, `sm_80`, `sm_86`, `sm_89`, `sm_90` (SASS) | a GPU of that major compute capability with an equal or higher minor (`sm_80` runs on 8.0 and 8.6, not on 9.0), any CUDA 12.0+ driver; no JIT |
 //! | [`ELEMENTWISE_FATBIN`] | all five cubins and the PTX, in one blob | what the PTX needs: the driver takes the device's SASS when there is one and JIT-compiles the PTX otherwise |
 //!
-//! [`blobs_for_device`] chooses for a device: its own SASS when there is a cubin for exactly its
-//! compute capability (no JIT, nothing to compile at load), else the PTX.
+//! [`model`] gives a model as the registry's [`BlobSet`]s, of which
+//! each device loads the best it runs: its own SASS when there is a cubin for exactly its compute
+//! capability (no JIT, nothing to compile at load), else (on a desktop GPU) SASS of an older minor
+//! version of its architecture, else the PTX. [`blobs_for_device`] makes the same choice for one device.
 //!
 //! ```no_run
+//! let model = atlas_kernels::model("demo").expect("demo is one of MODELS");
+//! let registry = atlas_registry::AtlasRegistry::load_model(0, &model)?;
+//! // Or one load for every GPU, each device with the blobs it runs best:
+//! let library = atlas_registry::AtlasLibrary::load_model(&model)?;
+//!
 //! let host = atlas_registry::host(0)?;
 //! let blobs = atlas_kernels::blobs_for_device("demo", host.compute_capability())
 //!     .expect("demo is one of MODELS");
 //! let registry = atlas_registry::AtlasRegistry::load(0, blobs)?;
 //! # Ok::<(), atlas_registry::AtlasError>(())
 //! ```
+
+use atlas_registry::BlobSet;
 
 /// Names of every model with PTX and a cubin for every architecture of [`CUBIN_ARCHS`], in the
 /// order of the table above.
@@ -141,7 +150,7 @@ const CONDITIONAL_SM_90_CUBIN: Blobs = &[("conditional", cubin!("conditional", 9
 #[cfg(not(atlas_conditional_sm90))]
 const CONDITIONAL_SM_90_CUBIN: Blobs = &[];
 
-fn model(name: &str) -> Option<&'static Model> {
+fn find(name: &str) -> Option<&'static Model> {
     TABLE.iter().find(|m| m.name == name)
 }
 
@@ -149,7 +158,7 @@ fn model(name: &str) -> Option<&'static Model> {
 /// `None` for an unknown model. PTX ISA 8.0 for `compute_75`: any GPU of compute capability 7.5 or
 /// newer, under any driver of CUDA 12.0 or newer, which JIT-compiles it at load.
 pub fn ptx_for_model(model_name: &str) -> Option<Blobs> {
-    model(model_name).map(|m| m.ptx)
+    find(model_name).map(|m| m.ptx)
 }
 
 /// The same modules as [`ptx_for_model`], as cubins for `sm` (`10 * major + minor`, one of
@@ -160,24 +169,56 @@ pub fn ptx_for_model(model_name: &str) -> Option<Blobs> {
 /// loading an `sm_80` cubin on an sm_90 device fails. [`blobs_for_device`] picks for a device.
 pub fn cubin_for_model(model_name: &str, sm: u32) -> Option<Blobs> {
     let arch = CUBIN_ARCHS.iter().position(|&a| a == sm)?;
-    model(model_name)
+    find(model_name)
         .map(|m| m.cubins[arch])
         .filter(|cubins| !cubins.is_empty())
 }
 
+/// `model` as the registry loads it on every device: each module a
+/// [`BlobSet`] of its cubins and its PTX, of which each device loads the best it runs (see
+/// [`BlobSet`]); `None` for an unknown model.
+///
+/// ```no_run
+/// let model = atlas_kernels::model("demo").unwrap();
+/// let registry = atlas_registry::AtlasRegistry::load_model(0, &model)?;
+/// # Ok::<(), atlas_registry::AtlasError>(())
+/// ```
+pub fn model(model_name: &str) -> Option<atlas_registry::Model<'static>> {
+    let found = find(model_name)?;
+    let model = (0..found.ptx.len()).fold(atlas_registry::Model::new(), |model, i| {
+        model.blob_set(found.ptx[i].0, blob_set(found, i))
+    });
+    Some(model)
+}
+
+/// Module `i` of `model` as a blob set: its cubin of each architecture that has one, and its PTX.
+fn blob_set(model: &'static Model, i: usize) -> BlobSet<'static> {
+    let cubins = CUBIN_ARCHS.iter().zip(model.cubins);
+    let set = cubins.fold(BlobSet::new(), |set, (&sm, cubins)| match cubins.get(i) {
+        Some(&(_, cubin)) => set.cubin(sm, cubin),
+        None => set,
+    });
+    set.ptx(model.ptx[i].1)
+}
+
 /// The best blobs of `model` for a device of `compute_capability` (`(major, minor)`, as
-/// `CudaHost::compute_capability` gives it): the cubins built for exactly that architecture when
-/// there are some (no JIT at load), else the PTX. `None` only for an unknown model.
+/// `CudaHost::compute_capability` gives it), as the registry chooses from [`model`]'s blob sets
+/// ([`BlobSet::choose`]): the cubins of the device's own architecture (no JIT at load), else,
+/// on a desktop GPU, those of an older minor version of it, else the PTX. `None` only for an
+/// unknown model.
 ///
 /// A device older than 7.5 gets the PTX too, and the driver refuses it at load: nothing here runs
 /// there.
 pub fn blobs_for_device(model_name: &str, compute_capability: (u32, u32)) -> Option<Blobs> {
-    let (major, minor) = compute_capability;
-    let sm = (minor < 10)
-        .then(|| major.checked_mul(10)?.checked_add(minor))
-        .flatten();
-    sm.and_then(|sm| cubin_for_model(model_name, sm))
-        .or_else(|| ptx_for_model(model_name))
+    let found = find(model_name)?;
+    // Every module has cubins for the same architectures: the choice for the first is the model's.
+    let chosen = blob_set(found, 0).choose(compute_capability, None);
+    let cubins = found.cubins.iter().find(|cubins| {
+        cubins
+            .first()
+            .is_some_and(|&(_, cubin)| chosen.is_some_and(|c| std::ptr::eq(c, cubin)))
+    });
+    Some(cubins.copied().unwrap_or(found.ptx))
 }
 
 #[cfg(test)]
@@ -299,7 +340,7 @@ mod tests {
     }
 
     #[test]
-    fn blobs_for_device_takes_the_exact_cubin_else_the_ptx() {
+    fn blobs_for_device_takes_its_own_cubin_else_an_older_minor_else_the_ptx() {
         for model in full_models() {
             let ptx = ptx_for_model(model).unwrap();
             for &sm in CUBIN_ARCHS {
@@ -308,14 +349,20 @@ mod tests {
                 assert!(std::ptr::eq(got, cubin), "{model} on {sm}: not its cubins");
                 assert!(!std::ptr::eq(got, ptx));
             }
-            // Newer (Blackwell 10.0, 12.0), in between (Orin 8.7, a future 9.1), older (Volta
-            // 7.0) and nonsense: no exact cubin, so the PTX.
+            // A desktop GPU of a later minor version (9.1) runs sm_90 SASS.
+            let got = blobs_for_device(model, (9, 1)).unwrap();
+            let cubin = cubin_for_model(model, 90).unwrap();
+            assert!(
+                std::ptr::eq(got, cubin),
+                "{model} on 9.1: not the sm_90 cubins"
+            );
+            // Newer (Blackwell 10.0, 12.0), older (Volta 7.0), Tegra (Orin 8.7, which runs SASS
+            // of its own compute capability only) and nonsense: no cubin surely runs, so the PTX.
             for cc in [
                 (12, 0),
                 (10, 0),
-                (8, 7),
-                (9, 1),
                 (7, 0),
+                (8, 7),
                 (0, 0),
                 (8, 10),
                 (u32::MAX, 9),
@@ -326,6 +373,26 @@ mod tests {
         }
         assert!(blobs_for_device("no_such_model", (9, 0)).is_none());
         assert!(blobs_for_device("no_such_model", (12, 0)).is_none());
+    }
+
+    #[test]
+    fn model_is_a_blob_set_per_module_choosing_as_blobs_for_device() {
+        for name in MODELS.iter().chain(PARTIAL_MODELS) {
+            let model = model(name).unwrap();
+            let ptx = ptx_for_model(name).unwrap();
+            assert_eq!(model.module_names().collect::<Vec<_>>(), names(ptx));
+            let entry = find(name).unwrap();
+            for cc in [(9, 0), (8, 6), (8, 7), (7, 5), (10, 0), (7, 0)] {
+                let blobs = blobs_for_device(name, cc).unwrap();
+                for (i, &(module, blob)) in blobs.iter().enumerate() {
+                    let chosen = blob_set(entry, i).choose(cc, None);
+                    // The PTX is what a device that runs nothing else gets here.
+                    let want = chosen.unwrap_or(ptx[i].1);
+                    assert!(std::ptr::eq(blob, want), "{name}/{module} on {cc:?}");
+                }
+            }
+        }
+        assert!(model("no_such_model").is_none());
     }
 
     #[test]

@@ -204,8 +204,9 @@ pub enum AtlasError {
         /// What the JIT compiler wrote to its error log (empty for binaries, or when it said nothing).
         jit_log: String,
     },
-    /// A module holds no code the device can run (`CUDA_ERROR_NO_BINARY_FOR_GPU`): a cubin or
-    /// fatbin built for other architectures only.
+    /// A module holds no code the device can run: a cubin, fatbin or blob set for other
+    /// architectures only. Refused before the driver is called when Atlas can tell from the blob,
+    /// else from the driver's `CUDA_ERROR_NO_BINARY_FOR_GPU`.
     #[error(
         "module `{module}` has no code that device {device} ({arch}) can run: it holds {holds}; \
          load a cubin built for {arch}, or PTX"
@@ -219,6 +220,37 @@ pub enum AtlasError {
         device: usize,
         /// The device's architecture (`sm_90`).
         arch: String,
+    },
+    /// PTX of a newer ISA version than the driver JIT-compiles: the toolkit that wrote it is newer
+    /// than the driver (nvcc 13 writes PTX ISA 9.0, which needs a CUDA 13.0 driver), and the
+    /// device can load nothing else of the module. Refused before the JIT when Atlas's table of
+    /// ISA versions tells (`needs`), else from the driver's `CUDA_ERROR_UNSUPPORTED_PTX_VERSION`
+    /// after the fact, with the JIT log.
+    #[error(
+        "module `{module}` cannot be JIT-compiled on device {device} ({arch}): PTX ISA {}.{} {}; \
+         this driver is CUDA {}.{}: build the PTX with {}, or ship a cubin for {arch}{}",
+        .isa.0, .isa.1, needs_text(*.needs), .driver.0, .driver.1,
+        older_toolkit(*.driver, *.driver_takes), log(.jit_log)
+    )]
+    PtxTooNew {
+        /// The module's name in its model.
+        module: String,
+        /// The PTX's ISA version (its `.version`).
+        isa: (u32, u32),
+        /// The oldest CUDA release whose driver JIT-compiles it (for an ISA version newer than
+        /// Atlas knows, at least this one); `None` when the driver refused PTX that Atlas cannot
+        /// tell it would (`CUDA_ERROR_UNSUPPORTED_PTX_VERSION`).
+        needs: Option<(u32, u32)>,
+        /// The driver's CUDA release (`cuDriverGetVersion`).
+        driver: (u32, u32),
+        /// The newest PTX ISA version this driver JIT-compiles, as far as Atlas knows.
+        driver_takes: Option<(u32, u32)>,
+        /// The device's ordinal.
+        device: usize,
+        /// The device's architecture (`sm_90`).
+        arch: String,
+        /// What the JIT compiler wrote to its error log (empty when refused before the JIT).
+        jit_log: String,
     },
     /// A blob or module name was rejected before reaching the driver.
     #[error("module `{module}`: {reason}")]
@@ -670,6 +702,25 @@ fn device(ordinal: Option<usize>) -> String {
     }
 }
 
+fn needs_text(needs: Option<(u32, u32)>) -> String {
+    match needs {
+        Some((major, minor)) => format!("needs a CUDA {major}.{minor} driver or newer"),
+        None => {
+            "is newer than this driver JIT-compiles (CUDA_ERROR_UNSUPPORTED_PTX_VERSION)".into()
+        }
+    }
+}
+
+fn older_toolkit((major, minor): (u32, u32), takes: Option<(u32, u32)>) -> String {
+    match takes {
+        Some(isa) => format!(
+            "the toolkit of CUDA {major}.{minor} or an older one (PTX ISA {}.{} or older)",
+            isa.0, isa.1
+        ),
+        None => "an older toolkit".into(),
+    }
+}
+
 fn log(jit_log: &str) -> String {
     if jit_log.is_empty() {
         String::new()
@@ -715,6 +766,9 @@ impl AtlasError {
         match self {
             Self::Driver(failure) | Self::ContextLost(failure) => Some(failure.code),
             Self::ModuleLoad { code, .. } | Self::Launch { code, .. } => Some(*code),
+            Self::PtxTooNew { needs: None, .. } => {
+                Some(atlas_sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION.0)
+            }
             _ => None,
         }
     }

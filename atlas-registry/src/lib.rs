@@ -52,7 +52,8 @@
 //!   "Threads and contexts").
 //! - **Limits**: grid, block and shared memory against the device's [`DeviceLimits`]; the >48 KiB
 //!   dynamic shared memory opt-in is made for the launch that needs it.
-//! - **Blobs**: malformed modules are refused before the driver parses them.
+//! - **Blobs**: malformed modules are refused before the driver parses them, and so is code the
+//!   device cannot run (other architectures only, PTX newer than the driver), naming both sides.
 //! - **Lifetimes**: a function handle keeps its module loaded ([`CudaFunction`]) or borrows the
 //!   registry that does ([`FunctionRef`]); a handle of another registry is never trusted. A graph
 //!   keeps the modules it launches loaded and the buffers its typed launches use allocated
@@ -153,6 +154,14 @@
 //! [`AtlasLibrary::load`] loads a model once with `cuLibraryLoadData`, independent of any
 //! context; [`AtlasLibrary::registry`] gives each device a registry over that one load.
 //!
+//! # Blobs for several architectures
+//!
+//! A [`BlobSet`] gives a module as cubins for several architectures and PTX, as Atlas's own
+//! kernels are shipped ([`Model::blob_set`]): each device loads its own SASS, else SASS of an
+//! older minor version of its architecture, else PTX its driver JIT-compiles, and a device that
+//! runs none is refused naming what the set holds. [`AtlasLibrary::load_model`] chooses for each
+//! device.
+//!
 //! # Run-time compilation
 //!
 //! A [`Model`] takes CUDA C++ [`CudaSource`]s beside blobs: [`AtlasRegistry::load_model`] and
@@ -185,6 +194,7 @@ mod memory;
 mod registry;
 
 pub use code::blob::{BlobKind, sniff, validate_blob, validate_blob_for_device};
+pub use code::blob_set::BlobSet;
 pub use code::layout::{
     CubinProblem, KernelLayout, LayoutError, ParamSlot, PtxProblem, RecordIssue, UnreadableBlob,
     cubin_kernel_layouts, kernel_layout, kernel_layouts, ptx_kernel_layouts,
@@ -252,6 +262,7 @@ mod send_sync {
         send_sync::<ConditionalHandle>();
         send_sync::<GraphUpdate>();
         send_sync::<Model<'static>>();
+        send_sync::<BlobSet<'static>>();
         send_sync::<CudaSource>();
         send_sync::<Compiler>();
         send_sync::<CompileCache>();

@@ -19,11 +19,17 @@
 //!   Atlas checks compressed entries as containers only (what they hold passes unseen: the
 //!   twins of most mutants are refused, the mutants are not).
 //! - `mutants_replay_from_their_seed`, `validation_never_panics_on_compressed_mutants`.
+//! - `crash_fixtures_are_refused`: the three mutants of the first GPU run that
+//!   Atlas passed and that crashed the driver (`tests/fixtures/crashes/`, see `CRASHES`), and the
+//!   fault each is refused for alone, are refused; `crash_fixtures_are_the_mutants_of_their_seeds`
+//!   makes them again from their seeds and sources (and, with `ATLAS_WRITE_CRASH_FIXTURES=1`,
+//!   writes them).
 //!
 //! With an NVIDIA GPU (`#[ignore]`d, fail without one), in child processes (`support/pool.rs`,
 //! `ATLAS_CFUZZ_JOBS` at once, default the available parallelism):
 //! - `compressed_mutants_load_without_crashing`: `ATLAS_CFUZZ_MUTANTS` mutants (default 10,000,
-//!   seeds from `ATLAS_CFUZZ_SEED`, default 0) through `AtlasRegistry::load(0, ..)`; prints
+//!   seeds from `ATLAS_CFUZZ_SEED`, default 0, or those `ATLAS_CFUZZ_SEEDS` lists, e.g.
+//!   `2426,5270,9481`) through `AtlasRegistry::load(0, ..)`; prints
 //!   loaded / refused by Atlas / driver error (by `CUresult`) / crash / hung and fails on any
 //!   crash, hang or panic. Every source, unmutated but compressed again here, must load.
 //! - `foreign_entry_mutants_and_the_driver`: `ATLAS_CFUZZ_FOREIGN_MUTANTS` foreign mutants
@@ -31,6 +37,10 @@
 //!   that load or crash tell that the driver parses entries of other architectures, so that
 //!   checking only the entries a device can pick would not be enough; the test prints the split
 //!   and fails if a mutant that Atlas passes crashes the driver.
+//! - `crash_fixtures_crash_the_plain_driver_and_atlas_refuses_them`: the crash fixtures, their
+//!   sources, and each group of a mutant's changes alone, on the plain driver and through Atlas;
+//!   fails unless each mutant, and the fault it is refused for alone, crashes the plain driver and
+//!   is refused by Atlas, whatever else crashes the driver is refused too, and the sources load.
 
 mod support;
 
@@ -39,10 +49,12 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use atlas_registry::{AtlasError, AtlasRegistry, device_count, validate_blob};
+use atlas_registry::{
+    AtlasError, AtlasRegistry, device_count, validate_blob, validate_blob_for_device,
+};
 use support::blobs::NEEDS_GPU;
 use support::fatbin::{Entry, Fatbin, KIND_ELF, Scheme};
-use support::fixtures::FIXTURES;
+use support::fixtures::{CRASHES, Crash, FIXTURES};
 use support::pool::{self, Outcome};
 use support::raw::Raw;
 use support::rng::Rng;
@@ -320,7 +332,8 @@ fn uncompressed_twins_get_the_same_verdict() {
 /// A child: for each task `candidate SEED`, loads that mutant through `AtlasRegistry::load(0,
 /// ..)` and answers `loaded`, `refused`, `error CODE`, `error other: ...` or `panic: ...`; for
 /// `foreign SEED`, hands that mutant to a plain `cuModuleLoadData` and answers the code; for
-/// `source VARIANT I`, does the same with source I unmutated (compressed again here).
+/// `source VARIANT I`, does the same with source I unmutated (compressed again here); for `crash
+/// atlas I` and `crash raw I`, loads blob I of [`crash_blobs`] the one way or the other.
 fn load_mutants() {
     let dir = std::env::var_os(SOURCES_ENV).map(PathBuf::from);
     let fatbins = fatbins(dir.as_deref());
@@ -330,47 +343,45 @@ fn load_mutants() {
     pool::serve(|task| {
         let words: Vec<&str> = task.split_whitespace().collect();
         let number = |i: usize| -> u64 { words[i].parse().expect("a number") };
-        let (variant, blob) = match words[..] {
-            ["candidate", _] => (
-                Variant::Candidate,
-                mutant(&candidates, number(1)).compressed,
-            ),
-            ["foreign", _] => (Variant::Foreign, mutant(&foreign, number(1)).compressed),
+        // Candidates load through Atlas, the rest on the plain driver.
+        let (through_atlas, blob) = match words[..] {
+            ["candidate", _] => (true, mutant(&candidates, number(1)).compressed),
+            ["foreign", _] => (false, mutant(&foreign, number(1)).compressed),
             ["source", kind, _] => {
-                let (variant, sources) = match kind {
-                    "candidate" => (Variant::Candidate, &candidates),
-                    _ => (Variant::Foreign, &foreign),
+                let (through_atlas, sources) = match kind {
+                    "candidate" => (true, &candidates),
+                    _ => (false, &foreign),
                 };
                 let source = &sources[number(2) as usize];
                 let mut entries = source.fatbin.entries.clone();
                 for (i, scheme, contents) in &source.targets {
                     entries[*i] = entries[*i].restored(contents, *scheme);
                 }
-                (variant, source.fatbin.with_entries(entries).bytes())
+                (through_atlas, source.fatbin.with_entries(entries).bytes())
             }
+            ["crash", how, _] => (
+                how == "atlas",
+                crash_blobs().swap_remove(number(2) as usize).blob,
+            ),
             _ => panic!("a task {task:?}"),
         };
-        match variant {
-            Variant::Candidate => {
-                let blobs: &[(&str, &[u8])] = &[("mutant", &blob)];
-                match catch_unwind(AssertUnwindSafe(|| AtlasRegistry::load(0, blobs).map(drop))) {
-                    Ok(Ok(())) => ("loaded".into(), true),
-                    Ok(Err(AtlasError::InvalidModule { .. })) => ("refused".into(), true),
-                    Ok(Err(AtlasError::NoBinaryForDevice { .. })) => ("error 209".into(), true),
-                    Ok(Err(e)) => match e.cuda_code() {
-                        Some(code) => (format!("error {code}"), !e.is_context_lost()),
-                        None => (format!("error other: {e}"), true),
-                    },
-                    Err(_) => ("panic".into(), false),
-                }
+        if through_atlas {
+            let blobs: &[(&str, &[u8])] = &[("mutant", &blob)];
+            match catch_unwind(AssertUnwindSafe(|| AtlasRegistry::load(0, blobs).map(drop))) {
+                Ok(Ok(())) => ("loaded".into(), true),
+                Ok(Err(AtlasError::InvalidModule { .. })) => ("refused".into(), true),
+                Ok(Err(AtlasError::NoBinaryForDevice { .. })) => ("error 209".into(), true),
+                Ok(Err(e)) => match e.cuda_code() {
+                    Some(code) => (format!("error {code}"), !e.is_context_lost()),
+                    None => (format!("error other: {e}"), true),
+                },
+                Err(_) => ("panic".into(), false),
             }
-            Variant::Foreign => {
-                let raw = raw.get_or_insert_with(|| {
-                    Raw::new().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"))
-                });
-                let code = raw.load_and_unload(&blob);
-                (format!("{code}"), code == 0 || raw.usable())
-            }
+        } else {
+            let raw = raw
+                .get_or_insert_with(|| Raw::new().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}")));
+            let code = raw.load_and_unload(&blob);
+            (format!("{code}"), code == 0 || raw.usable())
         }
     });
 }
@@ -483,13 +494,30 @@ fn gpu_sources(variant: Variant) -> (Option<PathBuf>, Vec<Source>, Vec<String>) 
     (dir, sources, unloaded)
 }
 
+/// The seeds of `compressed_mutants_load_without_crashing`: those `ATLAS_CFUZZ_SEEDS` lists
+/// (`2426,5270,9481`), else `ATLAS_CFUZZ_MUTANTS` of them from `ATLAS_CFUZZ_SEED` on.
+fn candidate_seeds() -> Vec<u64> {
+    if let Ok(list) = std::env::var("ATLAS_CFUZZ_SEEDS") {
+        let seeds: Vec<u64> = list
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("ATLAS_CFUZZ_SEEDS={list:?}: {s:?} is not a seed"))
+            })
+            .collect();
+        assert!(!seeds.is_empty(), "ATLAS_CFUZZ_SEEDS is empty");
+        return seeds;
+    }
+    let first = env_number("ATLAS_CFUZZ_SEED", 0);
+    (first..first + env_number("ATLAS_CFUZZ_MUTANTS", 10_000)).collect()
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn compressed_mutants_load_without_crashing() {
     let (dir, sources, unloaded) = gpu_sources(Variant::Candidate);
-    let total = env_number("ATLAS_CFUZZ_MUTANTS", 10_000);
-    let first = env_number("ATLAS_CFUZZ_SEED", 0);
-    let seeds: Vec<u64> = (first..first + total).collect();
+    let seeds = candidate_seeds();
     let tasks: Vec<String> = seeds.iter().map(|s| format!("candidate {s}")).collect();
     let outcomes = run(&tasks, &dir);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
@@ -516,10 +544,16 @@ fn compressed_mutants_load_without_crashing() {
         .filter(|(k, _)| k.starts_with("driver error"))
         .map(|(_, n)| n)
         .sum();
+    let shown = match seeds[..] {
+        [first, .., last] if last - first + 1 == seeds.len() as u64 => {
+            format!("{first}..{}", last + 1)
+        }
+        _ => format!("{seeds:?}"),
+    };
     println!(
-        "compressed fuzz: {total} mutants (seeds {first}..{}): loaded {} / refused by Atlas {} / \
-         driver error {errors} / crash or hang {}",
-        first + total,
+        "compressed fuzz: {} mutants (seeds {shown}): loaded {} / refused by Atlas {} / driver \
+         error {errors} / crash or hang {}",
+        seeds.len(),
         count("loaded"),
         count("refused"),
         failures.len()
@@ -542,7 +576,7 @@ fn compressed_mutants_load_without_crashing() {
         unloaded.is_empty(),
         "sources compressed again here do not load through Atlas: {unloaded:?}"
     );
-    if total >= 1000 {
+    if seeds.len() >= 1000 {
         assert!(
             count("loaded") > 0 && errors > 0,
             "mutants reach the driver"
@@ -608,4 +642,204 @@ fn foreign_entry_mutants_and_the_driver() {
         unloaded.is_empty(),
         "sources compressed again here do not load: {unloaded:?}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The mutants that crashed the driver
+// ---------------------------------------------------------------------------------------------
+
+/// How many candidate sources the GPU run that found the crash fixtures had: the 16 of the
+/// fixtures, then 32 of the corpus. A seed picks one of them, so a list of that many copies of a
+/// crash fixture's source gives the seed's mutant of that source.
+const CRASH_RUN_SOURCES: usize = 48;
+
+/// The mutant of `crash`'s seed, made again from its committed source.
+fn replayed(crash: &Crash) -> Mutant {
+    let fatbins = vec![(crash.source_name.to_string(), crash.source.to_vec()); CRASH_RUN_SOURCES];
+    mutant(&sources_of(Variant::Candidate, &fatbins), crash.seed)
+}
+
+/// What the one entry of fatbin `blob` holds, decompressed.
+fn sole_contents(blob: &[u8]) -> Vec<u8> {
+    let fatbin = Fatbin::parse(blob).expect("a fatbin");
+    assert_eq!(fatbin.entries.len(), 1, "a fatbin of one entry");
+    fatbin.entries[0]
+        .contents()
+        .expect("an entry that decompresses")
+}
+
+/// A blob made from a crash fixture, for the GPU test.
+struct CrashBlob {
+    /// `seed 2426: the mutant`, `seed 2426: the tool name ... alone`.
+    what: String,
+    blob: Vec<u8>,
+    /// The words of Atlas's refusal of it; `None` where Atlas passes it (the source, and the
+    /// changes that are not what Atlas refuses the mutant for).
+    refused_for: Option<&'static str>,
+}
+
+/// For each crash fixture: its source's sm_90 entry alone, unmutated (compressed again here); the
+/// mutant as committed; and the source's entry with each group of the mutant's changes alone, so
+/// that the GPU test can tell which of them crashes the driver.
+fn crash_blobs() -> Vec<CrashBlob> {
+    let mut blobs = Vec::new();
+    for crash in CRASHES {
+        let fatbins = [(crash.source_name.to_string(), crash.source.to_vec())];
+        let [source] = &sources_of(Variant::Candidate, &fatbins)[..] else {
+            panic!("seed {}: a source of one sm_90 entry", crash.seed);
+        };
+        let (_, scheme, original) = &source.targets[0];
+        let mutated = sole_contents(crash.mutant);
+        let with = |cubin: &[u8]| {
+            let entry = source.fatbin.entries[0].restored(cubin, *scheme);
+            source.fatbin.with_entries(vec![entry]).bytes()
+        };
+        let seed = crash.seed;
+        blobs.push(CrashBlob {
+            what: format!("seed {seed}: the source"),
+            blob: with(original),
+            refused_for: None,
+        });
+        let refused_for = crash.faults.iter().find_map(|f| f.2);
+        blobs.push(CrashBlob {
+            what: format!("seed {seed}: the mutant"),
+            blob: crash.mutant.to_vec(),
+            refused_for,
+        });
+        for &(what, offsets, refused_for) in crash.faults {
+            let mut cubin = original.clone();
+            for &at in offsets {
+                cubin[at] = mutated[at];
+            }
+            blobs.push(CrashBlob {
+                what: format!("seed {seed}: {what}, alone"),
+                blob: with(&cubin),
+                refused_for,
+            });
+        }
+    }
+    blobs
+}
+
+/// Writes the crash fixtures' mutants again with `ATLAS_WRITE_CRASH_FIXTURES=1`; without it,
+/// checks that each committed mutant is what its seed makes of its source, as the fuzz described
+/// it, and that its fault groups are exactly the bytes the seed changed.
+#[test]
+fn crash_fixtures_are_the_mutants_of_their_seeds() {
+    let write = std::env::var_os("ATLAS_WRITE_CRASH_FIXTURES").is_some();
+    for crash in CRASHES {
+        let m = replayed(crash);
+        assert_eq!(m.what, format!("{} {}", crash.source_name, crash.what));
+        if write {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join(format!("tests/fixtures/crashes/seed{}.fatbin", crash.seed));
+            std::fs::write(&path, &m.compressed).expect("writing a crash fixture");
+            println!("wrote {}", path.display());
+            continue;
+        }
+        let cubin = sole_contents(crash.mutant);
+        assert_eq!(cubin, sole_contents(&m.compressed), "seed {}", crash.seed);
+        assert_eq!(cubin, sole_contents(&m.twin), "seed {}", crash.seed);
+        let fatbins = [(crash.source_name.to_string(), crash.source.to_vec())];
+        let original = &sources_of(Variant::Candidate, &fatbins)[0].targets[0].2;
+        let changed: Vec<usize> = (0..cubin.len())
+            .filter(|&i| cubin[i] != original[i])
+            .collect();
+        let mut grouped: Vec<usize> = crash.faults.iter().flat_map(|f| f.1.to_vec()).collect();
+        grouped.sort_unstable();
+        assert_eq!(changed, grouped, "seed {}: the changed bytes", crash.seed);
+    }
+}
+
+/// The three mutants that Atlas passed and that crashed the driver (seeds 2426, 5270, 9481 of the
+/// first GPU run) are refused, compressed and uncompressed, for any device and for sm_90; and so
+/// is the fault Atlas refuses each for, alone. Fails before `.note.nv.tkinfo`'s string offsets
+/// and the shape of `.nv.info`'s symbol-index records were checked.
+#[test]
+fn crash_fixtures_are_refused() {
+    let mut blobs = crash_blobs();
+    for crash in CRASHES {
+        blobs.push(CrashBlob {
+            what: format!("seed {}: the mutant, uncompressed", crash.seed),
+            blob: replayed(crash).twin,
+            refused_for: crash.faults.iter().find_map(|f| f.2),
+        });
+    }
+    for b in &blobs {
+        for verdict in [
+            validate_blob("crash", &b.blob),
+            validate_blob_for_device("crash", &b.blob, (9, 0)),
+        ] {
+            match (b.refused_for, verdict) {
+                (Some(words), Err(AtlasError::InvalidModule { reason, .. })) => {
+                    assert!(
+                        reason.contains(words),
+                        "{}: {reason:?} says no {words:?}",
+                        b.what
+                    );
+                }
+                (Some(_), verdict) => panic!("{} is not refused: {verdict:?}", b.what),
+                (None, verdict) => assert!(verdict.is_ok(), "{}: {verdict:?}", b.what),
+            }
+        }
+    }
+}
+
+/// The crash fixtures on the plain driver and through Atlas, each in a child process: each
+/// mutant crashes the plain driver and is refused by Atlas, and so is the fault Atlas refuses it
+/// for, alone; the sources load. The mutants' other changes are loaded alone too, to tell which
+/// change crashes the driver: any of them that crashes it must be refused as well.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn crash_fixtures_crash_the_plain_driver_and_atlas_refuses_them() {
+    let devices = device_count().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
+    assert!(devices > 0, "{NEEDS_GPU}: the driver reports no device");
+    let blobs = crash_blobs();
+    let tasks: Vec<String> = ["raw", "atlas"]
+        .iter()
+        .flat_map(|how| (0..blobs.len()).map(move |i| format!("crash {how} {i}")))
+        .collect();
+    let outcomes = run(&tasks, &None);
+    let (raw, atlas) = outcomes.split_at(blobs.len());
+    let mut failures = Vec::new();
+    for ((b, raw), atlas) in blobs.iter().zip(raw).zip(atlas) {
+        let crashed = matches!(raw, Outcome::Crashed(_) | Outcome::Hung);
+        let raw_text = match raw {
+            Outcome::Answered(code) => match code.parse::<u32>() {
+                Ok(0) => "loads".to_string(),
+                _ => format!("driver error {}", error_name(code)),
+            },
+            other => format!("{other:?}"),
+        };
+        let atlas_text = match atlas {
+            Outcome::Answered(a) => a.clone(),
+            other => format!("{other:?}"),
+        };
+        println!("{}: plain driver {raw_text}; Atlas {atlas_text}", b.what);
+        let refused = atlas_text == "refused";
+        let fault = b.refused_for.is_some();
+        if fault && !crashed {
+            failures.push(format!(
+                "{} does not crash the plain driver ({raw_text}): the fixture no longer \
+                 reproduces the crash, or the fault is elsewhere",
+                b.what
+            ));
+        }
+        if (crashed || fault) && !refused {
+            failures.push(format!(
+                "{} crashes the driver, and Atlas: {atlas_text}",
+                b.what
+            ));
+        }
+        if b.what.ends_with("the source") && !(raw_text == "loads" && atlas_text == "loaded") {
+            failures.push(format!(
+                "{} does not load: {raw_text}, Atlas {atlas_text}",
+                b.what
+            ));
+        }
+    }
+    for failure in &failures {
+        println!("FAIL {failure}");
+    }
+    assert!(failures.is_empty(), "{} failures", failures.len());
 }

@@ -13,8 +13,9 @@ use std::path::Path;
 
 use atlas_kernels::{ELEMENTWISE_FATBIN, MODELS, cubin_for_model, ptx_for_model};
 use atlas_registry::{
-    AtlasRegistry, CubinProblem, KernelLayout, LayoutError, ParamSlot, PtxProblem, RecordIssue,
-    UnreadableBlob, cubin_kernel_layouts, kernel_layout, kernel_layouts, ptx_kernel_layouts,
+    AtlasRegistry, BlobKind, CubinProblem, KernelLayout, LayoutError, ParamSlot, PtxProblem,
+    RecordIssue, UnreadableBlob, cubin_kernel_layouts, kernel_layout, kernel_layouts,
+    ptx_kernel_layouts, validate_blob,
 };
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
@@ -165,15 +166,20 @@ const SCALE_PARAM_2: [u8; 16] = [
     0x04, 0x17, 0x0c, 0x00, 0, 0, 0, 0, 0x02, 0x00, 0x0c, 0x00, 0x00, 0xf0, 0x11, 0x00,
 ];
 
-/// The cubin error for a mutated elementwise cubin, which must concern kernel `scale`.
-fn scale_problem(cubin: &[u8]) -> CubinProblem {
+/// The cubin error for a mutated cubin, which must concern kernel `name`.
+fn problem_of(name: &str, cubin: &[u8]) -> CubinProblem {
     match cubin_kernel_layouts(cubin) {
         Err(LayoutError::Cubin {
             kernel: Some(kernel),
             problem,
-        }) if kernel == "scale" => problem,
-        other => panic!("expected an error about `scale`, got {other:?}"),
+        }) if kernel == name => problem,
+        other => panic!("expected an error about `{name}`, got {other:?}"),
     }
+}
+
+/// The cubin error for a mutated elementwise cubin, which must concern kernel `scale`.
+fn scale_problem(cubin: &[u8]) -> CubinProblem {
+    problem_of("scale", cubin)
 }
 
 /// Checks what every layout must be, whatever blob it came from.
@@ -831,12 +837,6 @@ fn cubin_parameter_records_that_disagree_are_errors_not_layouts() {
 
 #[test]
 fn cubin_records_of_unknown_shape_or_kind_are_errors() {
-    // The second version of the parameter record.
-    let (cubin, at) = with_scale_param_2(|r| r[1] = 0x45);
-    assert_eq!(
-        scale_problem(&cubin),
-        record(at, RecordIssue::Unsupported { attribute: 0x45 })
-    );
     // Parameters in shared memory.
     let (cubin, at) = with_scale_param_2(|r| r[1] = 0x18);
     assert_eq!(
@@ -1031,12 +1031,221 @@ fn cubin_errors_say_kernel_section_and_offset() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Large parameters (EIATTR_KPARAM_INFO_V2)
+// ---------------------------------------------------------------------------------------------
+
+/// The PTX (compute_75) and cubins of `tests/fixtures/large_params.cu`, as nvcc 13.0 builds them
+/// (`tests/fixtures/make.sh`; `MADE` there lists the commands).
+const LARGE_PARAMS: [(&str, &[u8]); 5] = [
+    (
+        "large_params.ptx",
+        include_bytes!("fixtures/large_params.ptx"),
+    ),
+    (
+        "large_params.sm_75.cubin",
+        include_bytes!("fixtures/large_params.sm_75.cubin"),
+    ),
+    (
+        "large_params.sm_80.cubin",
+        include_bytes!("fixtures/large_params.sm_80.cubin"),
+    ),
+    (
+        "large_params.sm_90.cubin",
+        include_bytes!("fixtures/large_params.sm_90.cubin"),
+    ),
+    (
+        "large_params.sm_120.cubin",
+        include_bytes!("fixtures/large_params.sm_120.cubin"),
+    ),
+];
+
+/// The sm_90 cubin of `large_params.cu`.
+fn large_params_cubin() -> Vec<u8> {
+    LARGE_PARAMS[3].1.to_vec()
+}
+
+/// The kernels of `tests/fixtures/large_params.cu`, written by hand from it (sorted by name):
+/// structs take their size and their members' alignment, `Wide` 16; a pointer, `double` and
+/// `long long` 8 bytes.
+fn large_params_from_source() -> Vec<KernelLayout> {
+    // many(long long* out, 600 long longs, char last)
+    let many: Vec<(usize, usize)> = (0..601).map(|i| (8 * i, 8)).chain([(4808, 1)]).collect();
+    vec![
+        // at_old_limit(AtOldLimit (4344 bytes, 1-aligned), int*): 4352 bytes
+        layout("at_old_limit", &[(0, 4344), (4344, 8)]),
+        // block_then_pointer(Block (4400 bytes, 4-aligned), int*)
+        layout("block_then_pointer", &[(0, 4400), (4400, 8)]),
+        // char_last(int*, Block, char)
+        layout("char_last", &[(0, 8), (8, 4400), (4408, 1)]),
+        // largest(Largest (32760 bytes), int): 32764 bytes, the most a kernel may take
+        layout("largest", &[(0, 32760), (32760, 4)]),
+        layout("many", &many),
+        // mixed(char, Small (404 bytes, 4-aligned), short, Block, double, int*, long long)
+        layout(
+            "mixed",
+            &[
+                (0, 1),
+                (4, 404),
+                (408, 2),
+                (412, 4400),
+                (4816, 8),
+                (4824, 8),
+                (4832, 8),
+            ],
+        ),
+        // none()
+        layout("none", &[]),
+        // past_old_limit(PastOldLimit (4345 bytes), int*): 4360 bytes
+        layout("past_old_limit", &[(0, 4345), (4352, 8)]),
+        // scale(float*, float, unsigned)
+        layout("scale", &[(0, 8), (8, 4), (12, 4)]),
+        // wide(char, Wide (4416 bytes, 16-aligned), float, int*)
+        layout("wide", &[(0, 1), (16, 4416), (4432, 4), (4440, 8)]),
+    ]
+}
+
+/// The attributes of the parameter records of `.nv.info.KERNEL` in `cubin`, first to last.
+fn param_record_kinds(cubin: &[u8], kernel: &str) -> Vec<u8> {
+    let info = &cubin[section_range(cubin, &format!(".nv.info.{kernel}"))];
+    let mut kinds = Vec::new();
+    let mut at = 0;
+    while at < info.len() {
+        let (format, attribute) = (info[at], info[at + 1]);
+        if matches!(attribute, 0x17 | 0x45) {
+            kinds.push(attribute);
+        }
+        at += 4;
+        if format == 4 {
+            at += le::<2>(info, at - 2);
+        }
+    }
+    kinds
+}
+
+#[test]
+fn large_parameters_read_the_same_in_ptx_and_every_cubin_as_in_their_source() {
+    for (name, blob) in LARGE_PARAMS {
+        let expected = if name.ends_with(".ptx") {
+            BlobKind::Ptx
+        } else {
+            BlobKind::Cubin
+        };
+        let kind = validate_blob(name, blob).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(kind, expected, "{name}");
+        let layouts = by_name(kernel_layouts(blob).unwrap_or_else(|e| panic!("{name}: {e}")));
+        assert_eq!(layouts, large_params_from_source(), "{name}");
+        assert_well_formed(&layouts);
+        if name.ends_with(".cubin") {
+            // ptxas describes a kernel's parameters with KPARAM_INFO_V2 records past 4352 bytes,
+            // with KPARAM_INFO records up to that bound.
+            for kernel in &layouts {
+                let kinds = param_record_kinds(blob, &kernel.name);
+                assert_eq!(kinds.len(), kernel.params.len(), "{name}: {}", kernel.name);
+                let v2 = kernel.param_bytes() > 4352;
+                assert!(
+                    kinds.iter().all(|&k| k == if v2 { 0x45 } else { 0x17 }),
+                    "{name}: {} takes {} bytes, records {kinds:02x?}",
+                    kernel.name,
+                    kernel.param_bytes()
+                );
+            }
+        }
+    }
+}
+
+/// `mixed`'s record of the parameter of `ordinal` in the sm_90 cubin, changed by `change`, and
+/// that record's offset in `.nv.info.mixed`.
+fn with_mixed_record(ordinal: u16, change: impl FnOnce(&mut [u8])) -> (Vec<u8>, usize) {
+    let mut cubin = large_params_cubin();
+    let info = section_range(&cubin, ".nv.info.mixed");
+    let mut head = [0x04, 0x45, 0x0c, 0x00, 0, 0, 0, 0, 0, 0].to_vec();
+    head[8..10].copy_from_slice(&ordinal.to_le_bytes());
+    let at = find_once(&cubin[info.clone()], &head);
+    change(&mut cubin[info.start + at..info.start + at + 16]);
+    (cubin, at)
+}
+
+#[test]
+fn large_parameter_records_are_read_whole_and_checked_as_the_others() {
+    let read = |cubin: &[u8]| kernel_layout(cubin, "mixed").unwrap().unwrap();
+    let mixed = read(&large_params_cubin());
+    // The size is the u16 after the offset; the u16 after it (the pointee's alignment and
+    // space) says nothing of where the parameter lies.
+    let (cubin, _) = with_mixed_record(5, |r| r[14..16].copy_from_slice(&[0xff, 0xff]));
+    assert_eq!(read(&cubin), mixed);
+    // Parameter 6 described by a KPARAM_INFO record (size in bits 18-31) among the
+    // KPARAM_INFO_V2 ones: the same layout.
+    let (cubin, _) = with_mixed_record(6, |r| {
+        r[1] = 0x17;
+        r[12..16].copy_from_slice(&(8u32 << 18 | 0x1f000).to_le_bytes());
+    });
+    assert_eq!(read(&cubin), mixed);
+    // Block's size 4400 -> 4405: it overlaps the double after it, at 4816.
+    let (cubin, _) = with_mixed_record(3, |r| r[12] = 0x35);
+    assert_eq!(
+        problem_of("mixed", &cubin),
+        CubinProblem::Overlap {
+            ordinal: 4,
+            offset: 4816,
+            previous_end: 4817
+        }
+    );
+    // The last parameter's size 8 -> 16: past the 4840 bytes of the totals.
+    let (cubin, _) = with_mixed_record(6, |r| r[12] = 16);
+    assert_eq!(
+        problem_of("mixed", &cubin),
+        CubinProblem::TotalMismatch {
+            attribute: "EIATTR_CBANK_PARAM_SIZE",
+            declared: 4840,
+            records_end: 4848
+        }
+    );
+    // Ordinals repeated across the two kinds.
+    let (cubin, _) = with_mixed_record(6, |r| {
+        r[1] = 0x17;
+        r[8] = 5;
+        r[12..16].copy_from_slice(&(8u32 << 18 | 0x1f000).to_le_bytes());
+    });
+    assert_eq!(
+        problem_of("mixed", &cubin),
+        CubinProblem::DuplicateOrdinal { ordinal: 5 }
+    );
+    // A record of 8 bytes.
+    let (cubin, at) = with_mixed_record(2, |r| r[2] = 8);
+    assert_eq!(
+        problem_of("mixed", &cubin),
+        CubinProblem::Record {
+            section: ".nv.info.mixed".into(),
+            at,
+            issue: RecordIssue::Shape {
+                attribute: 0x45,
+                format: 4,
+                len: 8
+            }
+        }
+    );
+    // A KPARAM_INFO record read as KPARAM_INFO_V2 takes its size from the low 16 bits of the
+    // last word: scale's third parameter is then 0xf000 bytes long.
+    let (cubin, _) = with_scale_param_2(|r| r[1] = 0x45);
+    assert_eq!(
+        scale_problem(&cubin),
+        CubinProblem::TotalMismatch {
+            attribute: "EIATTR_CBANK_PARAM_SIZE",
+            declared: 16,
+            records_end: 12 + 0xf000
+        }
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Random mutations of the committed blobs
 // ---------------------------------------------------------------------------------------------
 
-/// Every committed blob: each model's PTX and cubins, and the fatbin.
+/// Every committed blob: each model's PTX and cubins, the fatbin, and the PTX and cubins of
+/// `large_params.cu`.
 fn committed_blobs() -> Vec<&'static [u8]> {
     let mut blobs = vec![ELEMENTWISE_FATBIN];
+    blobs.extend(LARGE_PARAMS.iter().map(|(_, blob)| *blob));
     for model in MODELS {
         for set in [
             ptx_for_model(model).unwrap(),
@@ -1062,7 +1271,7 @@ fn read_every_way(blob: &[u8]) {
         }
         Err(e) => assert!(!e.to_string().is_empty()),
     }
-    for name in ["scale", "transform", "noop"] {
+    for name in ["scale", "transform", "noop", "mixed"] {
         if let Ok(Some(kernel)) = kernel_layout(blob, name) {
             assert_well_formed(&[kernel]);
         }
@@ -1121,6 +1330,24 @@ proptest! {
             .map(|name| section_range(&cubin, name))
             .collect();
         let bytes: Vec<usize> = ranges.into_iter().flatten().collect();
+        for (at, byte) in edits {
+            cubin[bytes[at.index(bytes.len())]] = byte;
+        }
+        read_every_way(&cubin);
+    }
+
+    /// The sm_90 cubin of `large_params.cu` with random bytes of the `.nv.info` sections of
+    /// `mixed` and `largest` (KPARAM_INFO_V2 records) overwritten: an error or a well-formed
+    /// layout, never a panic.
+    #[test]
+    fn mutated_large_parameter_records_give_errors_or_well_formed_layouts(
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+    ) {
+        let mut cubin = large_params_cubin();
+        let bytes: Vec<usize> = [".nv.info.mixed", ".nv.info.largest"]
+            .iter()
+            .flat_map(|name| section_range(&cubin, name))
+            .collect();
         for (at, byte) in edits {
             cubin[bytes[at.index(bytes.len())]] = byte;
         }
@@ -1276,4 +1503,27 @@ fn ptx_layouts_of_every_type_and_alignment_match_the_driver() {
         refused.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn large_parameter_layouts_match_the_driver() {
+    let mut checked = 0;
+    // The PTX (JIT-compiled for the device) and the sm_90 cubin.
+    for (name, blob) in [LARGE_PARAMS[0], LARGE_PARAMS[3]] {
+        let registry = AtlasRegistry::load(0, &[("large_params", blob)])
+            .unwrap_or_else(|e| panic!("{name} loads (this test needs an NVIDIA GPU): {e}"));
+        for kernel in kernel_layouts(blob).unwrap() {
+            let function = registry.function("large_params", &kernel.name).unwrap();
+            assert_eq!(
+                driver_slots(&function),
+                kernel.params,
+                "{name}: {}",
+                kernel.name
+            );
+            checked += 1;
+        }
+    }
+    println!("{checked} kernels of large_params.cu: blob layouts equal the driver's");
+    assert_eq!(checked, 2 * 10, "every kernel, PTX and sm_90 cubin");
 }

@@ -10,7 +10,7 @@
 //!
 //! - `third_party_layouts_are_readable` (`#[ignore]`d; needs no GPU): `kernel_layouts` of every
 //!   module; prints how many modules and kernels it read, and fails on any module it cannot
-//!   read.
+//!   read, or whose PTX and cubin (of one source file) declare different layouts.
 //! - `third_party_layouts_match_the_driver` (`#[ignore]`d; needs an NVIDIA GPU): every module is
 //!   loaded by the plain driver in a child process (`support/pool.rs`), which lists its kernels
 //!   (`cuModuleEnumerateFunctions`) with their parameters as `cuFuncGetParamInfo` gives them;
@@ -103,10 +103,46 @@ fn third_party_layouts_are_readable() {
     for line in &unreadable {
         println!("  unreadable: {line}");
     }
+    // The PTX and the cubin of one source file declare the same kernels, laid out the same.
+    let by_path: BTreeMap<&Path, &Vec<KernelLayout>> = modules
+        .iter()
+        .zip(&layouts)
+        .filter_map(|(path, layouts)| Some((path.as_path(), layouts.as_ref().ok()?)))
+        .collect();
+    let (mut pairs, mut differ) = (0usize, Vec::new());
+    for (path, ptx) in &by_path {
+        let Some(stem) = name(path).strip_suffix(".ptx").map(str::to_owned) else {
+            continue;
+        };
+        let Some(cubin) = by_path.get(dir.join(format!("{stem}.sm_90.cubin")).as_path()) else {
+            continue;
+        };
+        let sorted = |layouts: &Vec<KernelLayout>| {
+            let mut layouts = layouts.clone();
+            layouts.sort_by(|a, b| a.name.cmp(&b.name));
+            layouts
+        };
+        pairs += 1;
+        if sorted(ptx) != sorted(cubin) {
+            differ.push(stem);
+        }
+    }
+    println!(
+        "{pairs} sources as PTX and cubin: {} declare different layouts",
+        differ.len()
+    );
+    for stem in &differ {
+        println!("  PTX and cubin differ: {stem}");
+    }
     assert!(
         unreadable.is_empty(),
         "{} modules unreadable",
         unreadable.len()
+    );
+    assert!(
+        differ.is_empty(),
+        "{} sources' PTX and cubin differ",
+        differ.len()
     );
     assert!(
         kernels[0] > 0 && kernels[1] > 0,

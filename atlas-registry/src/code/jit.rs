@@ -1,10 +1,11 @@
 //! The JIT error log: a load is made with no options, exactly as a raw call would be; only when it
 //! fails is the image loaded once more with a log buffer, so that the error carries what the JIT
-//! compiler said. And the refusal of a blob that holds no code for the device.
+//! compiler said.
 
 use atlas_sys::CUresult;
 
 use crate::code::blob::code_targets;
+use crate::code::fit::no_binary_for;
 use crate::device::host::CudaHost;
 use crate::driver;
 use crate::driver::calls::JitLog;
@@ -54,17 +55,5 @@ pub(crate) fn retry_with_log<T>(
             code,
             jit_log: log.text(),
         }),
-    }
-}
-
-/// The refusal of module `name`, which `holds` only code that `host`'s device cannot run.
-#[cold]
-pub(crate) fn no_binary_for(host: &CudaHost, name: &str, holds: String) -> AtlasError {
-    let (major, minor) = host.compute_capability();
-    AtlasError::NoBinaryForDevice {
-        module: name.escape_debug().to_string(),
-        holds,
-        device: host.ordinal(),
-        arch: format!("sm_{major}{minor}"),
     }
 }

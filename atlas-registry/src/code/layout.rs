@@ -8,9 +8,11 @@
 //!
 //! - PTX: each `.entry` declares its `.param`s; offsets follow from each parameter's size and
 //!   alignment, as the JIT compiler lays them out.
-//! - ELF cubin: each kernel's `.nv.info.NAME` section holds one `EIATTR_KPARAM_INFO` record per
-//!   parameter (ordinal, offset, size) next to the total size of the parameter buffer, which the
-//!   reader checks the records against. The cubin is read with blob validation's ELF reader.
+//! - ELF cubin: each kernel's `.nv.info.NAME` section holds one parameter record per parameter
+//!   (ordinal, offset, size): `EIATTR_KPARAM_INFO`, or `EIATTR_KPARAM_INFO_V2` where the
+//!   parameters take more than 4352 bytes (CUDA 12.1 and later allow 32764). Next to them stands
+//!   the total size of the parameter buffer, which the reader checks the records against. The
+//!   cubin is read with blob validation's ELF reader.
 //!
 //! On a driver without `cuFuncGetParamInfo`, a loaded fatbin's layouts are read from the entries
 //! the driver may load for the device, and must agree ([`BlobLayouts`]).
@@ -352,9 +354,8 @@ pub enum RecordIssue {
         /// The value's length in bytes.
         len: usize,
     },
-    /// An attribute that describes parameters in a way this reader does not read (the second
-    /// parameter-record version, parameters in shared memory, or a parameter record in the
-    /// module-wide `.nv.info` section).
+    /// An attribute that describes parameters in a way this reader does not read (parameters in
+    /// shared memory, or a parameter record in the module-wide `.nv.info` section).
     #[error("attribute {attribute:#x} describes parameters in a way this reader does not read")]
     Unsupported {
         /// The attribute byte.
@@ -1223,11 +1224,22 @@ fn lay_out(kernel: &str, decls: &[ParamDecl<'_>]) -> Result<KernelLayout, Layout
 /// Every kernel of an ELF cubin with its parameter layout, in symbol table order.
 ///
 /// A kernel is a defined `STT_FUNC` symbol marked as an entry point (`st_other` bit `0x10`). Its
-/// parameters are the `EIATTR_KPARAM_INFO` records of its `.nv.info.NAME` section: u32 index,
-/// u16 ordinal, u16 offset, u32 word whose bits 18–31 are the size in bytes. They must number
-/// the parameters 0, 1, ... without gaps or overlaps and end where the section's
-/// `EIATTR_CBANK_PARAM_SIZE` and `EIATTR_PARAM_CBANK` records say; a kernel without parameter
-/// records has no parameters only if those records say 0 or are absent.
+/// parameters are the parameter records of its `.nv.info.NAME` section, each 12 bytes: u32
+/// index, u16 ordinal, u16 offset, then
+///
+/// - `EIATTR_KPARAM_INFO` (0x17): a u32 whose bits 18–31 are the size in bytes (bits 0–17 hold
+///   the pointee's alignment and space, the constant bank, and whether the parameter is in it);
+/// - `EIATTR_KPARAM_INFO_V2` (0x45), which ptxas writes for every parameter of a kernel whose
+///   parameters take more than 4352 bytes: a u16 size in bytes, then a u16 of the pointee's
+///   alignment and space (nvcc 13 writes 0x0500 for pointers in sm_100 and sm_120 code, 0
+///   elsewhere).
+///
+/// Neither says more of where a parameter lies than its offset and size.
+///
+/// The records, of either kind or both, must number the parameters 0, 1, ... without gaps or
+/// overlaps and end where the section's `EIATTR_CBANK_PARAM_SIZE` and `EIATTR_PARAM_CBANK`
+/// records say; a kernel without parameter records has no parameters only if those records say
+/// 0 or are absent.
 pub fn cubin_kernel_layouts(cubin: &[u8]) -> Result<Vec<KernelLayout>, LayoutError> {
     read_cubin(cubin, None)
 }
@@ -1468,24 +1480,29 @@ fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
 
 /// A kernel's parameters from the records of its `.nv.info.NAME` section.
 fn kernel_params(bytes: &[u8], section: &str) -> Result<Vec<ParamSlot>, CubinProblem> {
-    // (ordinal, slot) for each EIATTR_KPARAM_INFO record.
+    // (ordinal, slot) for each parameter record.
     let mut found: Vec<(usize, ParamSlot)> = Vec::new();
     let mut cbank_param_size: Option<usize> = None;
     let mut param_cbank: Option<usize> = None;
     walk_records(bytes, section, |record| {
         match record.attribute {
-            EIATTR_KPARAM_INFO => {
+            EIATTR_KPARAM_INFO | EIATTR_KPARAM_INFO_V2 => {
                 let value = record.bytes(section, 12)?;
                 let (Some(ordinal), Some(offset), Some(word)) =
                     (u16_at(value, 4), u16_at(value, 6), u32_at(value, 8))
                 else {
                     return Err(record.shape(section));
                 };
+                let size = if record.attribute == EIATTR_KPARAM_INFO {
+                    word >> 18
+                } else {
+                    word & 0xffff
+                };
                 found.push((
                     usize::from(ordinal),
                     ParamSlot {
                         offset: usize::from(offset),
-                        size: (word >> 18) as usize,
+                        size: size as usize,
                     },
                 ));
             }
@@ -1516,7 +1533,7 @@ fn kernel_params(bytes: &[u8], section: &str) -> Result<Vec<ParamSlot>, CubinPro
                     ));
                 }
             }
-            EIATTR_KPARAM_INFO_V2 | EIATTR_SMEM_PARAM_OFFSETS | EIATTR_SMEM_PARAM_SIZE => {
+            EIATTR_SMEM_PARAM_OFFSETS | EIATTR_SMEM_PARAM_SIZE => {
                 return Err(record.issue(
                     section,
                     RecordIssue::Unsupported {

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use atlas_sys::{CUlibrary, CUresult};
 
 use crate::code::blob::{BlobKind, code_targets};
-use crate::code::jit::{no_binary_for, retry_with_log, with_jit_log};
+use crate::code::fit::no_binary_for;
+use crate::code::jit::{retry_with_log, with_jit_log};
 use crate::code::layout::BlobLayouts;
 use crate::code::module::{Module, ModuleCode};
 use crate::device::host::CudaHost;
@@ -44,9 +45,8 @@ unsafe impl Sync for LibraryBlob {}
 
 impl LibraryBlob {
     /// Loads `code`, a module's checked blob for devices of compute capability `cc`, for every
-    /// context; `others` is the same blob checked for devices of other compute capabilities (a
-    /// compiled module has none: its code is for one architecture). Each comes with its kernel
-    /// layouts.
+    /// context; `others` is the same blob checked for devices of other compute capabilities that
+    /// load it too. Each comes with its kernel layouts.
     pub(crate) fn load<'a>(
         (cc, code): ((u32, u32), ModuleCode<'a>),
         others: impl IntoIterator<Item = ((u32, u32), ModuleCode<'a>)>,

@@ -1,9 +1,14 @@
 //! Kernel code: what a blob is and checking its structure before the driver sees it ([`blob`]),
-//! which code a device can run ([`target`]), the kernels' parameter layouts as blobs declare them
+//! which code a device can run ([`target`]), which PTX a driver JIT-compiles ([`isa`]), whether a
+//! device runs a blob under its driver and what of it ([`fit`]), modules given as blobs for
+//! several architectures ([`blob_set`]), the kernels' parameter layouts as blobs declare them
 //! ([`layout`]), modules loaded in one context ([`module`]), context-independent library loads
 //! ([`library`]), and the JIT error log that a failed load carries ([`jit`]).
 
 pub(crate) mod blob;
+pub(crate) mod blob_set;
+pub(crate) mod fit;
+pub(crate) mod isa;
 pub(crate) mod jit;
 pub(crate) mod layout;
 pub(crate) mod library;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use atlas_sys::{CUcontext, CUdeviceptr, CUfunction, CUmodule, CUresult};
 
 use crate::code::blob::BlobKind;
+use crate::code::fit::{self, Runs};
 use crate::code::jit::with_jit_log;
 use crate::code::layout::BlobLayouts;
 use crate::code::target::Devices;
@@ -21,13 +22,14 @@ use crate::error::{AtlasError, NotFoundKind, Result, report_cleanup};
 pub(crate) type ParamSizes = std::result::Result<Box<[usize]>, String>;
 
 /// A blob checked for a device, to load there: its module name, kind and the bytes to hand over,
-/// and of a fatbin the layouts of its entries, taken while they were checked (`None` for any
-/// other blob: its layouts are the image's).
+/// of a fatbin the layouts of its entries, taken while they were checked (`None` for any other
+/// blob: its layouts are the image's), and what the device runs of it.
 pub(crate) struct ModuleCode<'a> {
     pub(crate) name: String,
     pub(crate) kind: BlobKind,
     pub(crate) image: Cow<'a, [u8]>,
     pub(crate) entries: Option<BlobLayouts>,
+    pub(crate) runs: Runs,
 }
 
 impl ModuleCode<'_> {
@@ -100,7 +102,8 @@ unsafe impl Send for Module {}
 unsafe impl Sync for Module {}
 
 /// Loads each checked blob of `blobs` in `host`'s context: the context is made current once, then
-/// one `cuModuleLoadData` per blob. Modules loaded before a failure are unloaded again.
+/// one `cuModuleLoadData` per blob. Modules loaded before a failure are unloaded again; the
+/// failure is explained by what the device runs of the blob ([`fit::explain`]).
 pub(crate) fn load_all(host: &CudaHost, blobs: Vec<ModuleCode<'_>>) -> Result<Vec<Module>> {
     let context = host.context().raw();
     ensure_bound(context)?;
@@ -111,7 +114,8 @@ pub(crate) fn load_all(host: &CudaHost, blobs: Vec<ModuleCode<'_>>) -> Result<Ve
         // and nothing between the loads changes it).
         let raw = with_jit_log(&code.name, image, Some(host), |log| unsafe {
             calls::module_load(image, log)
-        })?;
+        })
+        .map_err(|e| fit::explain(e, &code.name, code.runs, host))?;
         let kind = code.kind;
         let (name, blob_layouts) = code.into_layouts(host.compute_capability());
         modules.push(Module {
@@ -343,6 +347,35 @@ mod tests {
         assert_eq!(zstd.get(), plain.get());
         assert_eq!(scale_sizes(&zstd), [8, 4, 4]);
         assert_eq!(DECOMPRESSIONS.with(|n| n.get()), 3);
+    }
+
+    #[test]
+    fn a_fatbins_compressed_ptx_is_read_for_its_isa_from_the_decompression_that_checked_it() {
+        DECOMPRESSIONS.with(|n| n.set(0));
+        // On 10.0 the sm_90 SASS does not run: what the device runs is the compute_90 PTX (ISA
+        // 9.0), whose version is read from the text as the check decompressed it.
+        let model = Model::new().blob("elementwise", ZSTD_FATBIN);
+        let checked = model.check_blobs(false).unwrap();
+        let prepared = model.prepare(checked, (10, 0)).unwrap();
+        assert_eq!(DECOMPRESSIONS.with(|n| n.get()), 1);
+        match (&prepared.modules[..], &prepared.unfit) {
+            ([code], None) => assert_eq!(
+                code.runs,
+                Runs::Ptx {
+                    target: Some(90),
+                    isa: Some((9, 0))
+                }
+            ),
+            // A driver older than CUDA 13.0 on this machine.
+            ([], Some((_, unfit))) => assert!(
+                matches!(
+                    unfit,
+                    crate::code::fit::Unfit::PtxTooNew { isa: (9, 0), .. }
+                ),
+                "{unfit:?}"
+            ),
+            _ => panic!("neither loaded nor refused"),
+        }
     }
 
     #[test]

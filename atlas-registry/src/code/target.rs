@@ -7,6 +7,10 @@
 //! SASS on 8.0, 8.6 and 8.9); PTX is compiled by the driver for any device at least as new as its
 //! target. The driver prefers the best SASS and compiles PTX only when there is none, or always
 //! under `CUDA_FORCE_PTX_JIT=1`: both are inside the rule.
+//!
+//! Which SASS a device surely runs, for choosing among blobs, is narrower on NVIDIA's Tegra SoCs:
+//! "binary compatibility is supported only for the desktop. It is not supported for Tegra" (CUDA
+//! C++ Programming Guide, "Binary Compatibility"), so an Orin (8.7) runs sm_87 SASS only.
 
 use std::ops::RangeInclusive;
 
@@ -16,6 +20,11 @@ use std::ops::RangeInclusive;
 /// driver 580) crashed on cubins whose `e_flags` named SM 255, 144 or 190, which it indexes its
 /// tables by. A newer family needs this range widened.
 pub(crate) const SM_NUMBERS: RangeInclusive<u32> = 20..=129;
+
+/// The SM numbers of the GPUs of NVIDIA's Tegra SoCs (Jetson, DRIVE): TK1, TX1, TX2, Xavier,
+/// Orin, and Thor (sm_101 until CUDA 13 renamed it sm_110). They run SASS of their own compute
+/// capability only.
+const TEGRA: &[u32] = &[32, 53, 62, 72, 87, 101, 110];
 
 /// Code in a blob, by what it is and the SM number it is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +69,20 @@ impl Devices {
     }
 }
 
+impl Devices {
+    /// Whether these devices surely run SASS for `sm`, not only may load it: their own, or on a
+    /// desktop GPU, SASS of an older minor version of their architecture; `false` for
+    /// [`Devices::Every`].
+    pub(crate) fn runs_sass(self, sm: u32) -> bool {
+        match self {
+            Self::Every => false,
+            Self::Sm(device) => {
+                sm == device || (self.may_load(Code::Sass(sm)) && !TEGRA.contains(&device))
+            }
+        }
+    }
+}
+
 impl std::fmt::Display for Devices {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -92,6 +115,20 @@ mod tests {
         assert!(!sm90.may_load(Code::Ptx(100)) && !sm90.may_load(Code::Ptx(91)));
         assert!(Devices::Sm(121).may_load(Code::Sass(120)));
         assert!(!Devices::Sm(120).may_load(Code::Sass(121)));
+    }
+
+    #[test]
+    fn desktop_gpus_surely_run_older_minors_sass_tegra_only_their_own() {
+        let (a10, orin, l4) = (Devices::Sm(86), Devices::Sm(87), Devices::Sm(89));
+        assert!(a10.runs_sass(86) && a10.runs_sass(80) && !a10.runs_sass(89));
+        assert!(l4.runs_sass(86) && l4.runs_sass(80));
+        assert!(orin.runs_sass(87) && !orin.runs_sass(86) && !orin.runs_sass(80));
+        assert!(
+            orin.may_load(Code::Sass(86)),
+            "the driver's choice is its own"
+        );
+        assert!(Devices::Sm(110).runs_sass(110) && !Devices::Sm(110).runs_sass(100));
+        assert!(!Devices::Every.runs_sass(90));
     }
 
     #[test]

@@ -297,12 +297,18 @@ pub(crate) unsafe fn function_load(function: CUfunction) -> Result<()> {
     unsafe { call!(cuFuncLoad(function)) }
 }
 
-/// `cuDriverGetVersion`: the CUDA version of the driver, `1000 * major + 10 * minor`.
-pub(crate) fn driver_version() -> Result<i32> {
+/// `cuDriverGetVersion`: the CUDA release of the driver as `(major, minor)` (it answers `1000 *
+/// major + 10 * minor`), asked once per process: the driver is loaded once.
+pub(crate) fn cuda_version() -> Result<(u32, u32)> {
+    static VERSION: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    if let Some(&version) = VERSION.get() {
+        return Ok(version);
+    }
     let mut version = 0;
     // SAFETY: `version` is a live out-pointer.
     unsafe { call!(cuDriverGetVersion(&mut version)) }?;
-    Ok(version)
+    let version = u32::try_from(version).unwrap_or(0);
+    Ok(*VERSION.get_or_init(|| (version / 1000, version % 1000 / 10)))
 }
 
 /// `cuLibraryLoadData`: loads `image` for every context, with no library options.

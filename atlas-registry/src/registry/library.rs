@@ -4,6 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::code::fit::{self, Runs, Unfit};
 use crate::code::library::LibraryBlob;
 use crate::code::module::ModuleCode;
 use crate::device::host::{compute_capabilities, host};
@@ -30,17 +31,25 @@ use crate::registry::model::{Compiled, Model};
 #[derive(Clone)]
 pub struct AtlasLibrary {
     names: Arc<[String]>,
-    /// One build of the model per architecture its sources were compiled for (one build, for
-    /// every device, when it has no sources).
+    /// One build of the model for each compute capability among the devices present at load.
     builds: Arc<[Build]>,
     preload: bool,
 }
 
-/// The model's modules for the devices of one compute capability (`None`: every device).
+/// One load per module of a model, in order, with what the devices of a build run of it.
+type Loads = Vec<(Arc<LibraryBlob>, Runs)>;
+
+/// A module's code of the builds that load the same bytes: `(build, its compute capability, the
+/// code)`.
+type Group<'a> = Vec<(usize, (u32, u32), ModuleCode<'a>)>;
+
+/// The model's modules for the devices of one compute capability.
 struct Build {
-    compute_capability: Option<(u32, u32)>,
-    /// One load per module, in order; a blob's load is shared by every build.
-    loads: Vec<Arc<LibraryBlob>>,
+    compute_capability: (u32, u32),
+    /// One load per module, in order, with what these devices run of it (a blob that several
+    /// builds chose is loaded once); or the first module these devices cannot run, and why
+    /// (nothing is loaded for them).
+    loads: std::result::Result<Loads, (String, Unfit)>,
     compiled: Compiled,
 }
 
@@ -55,63 +64,82 @@ impl AtlasLibrary {
         Self::load_model(&Model::new().blobs(blobs))
     }
 
-    /// Loads a [`Model`] once for every device: its blobs as [`load`](Self::load) does, and its
-    /// sources compiled once per architecture present among the devices (each loaded with
-    /// `cuLibraryLoadData`; see [`AtlasRegistry::load_model`] for the compile, its cache and
-    /// errors). [`registry`](Self::registry) gives a device the build of its architecture; with
-    /// [`Model::preload`], every kernel is resolved there.
+    /// Loads a [`Model`] once for every device: its blobs as [`load`](Self::load) does, its
+    /// [`BlobSet`](crate::BlobSet)s' blob for each architecture present among the devices, and
+    /// its sources compiled once per architecture present (each loaded with `cuLibraryLoadData`;
+    /// see [`AtlasRegistry::load_model`] for the compile, its cache and errors); a blob chosen for
+    /// several architectures is loaded once. [`registry`](Self::registry) gives a device the
+    /// build of its architecture; with [`Model::preload`], every kernel is resolved there.
     pub fn load_model(model: &Model<'_>) -> Result<Self> {
         let checked = model.check_blobs(false)?;
         let mut capabilities = compute_capabilities()?;
         capabilities.sort_unstable();
         capabilities.dedup();
-        // Each architecture present is prepared: its sources compiled, and its fatbin entries
-        // checked (before anything is loaded, as `prepare` refuses a blob).
-        let mut compiled = Vec::with_capacity(capabilities.len());
-        let mut codes: Vec<Vec<((u32, u32), ModuleCode<'_>)>> =
-            checked.iter().map(|_| Vec::new()).collect();
+        // Each architecture present is prepared: its sources compiled, its blob sets' blobs
+        // chosen and its fatbin entries checked, before anything is loaded (as `prepare` refuses
+        // a blob).
+        let mut all = Vec::with_capacity(capabilities.len());
         for &cc in &capabilities {
-            let prepared = model.prepare(checked.clone(), cc)?;
-            compiled.push(prepared.compiled());
-            for (module, code) in codes.iter_mut().zip(prepared.modules) {
-                module.push((cc, code));
-            }
+            all.push((cc, model.prepare(checked.clone(), cc)?));
         }
-        // Blobs are the same for every architecture: one build serves all devices without
-        // sources, and a blob is loaded once, with its layouts for every architecture.
-        let sources = model.has_sources();
-        let count = if sources {
-            capabilities.len()
-        } else {
-            capabilities.len().min(1)
-        };
-        let mut loads: Vec<Vec<Arc<LibraryBlob>>> = vec![Vec::with_capacity(codes.len()); count];
-        for (blob, codes) in checked.iter().zip(codes) {
-            if blob.is_some() {
-                let mut codes = codes.into_iter();
-                let Some(first) = codes.next() else {
-                    continue;
-                };
-                let load = Arc::new(LibraryBlob::load(first, codes)?);
-                for build in &mut loads {
-                    build.push(Arc::clone(&load));
+        // Of each module, the code of every build that runs the model, that of the same bytes in
+        // one group (in the order of the builds and their modules): each group is one load, with
+        // the layouts of each of its architectures.
+        let mut groups: Vec<(usize, Group<'_>)> = Vec::new();
+        let mut builds = Vec::with_capacity(all.len());
+        for (b, (cc, prepared)) in all.into_iter().enumerate() {
+            let compiled = prepared.compiled();
+            let loads = match prepared.unfit {
+                Some(unfit) => Err(unfit),
+                None => {
+                    for (i, code) in prepared.modules.into_iter().enumerate() {
+                        // The same bytes: for a borrowed blob, the same slice (no comparison).
+                        let same = |(module, group): &&mut (usize, Group<'_>)| {
+                            *module == i
+                                && group.first().is_some_and(|(_, _, first)| {
+                                    let (a, b): (&[u8], &[u8]) = (&first.image, &code.image);
+                                    std::ptr::eq(a, b) || a == b
+                                })
+                        };
+                        match groups.iter_mut().find(same) {
+                            Some((_, group)) => group.push((b, cc, code)),
+                            None => groups.push((i, vec![(b, cc, code)])),
+                        }
+                    }
+                    Ok(Vec::new())
                 }
-            } else {
-                for (build, code) in loads.iter_mut().zip(codes) {
-                    build.push(Arc::new(LibraryBlob::load(code, [])?));
-                }
-            }
-        }
-        let builds: Vec<Build> = loads
-            .into_iter()
-            .zip(compiled)
-            .zip(capabilities)
-            .map(|((loads, compiled), cc)| Build {
-                compute_capability: sources.then_some(cc),
+            };
+            builds.push(Build {
+                compute_capability: cc,
                 loads,
                 compiled,
-            })
-            .collect();
+            });
+        }
+        let mut loads: Vec<Vec<(usize, Arc<LibraryBlob>, Runs)>> =
+            builds.iter().map(|_| Vec::new()).collect();
+        for (i, group) in groups {
+            let users: Vec<(usize, Runs)> =
+                group.iter().map(|(b, _, code)| (*b, code.runs)).collect();
+            let mut codes = group.into_iter().map(|(_, cc, code)| (cc, code));
+            let Some(first) = codes.next() else {
+                continue;
+            };
+            let blob = Arc::new(LibraryBlob::load(first, codes)?);
+            for (b, runs) in users {
+                if let Some(build) = loads.get_mut(b) {
+                    build.push((i, Arc::clone(&blob), runs));
+                }
+            }
+        }
+        for (build, mut loaded) in builds.iter_mut().zip(loads) {
+            if let Ok(loads) = &mut build.loads {
+                loaded.sort_by_key(|&(i, _, _)| i);
+                *loads = loaded
+                    .into_iter()
+                    .map(|(_, blob, runs)| (blob, runs))
+                    .collect();
+            }
+        }
         Ok(Self {
             names: model.module_names().map(str::to_string).collect(),
             builds: builds.into(),
@@ -123,9 +151,11 @@ impl AtlasLibrary {
     /// that device's context (`cuLibraryGetModule`), not new loads. The library stays loaded while
     /// any such registry or this value lives.
     ///
-    /// The driver compiles PTX here, on the first registry of each device, not in
-    /// [`load`](Self::load): PTX that does not compile loads "fine" and fails here, as an
-    /// [`AtlasError::ModuleLoad`](crate::AtlasError::ModuleLoad) carrying the JIT log.
+    /// A device that runs none of a module's code is refused here, before the driver is called,
+    /// as [`AtlasRegistry::load`] refuses it: [`AtlasError::NoBinaryForDevice`] or
+    /// [`AtlasError::PtxTooNew`]. The driver compiles PTX here, on the first registry of each
+    /// device, not in [`load`](Self::load): PTX that does not compile loads "fine" and fails
+    /// here, as an [`AtlasError::ModuleLoad`](crate::AtlasError::ModuleLoad) carrying the JIT log.
     #[doc(alias = "cuLibraryGetModule")]
     pub fn registry(&self, ordinal: usize) -> Result<AtlasRegistry> {
         let host = host(ordinal)?;
@@ -133,20 +163,27 @@ impl AtlasLibrary {
         let build = self
             .builds
             .iter()
-            .find(|b| b.compute_capability.is_none_or(|built| built == cc))
+            .find(|b| b.compute_capability == cc)
             .ok_or_else(|| AtlasError::InvalidModule {
                 module: self.names.first().cloned().unwrap_or_default(),
                 reason: format!(
-                    "the library's sources were compiled for the devices present at its load, and \
-                     device {ordinal} (sm_{}{}) was not among them",
+                    "the library was built for the devices present at its load, and device \
+                     {ordinal} (sm_{}{}) was not among them",
                     cc.0, cc.1
                 ),
             })?;
+        let loads = build
+            .loads
+            .as_ref()
+            .map_err(|(module, unfit)| unfit.error(module, &host))?;
         let modules = self
             .names
             .iter()
-            .zip(&build.loads)
-            .map(|(name, blob)| blob.module_in(&host, name))
+            .zip(loads)
+            .map(|(name, (blob, runs))| {
+                blob.module_in(&host, name)
+                    .map_err(|e| fit::explain(e, name, *runs, &host))
+            })
             .collect::<Result<Vec<_>>>()?;
         let registry = AtlasRegistry::from_modules(host, modules, build.compiled.clone());
         if self.preload {

@@ -82,6 +82,13 @@ impl AtlasRegistry {
     /// [`AtlasError::ModuleLoad`] carrying the JIT log. Modules loaded before a failure are
     /// unloaded again.
     ///
+    /// Code the device cannot run is refused before the driver sees any of the model: a cubin,
+    /// fatbin or PTX for other architectures only is an [`AtlasError::NoBinaryForDevice`] naming
+    /// what it holds and the device; PTX of a newer ISA version than the driver JIT-compiles (PTX
+    /// from a newer toolkit, the device loading nothing else of the module: a fatbin's SASS for
+    /// the device wins over its PTX) is an [`AtlasError::PtxTooNew`] naming both versions and
+    /// what to ship instead.
+    ///
     /// # Examples
     ///
     /// Your own kernels, as PTX (`nvcc -ptx`, NVRTC) embedded in the binary; cubins and fatbins are
@@ -173,6 +180,7 @@ impl AtlasRegistry {
         let host = host(ordinal)?;
         let cc = host.compute_capability();
         let prepared = model.prepare(checked, cc)?;
+        prepared.refuse_unfit(&host)?;
         let compiled = prepared.compiled();
         let modules = load_all(&host, prepared.modules)?;
         let registry = Self::from_modules(host, modules, compiled);

@@ -1,20 +1,24 @@
-//! [`Model`]: a model's modules as blobs and CUDA C++ sources, and how to load them (the compile
-//! cache, preloading); what a registry or library makes of one per device ([`Prepared`]); and
-//! the preload that fills a registry's function table at load ([`preload`]).
+//! [`Model`]: a model's modules as blobs, blob sets and CUDA C++ sources, and how to load them
+//! (the compile cache, preloading); what a registry or library makes of one per device
+//! ([`Prepared`]); and the preload that fills a registry's function table at load ([`preload`]).
 
 use std::borrow::Cow;
 
 use crate::code::blob::{self, BlobKind};
+use crate::code::blob_set::{self, BlobSet};
+use crate::code::fit::{self, FatbinPtx, Unfit};
 use crate::code::layout::BlobLayouts;
 use crate::code::module::ModuleCode;
 use crate::code::target::Devices;
 use crate::compile::{CacheOutcome, CompileCache, Compiler, CudaSource};
+use crate::device::host::CudaHost;
 use crate::driver::calls;
 use crate::error::{AtlasError, CompileRefusal, Result};
 
-/// A model's modules, each a blob (PTX, cubin, fatbin: as [`AtlasRegistry::load`] takes them) or
-/// a CUDA C++ source that NVRTC compiles for each device's architecture at load, through a
-/// persistent [`CompileCache`]. Loaded by [`AtlasRegistry::load_model`] and
+/// A model's modules, each a blob (PTX, cubin, fatbin: as [`AtlasRegistry::load`] takes them), a
+/// [`BlobSet`] of cubins for several architectures and PTX, of which each device loads the best
+/// it runs, or a CUDA C++ source that NVRTC compiles for each device's architecture at load,
+/// through a persistent [`CompileCache`]. Loaded by [`AtlasRegistry::load_model`] and
 /// [`AtlasLibrary::load_model`]; compiled modules are ordinary modules there, with the same
 /// checks, caches and launches as blobs.
 ///
@@ -48,13 +52,21 @@ pub struct Model<'a> {
     cache: Option<CompileCache>,
 }
 
-/// A module checked before any library is loaded: its blob's kind and the bytes to hand over, or
-/// `None` for a source.
-pub(crate) type Checked<'a> = Option<(BlobKind, Cow<'a, [u8]>)>;
+/// A module checked before any driver is loaded.
+#[derive(Debug, Clone)]
+pub(crate) enum Checked<'a> {
+    /// A blob: its kind and the bytes to hand over.
+    Blob(BlobKind, Cow<'a, [u8]>),
+    /// A blob set: each of its blobs so.
+    Set(Vec<(BlobKind, Cow<'a, [u8]>)>),
+    /// A source, compiled for each device.
+    Source,
+}
 
 #[derive(Debug, Clone)]
 enum Code<'a> {
     Blob(&'a [u8]),
+    Set(BlobSet<'a>),
     Source(CudaSource),
 }
 
@@ -76,6 +88,27 @@ impl<'a> Model<'a> {
         for (name, blob) in blobs {
             self = self.blob(*name, blob);
         }
+        self
+    }
+
+    /// Adds a module given as `set`, blobs for several architectures, of which each device loads
+    /// the best it runs (see [`BlobSet`]).
+    ///
+    /// ```no_run
+    /// use atlas_registry::{AtlasRegistry, BlobSet, Model};
+    ///
+    /// # fn main() -> atlas_registry::Result<()> {
+    /// // nvcc -cubin -arch=sm_80 / -arch=sm_90, nvcc -ptx -arch=compute_75 (CUDA 12.x: PTX ISA 8.x)
+    /// let set = BlobSet::new()
+    ///     .cubin(80, include_bytes!("../../../kernels/gen/elementwise.sm_80.cubin"))
+    ///     .cubin(90, include_bytes!("../../../kernels/gen/elementwise.sm_90.cubin"))
+    ///     .ptx(include_bytes!("../../../kernels/gen/elementwise.ptx"));
+    /// // sm_90 SASS on an H100, sm_80 SASS on an A10 (8.6), the PTX elsewhere from 7.5 on.
+    /// let registry = AtlasRegistry::load_model(0, &Model::new().blob_set("elementwise", set))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn blob_set(mut self, name: impl Into<String>, set: BlobSet<'a>) -> Self {
+        self.modules.push((name.into(), Code::Set(set)));
         self
     }
 
@@ -112,9 +145,9 @@ impl<'a> Model<'a> {
         self.preload
     }
 
-    /// Checks the module names and every blob (before any driver or NVRTC is loaded, so that a bad
-    /// blob is refused the same on a machine without a GPU): for each module, its checked blob,
-    /// or `None` for a source.
+    /// Checks the module names and every blob, those of blob sets included (before any driver or
+    /// NVRTC is loaded, so that a bad blob is refused the same on a machine without a GPU): for
+    /// each module, what was checked.
     ///
     /// With `unknown_formats`, a blob of no format Atlas knows passes unchecked (the caller's
     /// promise: [`AtlasRegistry::load_with_unknown_formats`](crate::AtlasRegistry::load_with_unknown_formats)).
@@ -130,8 +163,10 @@ impl<'a> Model<'a> {
         self.modules
             .iter()
             .map(|(name, code)| match code {
-                Code::Blob(bytes) => blob::prepare(name, bytes, unknown_formats).map(Some),
-                Code::Source(_) => Ok(None),
+                Code::Blob(bytes) => blob::prepare(name, bytes, unknown_formats)
+                    .map(|(kind, image)| Checked::Blob(kind, image)),
+                Code::Set(set) => set.check(name).map(Checked::Set),
+                Code::Source(_) => Ok(Checked::Source),
             })
             .collect()
     }
@@ -145,9 +180,10 @@ impl<'a> Model<'a> {
 
     /// The model's modules made ready for a device of compute capability `cc`: `checked` (from
     /// [`check_blobs`](Self::check_blobs)) with each source compiled (or taken from the cache),
-    /// and of every fatbin the code of the entries such a device may pick checked
-    /// ([`validate_blob_for_device`](crate::validate_blob_for_device)), what its layouts need
-    /// taken from that check ([`BlobLayouts::add_entry`]).
+    /// each blob set's blob for the device chosen, of every fatbin the code of the entries such a
+    /// device may pick checked ([`validate_blob_for_device`](crate::validate_blob_for_device)),
+    /// what its layouts need taken from that check ([`BlobLayouts::add_entry`]), and what the
+    /// device runs of each told ([`fit`]), up to the first module it cannot run.
     pub(crate) fn prepare(
         &self,
         checked: Vec<Checked<'a>>,
@@ -161,11 +197,20 @@ impl<'a> Model<'a> {
         } else {
             None
         };
+        // A driver that cannot tell its version is left to judge PTX itself.
+        let driver = calls::cuda_version().ok();
         let mut prepared = Prepared::default();
         for ((name, code), checked) in self.modules.iter().zip(checked) {
             let (kind, image) = match (code, checked, &compiler) {
-                (_, Some((kind, image)), _) => (kind, image),
-                (Code::Source(source), None, Some(compiler)) => {
+                (_, Checked::Blob(kind, image), _) => (kind, image),
+                (_, Checked::Set(blobs), _) => match blob_set::choose(blobs, cc, driver) {
+                    Ok((kind, image, _)) => (kind, image),
+                    Err(unfit) => {
+                        prepared.unfit = Some((name.clone(), unfit));
+                        break;
+                    }
+                },
+                (Code::Source(source), Checked::Source, Some(compiler)) => {
                     let target = compiler.target_for(name, cc)?;
                     let code = compiler.compile(source, target)?;
                     prepared
@@ -179,19 +224,29 @@ impl<'a> Model<'a> {
                     let (kind, image) = code.into_checked();
                     (kind, Cow::Owned(image))
                 }
-                // `checked` holds a blob for every blob module.
+                // `checked` says what each module is: a source only for a source.
                 _ => continue,
             };
             let devices = Devices::of(cc).unwrap_or(Devices::Every);
             let mut entries = BlobLayouts::of_fatbin(devices);
+            let mut ptx = FatbinPtx::default();
             blob::check_for_device(name, kind, &image, cc, |code, bytes, decompressed| {
-                entries.add_entry(code, bytes, decompressed)
+                ptx.add(code, bytes);
+                entries.add_entry(code, bytes, decompressed);
             })?;
+            let runs = match fit::fit_checked(kind, &image, cc, driver, Some(&ptx)) {
+                Ok(runs) => runs,
+                Err(unfit) => {
+                    prepared.unfit = Some((name.clone(), unfit));
+                    break;
+                }
+            };
             prepared.modules.push(ModuleCode {
                 name: name.clone(),
                 kind,
                 image,
                 entries: (kind == BlobKind::Fatbin).then_some(entries),
+                runs,
             });
         }
         Ok(prepared)
@@ -201,11 +256,7 @@ impl<'a> Model<'a> {
 /// Refuses to compile with an NVRTC of a newer major CUDA version than the driver: what it makes
 /// (PTX of a newer ISA, cubins of a newer ELF ABI) does not load there.
 fn check_driver(compiler: &Compiler, model: &Model<'_>) -> Result<()> {
-    let version = calls::driver_version()?;
-    let driver = (
-        (version / 1000).max(0) as u32,
-        ((version % 1000) / 10).max(0) as u32,
-    );
+    let driver = calls::cuda_version()?;
     let nvrtc = compiler.version();
     if nvrtc.0 <= driver.0 {
         return Ok(());
@@ -221,12 +272,14 @@ fn check_driver(compiler: &Compiler, model: &Model<'_>) -> Result<()> {
     })
 }
 
-/// A model made ready for one device: every module's checked blob, in order, and what compiling
-/// its sources told.
+/// A model made ready for one device: every module's checked blob, in order, what the device
+/// runs of each, and what compiling its sources told; or the first module the device cannot run.
 #[derive(Default)]
 pub(crate) struct Prepared<'a> {
-    /// Each module's checked code.
+    /// Each module's checked code, with what the device runs of it.
     pub(crate) modules: Vec<ModuleCode<'a>>,
+    /// The first module the device cannot run, and why; `modules` then holds those before it.
+    pub(crate) unfit: Option<(String, Unfit)>,
     /// For each compiled module, its `(name expression, lowered name)` pairs.
     pub(crate) lowered: Vec<(String, Vec<(String, String)>)>,
     /// For each compiled module, what the compile cache did.
@@ -234,6 +287,14 @@ pub(crate) struct Prepared<'a> {
 }
 
 impl Prepared<'_> {
+    /// The refusal of the first module that `host`'s device cannot run, if there is one.
+    pub(crate) fn refuse_unfit(&self, host: &CudaHost) -> Result<()> {
+        match &self.unfit {
+            Some((module, unfit)) => Err(unfit.error(module, host)),
+            None => Ok(()),
+        }
+    }
+
     /// What a registry keeps of the compiles.
     pub(crate) fn compiled(&self) -> Compiled {
         Compiled {

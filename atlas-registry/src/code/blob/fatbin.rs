@@ -259,7 +259,7 @@ pub(super) fn check(b: &[u8], devices: Option<Devices>) -> Check {
 /// bytes (decompressed), and whether they had to be decompressed (they are then in a buffer that
 /// the next compressed entry reuses). So a load reads what it needs of the code from the one
 /// decompression that checked it.
-pub(super) fn check_picked(
+pub(in crate::code) fn check_picked(
     b: &[u8],
     devices: Option<Devices>,
     mut picked: impl FnMut(Code, &[u8], bool),
@@ -335,6 +335,16 @@ fn check_code(entry: &Entry, code: &[u8]) -> Check {
             )),
         },
     }
+}
+
+/// What each entry of fatbin `b` holds, in order, as far as its headers can be read (for a fatbin
+/// that passed its check, every entry): its code, or `None` for a kind Atlas does not know.
+pub(in crate::code) fn codes(b: &[u8]) -> impl Iterator<Item = Option<Code>> + '_ {
+    entries(b)
+        .into_iter()
+        .flatten()
+        .map_while(Result::ok)
+        .map(|entry| entry.code())
 }
 
 /// The structure of an entry's header, which the driver follows before it picks an entry: the

@@ -35,7 +35,7 @@ mod bundle;
 mod compressed;
 pub(in crate::code) mod elf;
 pub(in crate::code) mod fatbin;
-mod ptx;
+pub(in crate::code) mod ptx;
 mod read;
 #[cfg(test)]
 mod tests;
@@ -259,7 +259,7 @@ pub(crate) fn check_for_device(
 }
 
 /// What code `blob` holds, for messages: `sm_90 SASS` for a cubin, `sm_90 SASS, compute_90 PTX`
-/// for a fatbin, `PTX for sm_75`. Reads only what is there; never fails.
+/// for a fatbin, `compute_75 PTX (ISA 8.0)` for PTX. Reads only what is there; never fails.
 pub(crate) fn code_targets(blob: &[u8]) -> String {
     match sniff(blob) {
         BlobKind::Cubin => match sm_arch(blob) {
@@ -286,14 +286,17 @@ pub(crate) fn code_targets(blob: &[u8]) -> String {
                 targets.join(", ")
             }
         }
-        BlobKind::Ptx => String::from_utf8_lossy(blob)
-            .lines()
-            .find_map(|line| line.trim_start().strip_prefix(".target"))
-            .and_then(|rest| rest.split([',', ' ', '\t']).find(|t| !t.is_empty()))
-            .map_or_else(
-                || "PTX without a .target".into(),
-                |target| format!("PTX for {target}"),
-            ),
+        BlobKind::Ptx => {
+            let header = ptx::header(blob);
+            let isa = header
+                .isa
+                .map(|(major, minor)| format!(" (ISA {major}.{minor})"))
+                .unwrap_or_default();
+            match header.target {
+                Some(sm) => format!("compute_{sm} PTX{isa}"),
+                None => format!("PTX{isa} without a readable .target"),
+            }
+        }
         BlobKind::OffloadBundle => "a clang offload bundle".into(),
         BlobKind::Binary => "an unknown binary".into(),
     }

@@ -23,7 +23,7 @@ pub(super) fn check(text: &[u8]) -> Check {
             ));
         }
     };
-    let start = first_token(text)?;
+    let start = first_token(text.as_bytes())?;
     if !is_version(text.get(start..).unwrap_or_default()) {
         return Err(format!(
             "the text does not start with a `.version` directive (after whitespace and comments), \
@@ -46,7 +46,68 @@ pub(super) fn check_nul(text: &[u8]) -> Check {
 
 /// Whether `text` starts as PTX does: after whitespace and comments, a `.version` directive.
 pub(super) fn starts_as_ptx(text: &str) -> bool {
-    first_token(text).is_ok_and(|start| is_version(text.get(start..).unwrap_or_default()))
+    first_token(text.as_bytes())
+        .is_ok_and(|start| is_version(text.get(start..).unwrap_or_default()))
+}
+
+/// What the directives a PTX module starts with say: the PTX ISA version of `.version` and the SM
+/// number of the first architecture of `.target` (`sm_90a`: 90). `None` where the text does not say
+/// it in the form the PTX ISA gives (`.version 9.0`, then `.target sm_90`); the driver judges then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Header {
+    /// `(major, minor)` of `.version`.
+    pub(crate) isa: Option<(u32, u32)>,
+    /// The SM number of `.target`'s first entry.
+    pub(crate) target: Option<u32>,
+}
+
+/// The [`Header`] of PTX `text` (anything after its terminating NUL is not read). Reads only the
+/// first two directives; never fails.
+pub(crate) fn header(text: &[u8]) -> Header {
+    // `CStr` finds the NUL a word at a time.
+    let text = std::ffi::CStr::from_bytes_until_nul(text).map_or(text, std::ffi::CStr::to_bytes);
+    let mut header = Header::default();
+    let Some(rest) = directive(text, VERSION) else {
+        return header;
+    };
+    let (number, rest) = split_token(rest);
+    header.isa = std::str::from_utf8(number)
+        .ok()
+        .and_then(|n| n.split_once('.'))
+        .and_then(|(major, minor)| Some((plain_number(major)?, plain_number(minor)?)));
+    header.target = directive(rest, b".target")
+        .map(|rest| split_token(rest).0)
+        .and_then(|target| target.split(|&b| b == b',').next())
+        .and_then(|target| target.strip_prefix(b"sm_"))
+        .and_then(|sm| {
+            let digits = sm.iter().take_while(|b| b.is_ascii_digit()).count();
+            plain_number(std::str::from_utf8(sm.get(..digits)?).ok()?)
+        });
+    header
+}
+
+/// What follows directive `name` and the whitespace after it, when `text` starts with it (after
+/// whitespace and comments).
+fn directive<'t>(text: &'t [u8], name: &[u8]) -> Option<&'t [u8]> {
+    let rest = text.get(first_token(text).ok()?..)?.strip_prefix(name)?;
+    let blank = rest.iter().take_while(|b| b.is_ascii_whitespace()).count();
+    (blank > 0).then(|| rest.get(blank..).unwrap_or_default())
+}
+
+/// The token `text` starts with (up to whitespace or a comment), and what follows it.
+fn split_token(text: &[u8]) -> (&[u8], &[u8]) {
+    let end = text
+        .iter()
+        .position(|&b| b.is_ascii_whitespace() || b == b'/')
+        .unwrap_or(text.len());
+    text.split_at(end)
+}
+
+/// A decimal number of digits only (no sign, no spaces), that fits a `u32`.
+fn plain_number(digits: &str) -> Option<u32> {
+    (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
 }
 
 /// Whether `rest` starts with the `.version` directive.
@@ -59,8 +120,7 @@ fn is_version(rest: &str) -> bool {
 /// Where the first token of `text` starts, after whitespace and `//` and `/* */` comments. (Every
 /// load of PTX starts here, and nvcc's PTX with a comment of seven lines: one pass over the bytes,
 /// without slicing at every step.)
-fn first_token(text: &str) -> Check<usize> {
-    let bytes = text.as_bytes();
+fn first_token(bytes: &[u8]) -> Check<usize> {
     let mut at = 0;
     while let Some(&b) = bytes.get(at) {
         match (b, bytes.get(at + 1)) {
@@ -70,7 +130,12 @@ fn first_token(text: &str) -> Check<usize> {
                     at += 1;
                 }
             }
-            (b'/', Some(b'*')) => match text.get(at + 2..).unwrap_or_default().find("*/") {
+            (b'/', Some(b'*')) => match bytes
+                .get(at + 2..)
+                .unwrap_or_default()
+                .windows(2)
+                .position(|w| w == b"*/")
+            {
                 Some(end) => at += 2 + end + 2,
                 None => {
                     return Err(format!(
@@ -119,5 +184,60 @@ mod tests {
             assert!(e.contains(says), "{bad:?}: {e}");
         }
         assert!(check(b"hello").unwrap_err().contains("Atlas takes PTX"));
+    }
+
+    #[test]
+    fn the_header_is_the_isa_version_and_the_first_target() {
+        let read = |text: &[u8]| {
+            let h = header(text);
+            (h.isa, h.target)
+        };
+        for (text, isa, target) in [
+            (&b".version 9.0\n.target sm_90\n"[..], (9, 0), Some(90)),
+            (
+                b"//\n// Generated by NVIDIA NVVM Compiler\n//\n\n.version 8.0\n.target sm_75\n\
+                  .address_size 64\0.version 1.0",
+                (8, 0),
+                Some(75),
+            ),
+            (
+                b".version 12.10 /* c */ .target sm_120f, debug",
+                (12, 10),
+                Some(120),
+            ),
+            (
+                b".version 9.0\n.target sm_90a,texmode_independent",
+                (9, 0),
+                Some(90),
+            ),
+            (
+                b".version\t7.8\n// no target\n.address_size 64",
+                (7, 8),
+                None,
+            ),
+        ] {
+            let shown = String::from_utf8_lossy(text);
+            assert_eq!(read(text), (Some(isa), target), "{shown:?}");
+        }
+        for unreadable in [
+            &b".version 9\n.target sm_90"[..],
+            b".version 9.x",
+            b".version +9.0",
+            b".version 9.99999999999",
+        ] {
+            assert_eq!(
+                header(unreadable).isa,
+                None,
+                "{:?}",
+                String::from_utf8_lossy(unreadable)
+            );
+        }
+        assert_eq!(read(b".target sm_90\n.version 9.0"), (None, None));
+        assert_eq!(
+            read(b".version 9.0\n.target compute_90"),
+            (Some((9, 0)), None)
+        );
+        assert_eq!(read(b""), (None, None));
+        assert_eq!(read(b".version"), (None, None));
     }
 }

@@ -358,7 +358,11 @@ fn the_sm_architecture_comes_from_e_flags_in_both_layouts() {
     );
     assert_eq!(
         code_targets(ptx_for_model("demo").unwrap()[0].1),
-        "PTX for sm_75"
+        "compute_75 PTX (ISA 8.0)"
+    );
+    assert_eq!(
+        code_targets(b".version 9.0\n"),
+        "PTX (ISA 9.0) without a readable .target"
     );
     assert_eq!(code_targets(b"\xff\xfe"), "an unknown binary");
 }
@@ -991,6 +995,77 @@ fn nv_info_records_are_checked() {
     );
 }
 
+/// nvcc 13's sm_90 cubin of `tests/fixtures/large_params.cu`: kernels whose parameters take more
+/// than 4352 bytes, described by `KPARAM_INFO_V2` records, beside kernels described by
+/// `KPARAM_INFO` records.
+const LARGE_PARAMS_CUBIN: &[u8] =
+    include_bytes!("../../../tests/fixtures/large_params.sm_90.cubin");
+
+#[test]
+fn large_parameter_records_are_checked() {
+    let real = Image::new(LARGE_PARAMS_CUBIN);
+    assert_passes(&real.b);
+    // mixed(char, Small, short, Block, double, int*, long long): 7 records, the last parameter's
+    // first, in 4840 bytes.
+    let mixed = real.label(".nv.info.mixed");
+    let params = real.records(".nv.info.mixed", 0x45);
+    assert_eq!(params.len(), 7);
+    assert!(real.records(".nv.info.mixed", 0x17).is_empty());
+    let bytes = real.u16(real.record(".nv.info.mixed", 0x19) + 2);
+    assert_eq!(bytes, 4840);
+    let kparam = params[0];
+    let (ordinal, size) = (real.u16(kparam + 8), real.u16(kparam + 12));
+    assert_eq!((ordinal, real.u16(kparam + 10), size), (6, 4832, 8));
+    let at = kparam - real.data(".nv.info.mixed");
+    assert_refused(
+        &real.with(kparam + 8, &7u16.to_le_bytes()),
+        &[&format!(
+            "{mixed}: the attribute record at offset {at} (attribute 0x45): parameter ordinal 7, \
+             but the kernel has 7 parameters"
+        )],
+    );
+    let offset = bytes - size + 1;
+    assert_refused(
+        &real.with(kparam + 10, &offset.to_le_bytes()),
+        &[&format!(
+            "(attribute 0x45): parameter 6 at offset {offset} + size 8 is past the kernel's \
+             {bytes} bytes of parameters"
+        )],
+    );
+    // A short record: 8 bytes of value hold no size.
+    assert_refused(
+        &real.with(kparam + 2, &8u16.to_le_bytes()),
+        &["(attribute 0x45): 8 bytes, not the 12 of a parameter description"],
+    );
+    // The size is all 16 bits: largest(Largest, int) takes the most there may be, 32764 bytes,
+    // 32760 of them its first parameter's; one more is past them.
+    let largest = real.records(".nv.info.largest", 0x45);
+    let first = largest[1];
+    assert_eq!((real.u16(first + 8), real.u16(first + 12)), (0, 32760));
+    assert_eq!(real.u16(real.record(".nv.info.largest", 0x19) + 2), 32764);
+    assert_passes(&real.with(first + 12, &32764u16.to_le_bytes()));
+    assert_refused(
+        &real.with(first + 12, &32765u16.to_le_bytes()),
+        &["parameter 0 at offset 0 + size 32765 is past the kernel's 32764 bytes of parameters"],
+    );
+    // The flags (the pointee's alignment and space) are the driver's to judge.
+    assert_passes(&real.with(kparam + 14, &[0xff, 0xff]));
+    // Both kinds in one kernel count as one list of parameters: parameter 6 described by a
+    // KPARAM_INFO record (size in bits 18-31) passes, and is checked as one.
+    let legacy = (8u32 << 18 | 0x1f000).to_le_bytes();
+    let mut mix = real.clone();
+    mix.set(kparam + 1, &[0x17]).set(kparam + 12, &legacy);
+    assert_passes(&mix.b);
+    assert_refused(
+        &mix.with(kparam + 8, &7u16.to_le_bytes()),
+        &["(attribute 0x17): parameter ordinal 7, but the kernel has 7 parameters"],
+    );
+    assert_refused(
+        &mix.with(kparam + 10, &4833u16.to_le_bytes()),
+        &["(attribute 0x17): parameter 6 at offset 4833 + size 8 is past the kernel's 4840"],
+    );
+}
+
 #[test]
 fn cuda_sections_linking_to_symbols_are_checked() {
     let real = Image::new(demo_cubin("elementwise"));
@@ -1062,6 +1137,161 @@ fn notes_are_checked() {
     assert_refused(
         &real.with(note + 16, &u32::MAX.to_le_bytes()),
         &[&format!("{label}: the note at offset 12 runs past the end")],
+    );
+}
+
+/// The toolkit note of a cubin (`.note.nv.tkinfo`, nvcc 13 and NVRTC 13 write one): six words,
+/// the note's version and five string offsets, then the strings. The driver follows the offsets
+/// (it crashed on tool name offsets 0x9600_0001 and 0x0084_0001), so each must be a string inside
+/// the note.
+#[test]
+fn toolkit_notes_are_checked() {
+    let nvcc = fatbin_entries(NVCC13_FATBIN);
+    let real = Image::new(payload(NVCC13_FATBIN, &nvcc[1]));
+    let (label, note) = (real.label(".note.nv.tkinfo"), real.data(".note.nv.tkinfo"));
+    // One note: "NVIDIA Corp" (12 bytes with its NUL), type 2000.
+    assert_eq!((real.u32(note), real.u32(note + 8)), (12, 2000));
+    let desc = note + 24;
+    let strings = real.u32(note + 4) as usize - 24;
+    let (tool_name, tool_options) = (desc + 8, desc + 20);
+    let name = |field: usize| {
+        let at = desc + 24 + real.u32(field) as usize;
+        let end = at + real.b[at..].iter().position(|&c| c == 0).unwrap();
+        String::from_utf8(real.b[at..end].to_vec()).unwrap()
+    };
+    assert_eq!(name(tool_name), "ptxas");
+    assert!(
+        name(tool_options).contains("sm_90"),
+        "{}",
+        name(tool_options)
+    );
+    assert_passes(&real.b);
+    for (n, field) in [
+        "object file name",
+        "tool name",
+        "tool version",
+        "tool branch",
+        "tool options",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let at = desc + 4 + 4 * n;
+        for bad in [strings as u32, 0x9600_0001, u32::MAX] {
+            assert_refused(
+                &real.with(at, &bad.to_le_bytes()),
+                &[&format!(
+                    "{label}: the note at offset 0 is a toolkit note whose {field} offset \
+                     {bad:#x} is not a NUL-terminated string inside its {strings} bytes of \
+                     strings"
+                )],
+            );
+        }
+        // The last string's NUL: an empty string.
+        assert_passes(&real.with(
+            at,
+            &(real.u32(tool_options) + name(tool_options).len() as u32).to_le_bytes(),
+        ));
+    }
+    // Too short for its offsets.
+    let mut short = real.clone();
+    short.set(note + 4, &20u32.to_le_bytes());
+    assert_refused(
+        &short.b,
+        &[&format!(
+            "{label}: the note at offset 0 is a toolkit note of 20 bytes, shorter than the 24"
+        )],
+    );
+    // In `.note.nv.tkinfo` a note of another type is read as the toolkit note; elsewhere, only
+    // type 2000 is.
+    assert_refused(
+        &short.with(note + 8, &1000u32.to_le_bytes()),
+        &["is a toolkit note of 20 bytes"],
+    );
+    let cuinfo = real.data(".note.nv.cuinfo");
+    assert_eq!((real.u32(cuinfo + 4), real.u32(cuinfo + 8)), (8, 1000));
+    assert_passes(&real.with(cuinfo + 24, &u64::MAX.to_le_bytes()));
+    assert_refused(
+        &real.with(cuinfo + 8, &2000u32.to_le_bytes()),
+        &[&format!(
+            "{}: the note at offset 0 is a toolkit note of 8 bytes",
+            real.label(".note.nv.cuinfo")
+        )],
+    );
+    // NVRTC 12.0's cubins have no notes.
+    assert!(
+        !(1..Image::new(demo_cubin("elementwise")).shnum()).any(|i| Image::new(demo_cubin(
+            "elementwise"
+        ))
+        .name_of(i)
+        .starts_with(".note"))
+    );
+}
+
+/// The `.nv.info` records whose values hold what the driver follows (symbol indexes, the
+/// parameters' place, instruction offsets) are sized records (format 4): the driver reads their
+/// values whatever their format byte says, and crashed on a `SYSCALLS_FALLBACK` record of format
+/// 3. Records of other attributes may have any format.
+#[test]
+fn nv_info_records_holding_indexes_are_sized() {
+    let real = Image::new(demo_cubin("elementwise"));
+    let count = real.symbols() as u32;
+    let followed = [
+        (".nv.info", 0x2f),
+        (".nv.info", 0x11),
+        (".nv.info", 0x12),
+        (".nv.info", 0x23),
+        (".nv.info.axpy", 0x0a),
+        (".nv.info.axpy", 0x17),
+        (".nv.info.axpy", 0x1c),
+    ];
+    for (section, attribute) in followed {
+        let at = real.record(section, attribute);
+        assert_eq!(real.b[at], 4, "{section} {attribute:#x}");
+        for format in [1, 2, 3] {
+            assert_refused(
+                &real.with(at, &[format]),
+                &[&format!(
+                    "{}: the attribute record at offset {} (attribute {attribute:#04x}): a \
+                     record of format {format} (",
+                    real.label(section),
+                    at - real.data(section)
+                )],
+            );
+        }
+    }
+    // MAXREG_COUNT is a half word the driver does not follow: any format.
+    let maxreg = real.record(".nv.info.axpy", 0x1b);
+    assert_eq!(real.b[maxreg], 3);
+    assert_passes(&real.with(maxreg, &[2]));
+    // REGCOUNT's record (a symbol index and a count) as the other attributes whose first word is a
+    // symbol index, as cuobjdump reads them: LOAD_CACHE_REQUEST (0x26), SAM_REGION_STACK_SIZE
+    // (0x3b).
+    let regcount = real.record(".nv.info", 0x2f);
+    for attribute in [0x26, 0x3b] {
+        let record = real.with(regcount + 1, &[attribute]);
+        assert_passes(&record);
+        assert_refused(
+            &Image::new(&record).with(regcount + 4, &count.to_le_bytes()),
+            &[&format!(
+                "(attribute {attribute:#04x}): symbol index {count} is past"
+            )],
+        );
+    }
+    // SYSCALLS_FALLBACK (0x5d): pairs of symbol indexes, a syscall and its fallback.
+    let fallback = real.with(regcount + 1, &[0x5d]);
+    let fallback = Image::new(&fallback);
+    assert_passes(&fallback.with(regcount + 4, &[1, 0, 0, 0, 2, 0, 0, 0]));
+    for word in [regcount + 4, regcount + 8] {
+        assert_refused(
+            &fallback.with(word, &count.to_le_bytes()),
+            &[&format!("(attribute 0x5d): symbol index {count} is past")],
+        );
+    }
+    let kparam = real.record(".nv.info.axpy", 0x17);
+    assert_refused(
+        &real.with(kparam + 1, &[0x5d]),
+        &["(attribute 0x5d): 12 bytes, not whole pairs of symbol indexes (8 bytes each)"],
     );
 }
 

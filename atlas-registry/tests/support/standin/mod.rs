@@ -29,7 +29,8 @@
 //! child printed. Variants are `-D` switches of `standin.c` (its header lists them):
 //! `-DSTANDIN_DEVICES=2`, `-DSTANDIN_NO_PARAM_INFO`, `-DSTANDIN_NO_LIBRARY`,
 //! `-DSTANDIN_NO_MEMORY_POOLS`, `-DSTANDIN_NO_MEMORY_POOL_API`,
-//! `-DSTANDIN_NO_LAUNCH_EX`, `-DSTANDIN_CC_MAJOR=8`, `-DSTANDIN_NO_COOPERATIVE`,
+//! `-DSTANDIN_NO_LAUNCH_EX`, `-DSTANDIN_CC_MAJOR=8`, `-DSTANDIN_CC_MINOR=6`, `-DSTANDIN_CC1=80`,
+//! `-DSTANDIN_DRIVER_VERSION=12040`, `-DSTANDIN_NO_COOPERATIVE`,
 //! `-DSTANDIN_NO_CONDITIONAL`. Inside a child,
 //! [`probe`] reads what the stand-in saw (calls, contexts, limits) and injects failures.
 
@@ -40,7 +41,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use atlas_registry::sys::{CUcontext, CUdeviceptr, CUfunction, LIBCUDA_PATH_VAR};
+use atlas_registry::sys::{CUcontext, CUdeviceptr, CUfunction, CUmodule, LIBCUDA_PATH_VAR};
 
 use super::child::{self, Child, Ending};
 
@@ -141,6 +142,7 @@ pub struct Probe {
     last_launch_context: unsafe extern "C" fn() -> CUcontext,
     pointer_context: unsafe extern "C" fn(CUdeviceptr) -> CUcontext,
     max_dynamic_shared: unsafe extern "C" fn(CUfunction) -> c_int,
+    module_image: unsafe extern "C" fn(CUmodule) -> *const std::ffi::c_void,
     init: unsafe extern "C" fn(c_uint) -> c_uint,
     ctx_create: unsafe extern "C" fn(*mut CUcontext, c_uint, c_int) -> c_uint,
     ctx_get_current: unsafe extern "C" fn(*mut CUcontext) -> c_uint,
@@ -176,6 +178,7 @@ pub fn probe() -> &'static Probe {
             last_launch_context: get(&library, "standin_last_launch_context"),
             pointer_context: get(&library, "standin_pointer_context"),
             max_dynamic_shared: get(&library, "standin_max_dynamic_shared"),
+            module_image: get(&library, "standin_module_image"),
             init: get(&library, "cuInit"),
             ctx_create: get(&library, "cuCtxCreate_v2"),
             ctx_get_current: get(&library, "cuCtxGetCurrent"),
@@ -262,6 +265,13 @@ impl Probe {
         // SAFETY: the stand-in checks that the handle is one of its own before reading it.
         let value = unsafe { (self.max_dynamic_shared)(func) };
         u32::try_from(value).ok()
+    }
+
+    /// The address of the image `module` was loaded from (its library's, for a module of a
+    /// library), or null when `module` is not a module of the stand-in.
+    pub fn module_image(&self, module: CUmodule) -> *const u8 {
+        // SAFETY: the stand-in checks that the handle is one of its own before reading it.
+        unsafe { (self.module_image)(module) }.cast()
     }
 
     /// The context current on the calling thread (null if none).

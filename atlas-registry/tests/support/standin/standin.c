@@ -31,6 +31,9 @@
  *   STANDIN_NO_LAUNCH_EX     no cuLaunchKernelEx export (a driver older than CUDA 12.0).
  *   STANDIN_CC_MAJOR=N       the devices' compute capability major (default 9, minor 0); below 9
  *                            they cannot launch clusters (CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH 0).
+ *   STANDIN_CC_MINOR=N       the devices' compute capability minor (default 0).
+ *   STANDIN_CC1=N            device 1's compute capability as 10 * major + minor (default: that
+ *                            of the others), for a machine with GPUs of two architectures.
  *   STANDIN_NO_COOPERATIVE   the devices cannot make cooperative launches.
  *   STANDIN_NO_CONDITIONAL   no conditional-node exports (cuGraphConditionalHandleCreate,
  *                            cuGraphAddNode_v2, cuStreamGetCaptureInfo_v3,
@@ -42,8 +45,10 @@
  *                            lists the kernels whose names its blob holds as whole words.
  *
  * Blob markers: a blob containing STANDIN_JIT_ERROR fails to JIT (CUDA_ERROR_INVALID_PTX) with a
- * log; one containing STANDIN_EARLY_FAIL fails the same way before touching any JIT option. Through
- * cuLibraryLoadData both fail later, at cuLibraryGetModule, as the real driver's deferred JIT does.
+ * log; one containing STANDIN_EARLY_FAIL fails the same way before touching any JIT option; one
+ * containing STANDIN_PTX_TOO_NEW fails as PTX of an ISA version newer than the driver's does
+ * (CUDA_ERROR_UNSUPPORTED_PTX_VERSION, with a log). Through cuLibraryLoadData they fail later, at
+ * cuLibraryGetModule, as the real driver's deferred JIT does.
  *
  * Inspection for tests: the standin_* functions at the end of this file.
  */
@@ -61,6 +66,9 @@
 #endif
 #ifndef STANDIN_CC_MAJOR
 #define STANDIN_CC_MAJOR 9
+#endif
+#ifndef STANDIN_CC_MINOR
+#define STANDIN_CC_MINOR 0
 #endif
 #ifndef STANDIN_DRIVER_VERSION
 #define STANDIN_DRIVER_VERSION 12090
@@ -86,6 +94,7 @@ enum {
     INVALID_DEVICE = 101,
     INVALID_CONTEXT = 201,
     INVALID_PTX = 218,
+    UNSUPPORTED_PTX_VERSION = 222,
     INVALID_HANDLE = 400,
     ILLEGAL_STATE = 401,
     NOT_FOUND = 500,
@@ -118,6 +127,8 @@ static const struct {
     {200, "CUDA_ERROR_INVALID_IMAGE", "the module image is not valid"},
     {INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "no usable context is current"},
     {INVALID_PTX, "CUDA_ERROR_INVALID_PTX", "the PTX failed to JIT-compile"},
+    {UNSUPPORTED_PTX_VERSION, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+     "the PTX is of a newer ISA version than the JIT compiler takes"},
     {INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "the handle is not valid"},
     {ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE", "the call is not valid in this state"},
     {NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "no such name"},
@@ -599,6 +610,7 @@ struct object {
         struct {
             struct object *ctx;
             struct object *library; /* set for a module of a library */
+            const void *image;      /* what it was loaded from (the library's image) */
             struct object *functions[KERNEL_COUNT];
             CUdeviceptr globals[GLOBAL_COUNT];
             float scale_offset[2]; /* initial value of the scale_offset global */
@@ -612,6 +624,7 @@ struct object {
         } function;
         struct {
             CUresult deferred; /* what cuLibraryGetModule answers, for a broken blob */
+            const void *image;
             float scale_offset[2];
             struct object *modules[LIBRARY_CONTEXTS];
             unsigned char listed[KERNEL_COUNT];
@@ -825,6 +838,7 @@ static void blob_scale_offset(const void *image, size_t extent, float out[2]) {
 }
 
 static const char jit_log[] = "line 3; error: standin syntax error";
+static const char too_new_log[] = "line 1; fatal: Unsupported .version; the standin JIT is older";
 
 /* Writes the JIT error log into the options that ask for it; the size value becomes the bytes
  * written, terminating NUL included. */
@@ -844,10 +858,14 @@ static void write_jit_log(unsigned count, const int *options, void **values, con
     values[size] = (void *)(uintptr_t)n;
 }
 
-/* JIT-checks a blob: SUCCESS, or INVALID_PTX for the two markers. */
+/* JIT-checks a blob: SUCCESS, or the failure of its marker. */
 static CUresult jit(const void *image, size_t extent, unsigned count, const int *options,
                     void **values) {
     if (blob_has(image, extent, "STANDIN_EARLY_FAIL")) return INVALID_PTX;
+    if (blob_has(image, extent, "STANDIN_PTX_TOO_NEW")) {
+        if (options != NULL && values != NULL) write_jit_log(count, options, values, too_new_log);
+        return UNSUPPORTED_PTX_VERSION;
+    }
     if (blob_has(image, extent, "STANDIN_JIT_ERROR")) {
         if (options != NULL && values != NULL) write_jit_log(count, options, values, jit_log);
         return INVALID_PTX;
@@ -909,6 +927,15 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice device) {
     return SUCCESS;
 }
 
+/* The compute capability of `device` as 10 * major + minor. */
+static int cc_of(CUdevice device) {
+#ifdef STANDIN_CC1
+    if (device == 1) return STANDIN_CC1;
+#endif
+    (void)device;
+    return STANDIN_CC_MAJOR * 10 + STANDIN_CC_MINOR;
+}
+
 CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device) {
     ENTER(cuDeviceGetAttribute);
     if (device < 0 || device >= STANDIN_DEVICES) return INVALID_DEVICE;
@@ -925,10 +952,10 @@ CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device) {
     case 10: *value = 32; break;            /* WARP_SIZE */
     case 16: *value = STANDIN_SMS; break;   /* MULTIPROCESSOR_COUNT */
     case 41: *value = 1; break;             /* UNIFIED_ADDRESSING */
-    case 75: *value = STANDIN_CC_MAJOR; break; /* COMPUTE_CAPABILITY_MAJOR */
+    case 75: *value = cc_of(device) / 10; break; /* COMPUTE_CAPABILITY_MAJOR */
     case 95: *value = STANDIN_COOPERATIVE; break; /* COOPERATIVE_LAUNCH */
-    case 120: *value = STANDIN_CC_MAJOR >= 9; break; /* CLUSTER_LAUNCH */
-    case 76: *value = 0; break;             /* COMPUTE_CAPABILITY_MINOR */
+    case 120: *value = cc_of(device) >= 90; break; /* CLUSTER_LAUNCH */
+    case 76: *value = cc_of(device) % 10; break; /* COMPUTE_CAPABILITY_MINOR */
     case 97: *value = SHARED_OPTIN; break;  /* MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
 #ifdef STANDIN_NO_MEMORY_POOLS
     case 115: *value = 0; break;            /* MEMORY_POOLS_SUPPORTED */
@@ -1232,6 +1259,7 @@ static CUresult load_module(void **module, const void *image, unsigned count, co
         if (m == NULL) status = OUT_OF_MEMORY;
         else {
             last_module_ctx = ctx;
+            m->u.module.image = image;
             blob_kernels(image, extent, m->u.module.listed);
         }
     }
@@ -1691,6 +1719,7 @@ CUresult cuLibraryLoadData(void **library, const void *code, int *jit_options, v
     struct object *lib = new_object(K_LIBRARY);
     if (lib != NULL) {
         lib->u.library.deferred = jit(code, extent, 0, NULL, NULL);
+        lib->u.library.image = code;
         blob_scale_offset(code, extent, lib->u.library.scale_offset);
         blob_kernels(code, extent, lib->u.library.listed);
     }
@@ -1720,6 +1749,7 @@ CUresult cuLibraryGetModule(void **module, void *library) {
             status = OUT_OF_MEMORY;
         } else {
             m->u.module.library = lib;
+            m->u.module.image = lib->u.library.image;
             memcpy(m->u.module.listed, lib->u.library.listed, sizeof m->u.module.listed);
             lib->u.library.modules[slot] = m;
             last_module_ctx = ctx;
@@ -2750,6 +2780,16 @@ int standin_last_attribute(int id, long long *out) {
     }
     pthread_mutex_unlock(&lock);
     return n;
+}
+
+/* The image `module` was loaded from (its library's, for a module of a library), or NULL when
+ * it is not a module. */
+const void *standin_module_image(void *module) {
+    pthread_mutex_lock(&lock);
+    struct object *m = as(module, K_MODULE);
+    const void *image = m ? m->u.module.image : NULL;
+    pthread_mutex_unlock(&lock);
+    return image;
 }
 
 /* The function's current MAX_DYNAMIC_SHARED_SIZE_BYTES, or -1 when `function` is not one. */

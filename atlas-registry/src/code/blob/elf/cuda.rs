@@ -1,6 +1,6 @@
-//! NVIDIA's own parts of a cubin: the `.nv.info` attribute records, the call graph, the links
-//! from a kernel's sections to its symbol and code, relocation types, and the SM architecture in
-//! `e_flags`.
+//! NVIDIA's own parts of a cubin: the `.nv.info` attribute records, the call graph, the toolkit
+//! note, the links from a kernel's sections to its symbol and code, relocation types, and the SM
+//! architecture in `e_flags`.
 //!
 //! What these look like was read from cubins of two toolchains, nvcc 13.0 (the sm_90 cubins once
 //! committed) and NVRTC 12.0 (the committed sm_75 to sm_90 ones), and checked against public
@@ -22,12 +22,23 @@
 //!   value, 2 a byte and 3 a half word (both in those two bytes), 4 is followed by `size` bytes.
 //!   Records start 4-byte aligned.
 //! - Attributes whose values the driver follows as indexes: the first word of `REGCOUNT` (0x2f),
-//!   `FRAME_SIZE` (0x11), `MIN_STACK_SIZE` (0x12), `MAX_STACK_SIZE` (0x23) and `PARAM_CBANK`
-//!   (0x0a), and every word of `EXTERNS` (0x0f), are symbol indexes; `PARAM_CBANK`'s second word
-//!   is the parameters' `offset | size << 16` in the constant bank that symbol's section holds;
-//!   `KPARAM_INFO` (0x17) is `u32 index, u16 ordinal, u16 offset, u32 flags` with the size in
-//!   bits 18–31, inside `CBANK_PARAM_SIZE` (0x19) bytes; `EXIT_INSTR_OFFSETS` (0x1c) are offsets
-//!   into the kernel's code section.
+//!   `FRAME_SIZE` (0x11), `MIN_STACK_SIZE` (0x12), `MAX_STACK_SIZE` (0x23), `LOAD_CACHE_REQUEST`
+//!   (0x26), `SAM_REGION_STACK_SIZE` (0x3b) and `PARAM_CBANK` (0x0a), and every word of `EXTERNS`
+//!   (0x0f) and `SYSCALLS_FALLBACK` (0x5d, pairs: a syscall and its fallback), are symbol
+//!   indexes; `PARAM_CBANK`'s second word is the parameters' `offset | size << 16` in the
+//!   constant bank that symbol's section holds; `KPARAM_INFO` (0x17) is `u32 index, u16 ordinal,
+//!   u16 offset, u32 flags` with the size in bits 18–31, and `KPARAM_INFO_V2` (0x45: every
+//!   parameter of a kernel whose parameters take more than 4352 bytes, CUDA 12.1 and later)
+//!   `u32 index, u16 ordinal, u16 offset, u16 size, u16 flags`; either kind inside the
+//!   `CBANK_PARAM_SIZE` (0x19) bytes of parameters, 32764 at most; `EXIT_INSTR_OFFSETS` (0x1c)
+//!   are offsets into the kernel's code section. Their records are sized (format 4), as every
+//!   toolchain writes them: the driver reads their values whatever the format byte says. Which
+//!   words are symbols is how `cuobjdump` 13.2 prints them (by symbol name, failing on an index
+//!   past the table); the attribute numbers are its names'.
+//! - The toolkit note (`.note.nv.tkinfo`, type 2000, nvcc 13 and NVRTC 13 write one) is six
+//!   words, the note's version and the offsets of the object file's name, the tool's name,
+//!   version and branch and its options, then those strings; the offsets are the driver's to
+//!   follow (see [`check_note`]).
 //! - `.nv.callgraph` (`SHT_CUDA_CALLGRAPH`, 0x7000_0001) is pairs of 32-bit values, caller and
 //!   callee, with values from 0xffff_fff0 up as markers; callers are symbol indexes, callees not
 //!   always (CUDA 11's cuFFT numbers them past the symbol table).
@@ -44,7 +55,7 @@ use object::elf::{
     EM_CUDA, SHF_ALLOC, SHF_EXECINSTR, SHN_LORESERVE, SHT_LOPROC, SHT_NOBITS, SHT_PROGBITS,
 };
 
-use super::{Elf, MAGIC, Section, Symbols};
+use super::{Elf, MAGIC, Section, Symbols, c_string};
 use crate::code::blob::read::{Check, Size, fits, u8_at, u16_at, u32_at};
 use crate::code::target::SM_NUMBERS;
 
@@ -82,8 +93,51 @@ const EIATTR_MIN_STACK_SIZE: u8 = 0x12;
 const EIATTR_KPARAM_INFO: u8 = 0x17;
 const EIATTR_CBANK_PARAM_SIZE: u8 = 0x19;
 const EIATTR_EXIT_INSTR_OFFSETS: u8 = 0x1c;
+const EIATTR_KPARAM_INFO_V2: u8 = 0x45;
 const EIATTR_MAX_STACK_SIZE: u8 = 0x23;
+const EIATTR_LOAD_CACHE_REQUEST: u8 = 0x26;
 const EIATTR_REGCOUNT: u8 = 0x2f;
+const EIATTR_SAM_REGION_STACK_SIZE: u8 = 0x3b;
+const EIATTR_SYSCALLS_FALLBACK: u8 = 0x5d;
+
+/// Whether the value of `attribute` holds what the driver follows (symbol indexes, the
+/// parameters' place in their bank, instruction offsets), so that its records must be sized
+/// (format 4) to hold it: a record of another format has no value there, and the driver reads
+/// these attributes' values whatever the format byte says (it crashed on a format-3
+/// `SYSCALLS_FALLBACK` record of half word 0x0101). NVIDIA's toolchains write every one of them
+/// sized (the 26,296 cubins of the libraries under `/opt/nvlibs`).
+#[inline]
+fn holds_what_is_followed(attribute: u8) -> bool {
+    matches!(
+        attribute,
+        EIATTR_PARAM_CBANK
+            | EIATTR_EXTERNS
+            | EIATTR_FRAME_SIZE
+            | EIATTR_MIN_STACK_SIZE
+            | EIATTR_KPARAM_INFO
+            | EIATTR_KPARAM_INFO_V2
+            | EIATTR_EXIT_INSTR_OFFSETS
+            | EIATTR_MAX_STACK_SIZE
+            | EIATTR_LOAD_CACHE_REQUEST
+            | EIATTR_REGCOUNT
+            | EIATTR_SAM_REGION_STACK_SIZE
+            | EIATTR_SYSCALLS_FALLBACK
+    )
+}
+
+/// The note type of the toolkit information (`.note.nv.tkinfo`).
+const NT_CUDA_TKINFO: u32 = 2000;
+/// The section of the toolkit information.
+pub(super) const TKINFO_SECTION: &str = ".note.nv.tkinfo";
+/// The string offsets of a toolkit note, in the order of its words 1 to 5 (word 0 is the note's
+/// version); the strings follow the six words.
+const TKINFO_STRINGS: [&str; 5] = [
+    "object file name",
+    "tool name",
+    "tool version",
+    "tool branch",
+    "tool options",
+];
 
 /// Call-graph values from here up are markers, not symbols.
 const CALLGRAPH_MARKERS: u32 = 0xffff_fff0;
@@ -152,6 +206,49 @@ fn flags_refusal(flags: u32, sm: u32, virtual_sm: u32) -> String {
         SM_NUMBERS.start(),
         SM_NUMBERS.end()
     )
+}
+
+/// Checks a note of a cubin for what the driver follows in it: a toolkit note (type 2000, or any
+/// note in `.note.nv.tkinfo`) is six words, the note's version and the offsets of five strings
+/// ([`TKINFO_STRINGS`]), then the strings, and each offset is a string ending in a NUL inside
+/// them. The driver reads them: it crashed on tool name offsets 0x9600_0001 and 0x0084_0001. In
+/// every toolkit note of the cubins under `/opt/nvlibs` (22,005, of note versions 2 and 127 to
+/// 129) they are. `kind` is the note's type, `desc` its description, `in_tkinfo` whether it is
+/// in `.note.nv.tkinfo`; other notes hold nothing the driver follows. `Err` says why, to follow
+/// "the note at offset N".
+#[inline]
+pub(super) fn check_note(kind: u32, desc: &[u8], in_tkinfo: bool) -> Result<(), String> {
+    if !in_tkinfo && kind != NT_CUDA_TKINFO {
+        return Ok(());
+    }
+    let Some((words, strings)) = desc.split_at_checked(24) else {
+        return Err(tkinfo_refusal(desc.len(), None));
+    };
+    for n in 0..TKINFO_STRINGS.len() {
+        let offset = u32_at(words, 4 + 4 * n as u64).unwrap_or(u32::MAX);
+        if c_string(strings, offset).is_none() {
+            return Err(tkinfo_refusal(desc.len(), Some((n, offset))));
+        }
+    }
+    Ok(())
+}
+
+/// Why [`check_note`] refuses a toolkit note of `len` bytes of description: too short, or the
+/// offset of string `n` of [`TKINFO_STRINGS`] is `offset`, not a string.
+#[cold]
+fn tkinfo_refusal(len: usize, string: Option<(usize, u32)>) -> String {
+    match string {
+        None => format!(
+            "is a toolkit note of {len} bytes, shorter than the 24 bytes of its version and \
+             string offsets"
+        ),
+        Some((n, offset)) => format!(
+            "is a toolkit note whose {} offset {offset:#x} is not a NUL-terminated string inside \
+             its {} bytes of strings",
+            TKINFO_STRINGS[n],
+            len.saturating_sub(24)
+        ),
+    }
 }
 
 /// Relocation types the driver can know: R_CUDA (below 0x100: 117 are defined by CUDA 13.0, up
@@ -328,30 +425,37 @@ fn walk_records(data: &[u8]) -> Result<(), (usize, u8, Why)> {
     Ok(())
 }
 
-/// A kernel's parameter description (`KPARAM_INFO`), for the refusals made after the last
-/// record: the offset of its record, its ordinal, offset and size.
+/// A kernel's parameter description (`KPARAM_INFO` or `KPARAM_INFO_V2`), for the refusals made
+/// after the last record: the offset and attribute of its record, its ordinal, offset and size.
 #[derive(Clone, Copy)]
 struct Param {
     at: usize,
+    attribute: u8,
     ordinal: u64,
     offset: u64,
     size: u64,
 }
 
 impl Param {
-    /// The description in a `KPARAM_INFO` record at `at` whose value holds `position` and
-    /// `flags` as its second and third words.
+    /// The description in a `KPARAM_INFO` or `KPARAM_INFO_V2` (`attribute`) record at `at` whose
+    /// value holds `position` and `flags` as its second and third words.
     #[inline(always)]
-    fn read(at: usize, position: u32, flags: u32) -> Self {
+    fn read(at: usize, attribute: u8, position: u32, flags: u32) -> Self {
+        let size = if attribute == EIATTR_KPARAM_INFO {
+            flags >> 18
+        } else {
+            flags & 0xffff
+        };
         Self {
             at,
+            attribute,
             ordinal: u64::from(position & 0xffff),
             offset: u64::from(position >> 16),
-            size: u64::from(flags >> 18),
+            size: u64::from(size),
         }
     }
 
-    /// Where the parameter ends: 16 bits of offset and 14 of size, so no overflow.
+    /// Where the parameter ends: 16 bits of offset and at most 16 of size, so no overflow.
     #[inline(always)]
     fn end(&self) -> u64 {
         self.offset + self.size
@@ -372,10 +476,10 @@ fn param_where(data: &[u8], pick: impl Fn(&Param) -> bool) -> Option<Param> {
         let end = next + usize::from(u16::from_le_bytes([h0, h1]));
         let value = data.get(next..end).unwrap_or_default();
         next = (end + 3) & !3;
-        if attribute == EIATTR_KPARAM_INFO
+        if matches!(attribute, EIATTR_KPARAM_INFO | EIATTR_KPARAM_INFO_V2)
             && let (Some(position), Some(flags)) = (word(value, 1), word(value, 2))
         {
-            let param = Param::read(at, position, flags);
+            let param = Param::read(at, attribute, position, flags);
             if pick(&param) {
                 return Some(param);
             }
@@ -452,6 +556,9 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Chec
             if !matches!(format, EIFMT_NVAL | EIFMT_BVAL | EIFMT_HVAL) {
                 return Err(refuse(record_at, format, Why::Format));
             }
+            if holds_what_is_followed(attribute) {
+                return Err(refuse(record_at, attribute, Why::Unsized(format)));
+            }
             if attribute == EIATTR_CBANK_PARAM_SIZE && format == EIFMT_HVAL {
                 param_bank = Some(u64::from(half));
             }
@@ -466,14 +573,20 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Chec
         // `record_at` is 4-byte aligned, so the next record starts after the value's padding.
         next = (end + 3) & !3;
         match attribute {
-            EIATTR_REGCOUNT | EIATTR_FRAME_SIZE | EIATTR_MIN_STACK_SIZE | EIATTR_MAX_STACK_SIZE => {
-                match word(value, 0) {
-                    Some(index) if is_symbol(index) => {}
-                    Some(index) => return Err(refuse(record_at, attribute, Why::Symbol(index))),
-                    None => return Err(refuse(record_at, attribute, Why::NoSymbol(value.len()))),
+            EIATTR_REGCOUNT
+            | EIATTR_FRAME_SIZE
+            | EIATTR_MIN_STACK_SIZE
+            | EIATTR_MAX_STACK_SIZE
+            | EIATTR_LOAD_CACHE_REQUEST
+            | EIATTR_SAM_REGION_STACK_SIZE => match word(value, 0) {
+                Some(index) if is_symbol(index) => {}
+                Some(index) => return Err(refuse(record_at, attribute, Why::Symbol(index))),
+                None => return Err(refuse(record_at, attribute, Why::NoSymbol(value.len()))),
+            },
+            EIATTR_EXTERNS | EIATTR_SYSCALLS_FALLBACK => {
+                if attribute == EIATTR_SYSCALLS_FALLBACK && !value.len().is_multiple_of(8) {
+                    return Err(refuse(record_at, attribute, Why::Pairs(value.len())));
                 }
-            }
-            EIATTR_EXTERNS => {
                 if let Some(index) = find_word(value, |n| !is_symbol(n)) {
                     return Err(refuse(record_at, attribute, Why::Symbol(index)));
                 }
@@ -499,12 +612,12 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Chec
                     }
                 }
             }
-            EIATTR_KPARAM_INFO => {
+            EIATTR_KPARAM_INFO | EIATTR_KPARAM_INFO_V2 => {
                 let (Some(position), Some(flags)) = (word(value, 1), word(value, 2)) else {
                     return Err(refuse(record_at, attribute, Why::ShortParam(value.len())));
                 };
                 params += 1;
-                let param = Param::read(record_at, position, flags);
+                let param = Param::read(record_at, attribute, position, flags);
                 highest = highest.max(param.ordinal);
                 furthest = furthest.max(param.end());
             }
@@ -523,23 +636,21 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Chec
     }
     // The refusals name the first description with the highest ordinal, or the furthest end.
     if highest >= params {
-        let at = param_where(data, |p| p.ordinal == highest).map_or(0, |p| p.at);
-        return Err(refuse(
-            at,
-            EIATTR_KPARAM_INFO,
-            Why::Ordinal(highest, params),
-        ));
+        let (at, attribute) = param_where(data, |p| p.ordinal == highest)
+            .map_or((0, EIATTR_KPARAM_INFO), |p| (p.at, p.attribute));
+        return Err(refuse(at, attribute, Why::Ordinal(highest, params)));
     }
     if let Some(bank) = param_bank
         && furthest > bank
     {
         let p = param_where(data, |p| p.end() == furthest).unwrap_or(Param {
             at: 0,
+            attribute: EIATTR_KPARAM_INFO,
             ordinal: 0,
             offset: furthest,
             size: 0,
         });
-        return Err(refuse(p.at, EIATTR_KPARAM_INFO, Why::PastParams(p, bank)));
+        return Err(refuse(p.at, p.attribute, Why::PastParams(p, bank)));
     }
     Ok(())
 }
@@ -551,6 +662,10 @@ enum Why {
     HeaderPastEnd,
     /// Its format (the `attribute` passed along) is unknown.
     Format,
+    /// Of this format, not sized, for an attribute whose value the driver follows.
+    Unsized(u8),
+    /// `SYSCALLS_FALLBACK` of this many bytes, not whole pairs of symbol indexes.
+    Pairs(usize),
     /// Its value of this many bytes runs past the end of the section.
     ValuePastEnd(u16),
     /// Not a symbol index of the table.
@@ -561,7 +676,7 @@ enum Why {
     NoPlacement,
     /// `PARAM_CBANK`: the parameters at this offset and size do not fit in the bank's section.
     Bank(u16, u64, u64),
-    /// `KPARAM_INFO` of this many bytes, too short.
+    /// `KPARAM_INFO` or `KPARAM_INFO_V2` of this many bytes, too short.
     ShortParam(usize),
     /// An exit instruction at this offset past the end of the code.
     Exit(u32),
@@ -610,6 +725,19 @@ fn info_refusal(
             symbols.count,
             elf.label_of(symbols.index)
         ),
+        Why::Unsized(format) => format!(
+            "a record of format {format} ({}), but the value of this attribute holds symbol \
+             indexes or offsets that the driver follows, which only a sized record (format 4) \
+             has room for",
+            match format {
+                EIFMT_NVAL => "no value",
+                EIFMT_BVAL => "a byte",
+                _ => "a half word",
+            }
+        ),
+        Why::Pairs(bytes) => {
+            format!("{bytes} bytes, not whole pairs of symbol indexes (8 bytes each)")
+        }
         Why::NoSymbol(bytes) => format!("{bytes} bytes hold no symbol index"),
         Why::NoPlacement => "no parameter offset and size".into(),
         Why::Bank(bank, offset, size) => match elf.section(u32::from(bank)) {

@@ -22,7 +22,8 @@
 //! - relocations have 16- or 24-byte entries, each naming a symbol of the linked table, and,
 //!   where offsets are section offsets (cubins, relocatable files), an offset inside the section
 //!   that `sh_info` names (in a cubin, with every byte its type rewrites);
-//! - notes lie inside their section.
+//! - notes lie inside their section (and a cubin's toolkit note's strings inside it, see
+//!   [`cuda`]).
 //!
 //! NVIDIA's own sections of a cubin are checked in [`cuda`]. What is not checked: instruction
 //! bytes, and the meaning of values that are not offsets, sizes or indexes.
@@ -1042,6 +1043,7 @@ impl<'a> Elf<'a> {
     fn check_notes(&self, i: u32, s: &Section) -> Check {
         let data = self.data(i, s)?;
         let len = data.len() as u64;
+        let in_tkinfo = self.cuda && self.name(s) == cuda::TKINFO_SECTION;
         let align: u64 = if s.align() == 8 { 8 } else { 4 };
         let round = |n: u64| n.checked_add(align - 1).map(|n| n & !(align - 1));
         let mut at = 0u64;
@@ -1061,12 +1063,18 @@ impl<'a> Elf<'a> {
                 .checked_add(12 + u64::from(name_size))
                 .and_then(round)
                 .and_then(|desc| desc.checked_add(u64::from(desc_size)));
-            match end {
-                Some(end) if end <= len && u32_at(data, at + 8).is_some() => {
-                    at = round(end).unwrap_or(len);
-                }
-                _ => return Err(too_long()),
+            let (Some(end), Some(kind)) = (end.filter(|&end| end <= len), u32_at(data, at + 8))
+            else {
+                return Err(too_long());
+            };
+            if self.cuda {
+                let desc = bytes_at(data, end - u64::from(desc_size), u64::from(desc_size))
+                    .unwrap_or_default();
+                cuda::check_note(kind, desc, in_tkinfo).map_err(|why| {
+                    format!("{}: the note at offset {at} {why}", self.label(i, s))
+                })?;
             }
+            at = round(end).unwrap_or(len);
         }
         Ok(())
     }
