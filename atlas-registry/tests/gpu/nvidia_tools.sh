@@ -42,6 +42,8 @@ unknown_names_give_errors_naming_them  unknown names: the driver answers NOT_FOU
 a_cubin_for_another_architecture_is_refused_naming_both  the driver refuses cubins of other architectures (NO_BINARY_FOR_GPU)
 another_topology_is_instantiated_again  cuGraphExecUpdate refuses a graph of another shape, by design
 blob_layouts_of_every_model_match_the_driver  walks cuFuncGetParamInfo past the last parameter, on purpose
+large_parameter_layouts_match_the_driver  walks cuFuncGetParamInfo past the last parameter, on purpose
+crash_fixtures_crash_the_plain_driver_and_atlas_refuses_them  crashes the plain driver on purpose, in child processes
 ptx_layouts_of_every_type_and_alignment_match_the_driver  the same walk, and PTX the JIT refuses
 exit_with_registries_in_statics_and_thread_locals_prints_nothing  unloads at process exit, answered with teardown codes
 process_exit_from_a_test_with_live_registries_prints_nothing  unloads at process exit, answered with teardown codes
