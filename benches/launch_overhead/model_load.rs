@@ -1,6 +1,6 @@
 //! Model load: loading (and unloading) the whole demo model, PTX, cubin and compressed fatbin, raw
-//! and through Atlas; and a fatbin of the caller's (`ATLAS_BENCH_FATBIN`, e.g. one cut from a
-//! library of the toolkit) as a one-module model.
+//! and through Atlas; and a fatbin of the caller's (`ATLAS_BENCH_FATBIN`, e.g. the largest of a
+//! toolkit library, cut by `benches/largest_fatbin.py`) as a one-module model.
 
 use std::ptr::null_mut;
 
