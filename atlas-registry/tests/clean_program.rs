@@ -158,10 +158,10 @@ fn launches(registry: &AtlasRegistry, rng: &mut Rng) {
     let noop = registry.function("noop", "noop").unwrap();
     let own = CudaStream::new(registry.ctx()).unwrap();
     let mut raw_params = (g, n as u32);
-    // SAFETY: `scale` and `axpy` touch the `n` floats that `x` and `y` hold; `noop` touches
-    // nothing; the raw launch's array points to `x`'s address, a float and a u32, `scale`'s
-    // parameters, live during the call; both buffers outlive the launches (`to_vec` below
-    // synchronizes each stream they ran on).
+    // The raw launch's array points to `x`'s address, a float and a u32 (`scale`'s parameters),
+    // live during the call; `to_vec` below synchronizes each stream the launches ran on.
+    // SAFETY: `scale` and `axpy` touch the `n` floats `x` and `y` hold, `noop` nothing; the
+    // array is as said; both buffers outlive the launches.
     unsafe {
         SCALE
             .get(registry)

@@ -183,11 +183,12 @@ impl fmt::Debug for CudaGraph {
 impl Drop for CudaGraph {
     fn drop(&mut self) {
         let raw = self.raw;
-        // SAFETY: the graph is destroyed only here, after any GraphExec made from it (which owns
-        // it); its context is made current first. What its kernels need is still kept: `keep`
-        // is dropped after this.
-        let result =
-            ensure_bound(self.context).and_then(|()| Ok(unsafe { calls::graph_destroy(raw) }?));
+        // What its kernels need is still kept while it is destroyed: `keep` is dropped after this.
+        let result = ensure_bound(self.context).and_then(|()| {
+            // SAFETY: destroyed only here, after any GraphExec made from it (which owns it), its
+            // context current (above).
+            Ok(unsafe { calls::graph_destroy(raw) }?)
+        });
         report_cleanup("destroying a graph", result);
     }
 }

@@ -175,10 +175,10 @@ impl CudaStream {
             });
         };
         let body_stream = CudaStream::new(host(ordinal)?.context())?;
-        // SAFETY: the capture's graph is live while the stream captures into it (no other thread
-        // ends the capture: this holds the graph-edit lock), the stream's context is its context
-        // (and current: `capture_for_conditional`), the handle was made in this capture (checked
-        // above), and the dependencies are the capture's own, just read.
+        // No other thread ends the capture while this holds the graph-edit lock; the stream's
+        // context is current (`capture_for_conditional`); the handle is this capture's (above).
+        // SAFETY: as just said, the capture's graph is live and of the stream's context, and the
+        // dependencies are the capture's own, just read.
         let (node, body_graph) = unsafe {
             calls::add_conditional_node(
                 capture.graph,

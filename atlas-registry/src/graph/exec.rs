@@ -122,10 +122,10 @@ impl GraphExec {
         if is_default(stream) {
             ensure_bound(context)?;
         }
-        // SAFETY: live executable graph, and a live stream of its context (checked above, or
-        // duty 3; for a default stream that context is current); the modules of the kernels are
-        // loaded and the memory of their buffer arguments allocated (the graph keeps both); what
-        // else the kernels reach is the caller's duties 1 and 2.
+        // The modules of the kernels are loaded and the memory of their buffer arguments
+        // allocated: the graph keeps both.
+        // SAFETY: live executable graph, a live stream of its context (checked above, or duty 3;
+        // a default stream's context is current); what else the kernels reach: duties 1 and 2.
         Ok(unsafe { calls::graph_launch(self.raw, stream) }?)
     }
 
@@ -259,11 +259,11 @@ impl fmt::Debug for GraphExec {
 impl Drop for GraphExec {
     fn drop(&mut self) {
         let raw = self.raw;
-        // SAFETY: the executable graph is destroyed only here; its context is made current first.
-        // What its kernels need is released after: the graphs and keeps are fields, dropped after
-        // this.
-        let result = ensure_bound(self.graph.context())
-            .and_then(|()| Ok(unsafe { calls::graph_exec_destroy(raw) }?));
+        // What its kernels need is released after: the graphs and keeps are fields, dropped later.
+        let result = ensure_bound(self.graph.context()).and_then(|()| {
+            // SAFETY: the executable graph is destroyed only here, its context current (above).
+            Ok(unsafe { calls::graph_exec_destroy(raw) }?)
+        });
         report_cleanup("destroying an executable graph", result);
     }
 }
