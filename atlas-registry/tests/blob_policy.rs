@@ -73,22 +73,23 @@ fn without_param_info_a_fatbin_whose_entries_disagree_has_no_layout() {
     );
 }
 
-/// The driver may load the PTX or the sm_90 cubin of a fatbin for an sm_90 device: when they
-/// declare different layouts for `scale`, a typed launch is refused, whichever it picked (the
-/// layout once came from the first entry, the PTX, and a one-argument launch reached the driver).
-/// When they agree, the layout is theirs.
+/// The driver may load the PTX or the sm_90 cubin of a fatbin for an sm_90 device (the PTX under
+/// `CUDA_FORCE_PTX_JIT`). A registry hands it the cubin alone, so the layout is the cubin's; a
+/// library hands it the whole fatbin, and when the entries declare different layouts for
+/// `scale`, a typed launch is refused, whichever the driver picked (the layout once came from the
+/// first entry, the PTX, and a one-argument launch reached the driver). When they agree, the
+/// layout is theirs.
 fn layouts_come_from_every_entry_the_driver_may_pick() {
     let disagreeing = fatbin(&[(1, 75, ONE_ARGUMENT_SCALE), (2, 90, elementwise_cubin(90))]);
     let registry = AtlasRegistry::load(0, &[("elementwise", &disagreeing)]).unwrap();
     let scale = registry.function("elementwise", "scale").unwrap();
-    assert_eq!(scale.param_sizes().unwrap(), None);
+    assert_eq!(scale.param_sizes().unwrap(), Some(&[8, 4, 4][..]));
     let stream = registry.stream();
-    // SAFETY: refused before the driver is called (no layout to check against); were it
+    // SAFETY: refused before the driver is called (one argument for three parameters); were it
     // launched, the kernel would read three parameters from an array of one.
     let e =
         unsafe { scale.launch(stream, &LaunchConfig::for_elements(16, 16), (16u32,)) }.unwrap_err();
-    assert!(matches!(e, AtlasError::ParamsUnknown { .. }), "{e}");
-    assert!(e.to_string().contains("different parameter layouts"), "{e}");
+    assert!(matches!(e, AtlasError::InvalidLaunch { .. }), "{e}");
     assert_eq!(probe().launches(), 0, "the driver saw the launch");
 
     // An sm_80 cubin is never picked for sm_90: its layout does not matter.
@@ -118,7 +119,18 @@ fn layouts_come_from_every_entry_the_driver_may_pick() {
     let registry = library.registry(0).unwrap();
     let scale = registry.function("elementwise", "scale").unwrap();
     assert_eq!(scale.param_sizes().unwrap(), None);
-    assert_eq!(probe().launches(), 0);
+    // SAFETY: refused before the driver is called (no layout to check against).
+    let e = unsafe {
+        scale.launch(
+            registry.stream(),
+            &LaunchConfig::for_elements(16, 16),
+            (16u32,),
+        )
+    }
+    .unwrap_err();
+    assert!(matches!(e, AtlasError::ParamsUnknown { .. }), "{e}");
+    assert!(e.to_string().contains("different parameter layouts"), "{e}");
+    assert_eq!(probe().launches(), 0, "the driver saw the launch");
 }
 
 // ---------------------------------------------------------------------------------------------

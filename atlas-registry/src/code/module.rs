@@ -21,12 +21,15 @@ use crate::error::{AtlasError, NotFoundKind, Result, report_cleanup};
 /// A kernel's parameter sizes in bytes, or why nothing can tell them.
 pub(crate) type ParamSizes = std::result::Result<Box<[usize]>, String>;
 
-/// A blob checked for a device, to load there: its module name, kind and the bytes to hand over,
-/// of a fatbin the layouts of its entries, taken while they were checked (`None` for any other
-/// blob: its layouts are the image's), and what the device runs of it.
+/// A blob checked for a device, to load there: its module name, kind, the bytes to hand over and
+/// their kind (a fatbin's when it is handed over whole; a cubin's for the one entry of a fatbin
+/// that the driver surely loads), of a fatbin handed over whole the layouts of its entries, taken
+/// while they were checked (`None` for any other image: its layouts are the image's), and what
+/// the device runs of it.
 pub(crate) struct ModuleCode<'a> {
     pub(crate) name: String,
     pub(crate) kind: BlobKind,
+    pub(crate) image_kind: BlobKind,
     pub(crate) image: Cow<'a, [u8]>,
     pub(crate) entries: Option<BlobLayouts>,
     pub(crate) runs: Runs,
@@ -44,7 +47,7 @@ impl ModuleCode<'_> {
     pub(crate) fn into_layouts(self, compute_capability: (u32, u32)) -> (String, Arc<BlobLayouts>) {
         let layouts = self.entries.unwrap_or_else(|| {
             let devices = Devices::of(compute_capability).unwrap_or(Devices::Every);
-            BlobLayouts::of_blob(self.kind, self.image, devices)
+            BlobLayouts::of_blob(self.image_kind, self.image, devices)
         });
         (self.name, Arc::new(layouts))
     }
@@ -306,12 +309,18 @@ mod tests {
     const FATBIN: &[u8] = include_bytes!("blob/testdata/nvcc13.0.elementwise.fatbin");
     const ZSTD_FATBIN: &[u8] = include_bytes!("blob/testdata/nvcc13.0.elementwise.zstd.fatbin");
 
-    /// `blob` as a load on an sm_90 device makes it ready for the driver.
-    fn prepared(blob: &[u8]) -> ModuleCode<'_> {
+    /// `blob` as a load on an sm_90 device makes it ready for the driver: a library's load
+    /// (`settle` false: a fatbin is handed over whole), or a registry's.
+    fn prepared_with(blob: &[u8], settle: bool) -> ModuleCode<'_> {
         let model = Model::new().blob("elementwise", blob);
         let checked = model.check_blobs(false).unwrap();
-        let mut prepared = model.prepare(checked, (9, 0)).unwrap();
+        let mut prepared = model.prepare(checked, (9, 0), settle).unwrap();
         prepared.modules.pop().unwrap()
+    }
+
+    /// `blob` as a library's load makes it ready for the driver on an sm_90 device.
+    fn prepared(blob: &[u8]) -> ModuleCode<'_> {
+        prepared_with(blob, false)
     }
 
     fn scale_sizes(layouts: &BlobLayouts) -> Vec<usize> {
@@ -350,13 +359,45 @@ mod tests {
     }
 
     #[test]
+    fn a_registry_hands_the_driver_the_cubin_it_loads_of_a_fatbin_decompressed_once() {
+        assert!(
+            !crate::code::target::jit_forced(),
+            "run without CUDA_FORCE_PTX_JIT and CUDA_FORCE_JIT"
+        );
+        DECOMPRESSIONS.with(|n| n.set(0));
+        // The sm_90 SASS alone is decompressed and checked (not the PTX): it is what the driver
+        // gets, and the layouts are read from it.
+        let zstd = prepared_with(ZSTD_FATBIN, true);
+        assert_eq!(DECOMPRESSIONS.with(|n| n.get()), 1);
+        assert_eq!(
+            (zstd.kind, zstd.image_kind),
+            (BlobKind::Fatbin, BlobKind::Cubin)
+        );
+        assert_eq!(zstd.runs, Runs::Sass(90));
+        assert!(matches!(zstd.image, Cow::Owned(_)) && zstd.image.starts_with(b"\x7fELF"));
+        assert!(zstd.entries.is_none());
+        let zstd = zstd.into_layouts((9, 0)).1;
+        assert_eq!(zstd.kept_bytes(), 5600);
+        // A plain entry is handed over where it lies in the fatbin; nothing is decompressed.
+        let plain = prepared_with(FATBIN, true);
+        assert_eq!(DECOMPRESSIONS.with(|n| n.get()), 1);
+        let Cow::Borrowed(cubin) = plain.image else {
+            panic!("the plain cubin was copied");
+        };
+        let inside = FATBIN.as_ptr_range();
+        assert!(inside.contains(&cubin.as_ptr()) && cubin.starts_with(b"\x7fELF"));
+        assert_eq!(zstd.get(), plain.into_layouts((9, 0)).1.get());
+        assert_eq!(scale_sizes(&zstd), [8, 4, 4]);
+    }
+
+    #[test]
     fn a_fatbins_compressed_ptx_is_read_for_its_isa_from_the_decompression_that_checked_it() {
         DECOMPRESSIONS.with(|n| n.set(0));
         // On 10.0 the sm_90 SASS does not run: what the device runs is the compute_90 PTX (ISA
         // 9.0), whose version is read from the text as the check decompressed it.
         let model = Model::new().blob("elementwise", ZSTD_FATBIN);
         let checked = model.check_blobs(false).unwrap();
-        let prepared = model.prepare(checked, (10, 0)).unwrap();
+        let prepared = model.prepare(checked, (10, 0), true).unwrap();
         assert_eq!(DECOMPRESSIONS.with(|n| n.get()), 1);
         match (&prepared.modules[..], &prepared.unfit) {
             ([code], None) => assert_eq!(

@@ -8,11 +8,18 @@
 //! target. The driver prefers the best SASS and compiles PTX only when there is none, or always
 //! under `CUDA_FORCE_PTX_JIT=1`: both are inside the rule.
 //!
+//! What the driver loads of a fatbin is settled, so that a load can hand it that code alone
+//! ([`fatbin::sole_sass`](crate::code::blob::fatbin::sole_sass)), when the fatbin holds SASS of
+//! exactly the device's SM in one entry and no other SASS the device may load: the driver takes
+//! SASS built for the device over anything else, unless an environment variable makes it JIT
+//! the PTX ([`jit_forced`]).
+//!
 //! Which SASS a device surely runs, for choosing among blobs, is narrower on NVIDIA's Tegra SoCs:
 //! "binary compatibility is supported only for the desktop. It is not supported for Tegra" (CUDA
 //! C++ Programming Guide, "Binary Compatibility"), so an Orin (8.7) runs sm_87 SASS only.
 
 use std::ops::RangeInclusive;
+use std::sync::OnceLock;
 
 /// The SM numbers (`10 * major + minor`) that code may be built for: sm_20 (the first with ELF
 /// cubins) to the 12.x family (sm_120 and sm_121 are the newest CUDA 13 knows), with room for its
@@ -81,6 +88,22 @@ impl Devices {
             }
         }
     }
+}
+
+/// The environment variables that make the driver JIT-compile a fatbin's PTX although it holds
+/// SASS for the device: `CUDA_FORCE_PTX_JIT` and `CUDA_FORCE_JIT` (which also covers LTO-IR).
+const JIT_FORCING: [&str; 2] = ["CUDA_FORCE_PTX_JIT", "CUDA_FORCE_JIT"];
+
+/// Whether the driver may JIT-compile PTX where the device has SASS of its own: one of
+/// [`JIT_FORCING`] is set to anything but `0` or nothing. Read once per process, as the driver
+/// reads its environment once, when it initialises.
+pub(crate) fn jit_forced() -> bool {
+    static FORCED: OnceLock<bool> = OnceLock::new();
+    *FORCED.get_or_init(|| {
+        JIT_FORCING.iter().any(|name| {
+            std::env::var_os(name).is_some_and(|value| !value.is_empty() && value != "0")
+        })
+    })
 }
 
 impl std::fmt::Display for Devices {

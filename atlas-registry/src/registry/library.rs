@@ -80,7 +80,7 @@ impl AtlasLibrary {
         // a blob).
         let mut all = Vec::with_capacity(capabilities.len());
         for &cc in &capabilities {
-            all.push((cc, model.prepare(checked.clone(), cc)?));
+            all.push((cc, model.prepare(checked.clone(), cc, false)?));
         }
         // Of each module, the code of every build that runs the model, that of the same bytes in
         // one group (in the order of the builds and their modules): each group is one load, with

@@ -179,7 +179,7 @@ impl AtlasRegistry {
     ) -> Result<Self> {
         let host = host(ordinal)?;
         let cc = host.compute_capability();
-        let prepared = model.prepare(checked, cc)?;
+        let prepared = model.prepare(checked, cc, true)?;
         prepared.refuse_unfit(&host)?;
         let compiled = prepared.compiled();
         let modules = load_all(&host, prepared.modules)?;

@@ -184,10 +184,14 @@ impl<'a> Model<'a> {
     /// device may pick checked ([`validate_blob_for_device`](crate::validate_blob_for_device)),
     /// what its layouts need taken from that check ([`BlobLayouts::add_entry`]), and what the
     /// device runs of each told ([`fit`]), up to the first module it cannot run.
+    ///
+    /// With `settle` (a load for one device), a fatbin of which the driver surely loads one
+    /// cubin is made that cubin, the only code of it checked ([`blob::check_for_device`]).
     pub(crate) fn prepare(
         &self,
         checked: Vec<Checked<'a>>,
         cc: (u32, u32),
+        settle: bool,
     ) -> Result<Prepared<'a>> {
         let compiler = if self.has_sources() {
             let compiler =
@@ -230,11 +234,21 @@ impl<'a> Model<'a> {
             let devices = Devices::of(cc).unwrap_or(Devices::Every);
             let mut entries = BlobLayouts::of_fatbin(devices);
             let mut ptx = FatbinPtx::default();
-            blob::check_for_device(name, kind, &image, cc, |code, bytes, decompressed| {
+            let add = |code, bytes: &[u8], decompressed| {
                 ptx.add(code, bytes);
                 entries.add_entry(code, bytes, decompressed);
-            })?;
-            let runs = match fit::fit_checked(kind, &image, cc, driver, Some(&ptx)) {
+            };
+            let sass = match &image {
+                Cow::Borrowed(bytes) => blob::check_for_device(name, kind, bytes, cc, settle, add)?,
+                Cow::Owned(bytes) => blob::check_for_device(name, kind, bytes, cc, settle, add)?
+                    .map(|sass| Cow::Owned(sass.into_owned())),
+            };
+            // The cubin the driver surely loads of a fatbin is a cubin, with its layouts.
+            let (image_kind, image, entries) = match sass {
+                Some(sass) => (BlobKind::Cubin, sass, None),
+                None => (kind, image, (kind == BlobKind::Fatbin).then_some(entries)),
+            };
+            let runs = match fit::fit_checked(image_kind, &image, cc, driver, Some(&ptx)) {
                 Ok(runs) => runs,
                 Err(unfit) => {
                     prepared.unfit = Some((name.clone(), unfit));
@@ -244,8 +258,9 @@ impl<'a> Model<'a> {
             prepared.modules.push(ModuleCode {
                 name: name.clone(),
                 kind,
+                image_kind,
                 image,
-                entries: (kind == BlobKind::Fatbin).then_some(entries),
+                entries,
                 runs,
             });
         }

@@ -92,6 +92,20 @@ pub struct Module<'a> {
 }
 
 impl Module<'_> {
+    /// `cuModuleGetFunction(name)`.
+    pub fn function(&self, name: &str) -> Result<CUfunction, String> {
+        let name = std::ffi::CString::new(name).map_err(|e| e.to_string())?;
+        let mut function: CUfunction = std::ptr::null_mut();
+        // SAFETY: a live module; `function` is a live out-pointer; `name` is NUL-terminated.
+        let status = unsafe {
+            self.raw
+                .cuda
+                .cuModuleGetFunction(&mut function, self.module, name.as_ptr())
+        };
+        check(status, "cuModuleGetFunction")?;
+        Ok(function)
+    }
+
     /// Every kernel of the module as the driver lists it (`cuModuleEnumerateFunctions`,
     /// `cuFuncGetName`) with its parameters as `cuFuncGetParamInfo` reports them, to the first
     /// index it refuses.
@@ -142,6 +156,22 @@ impl Drop for Module<'_> {
             self.raw.cuda.cuModuleUnload(self.module);
         }
     }
+}
+
+/// The static shared memory of `function`, in bytes, as the driver reports it
+/// (`CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`).
+///
+/// # Safety
+///
+/// 1. `function` is a function of a module that is loaded.
+pub unsafe fn shared_bytes(function: CUfunction) -> Result<i32, String> {
+    let cuda = atlas_sys::driver().map_err(|e| e.to_string())?;
+    let mut bytes = 0;
+    let attribute = atlas_sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES;
+    // SAFETY: `function` is live (duty 1); `bytes` is a live out-pointer.
+    let status = unsafe { cuda.cuFuncGetAttribute(&mut bytes, attribute, function) };
+    check(status, "cuFuncGetAttribute")?;
+    Ok(bytes)
 }
 
 /// `image` as `cuModuleLoadData` takes it: PTX text (neither ELF nor fatbin) ends in a NUL.

@@ -43,13 +43,21 @@
 //!   device) is checked as a blob of its kind is, compressed entries decompressed first
 //!   ([`compressed`]). An entry the driver never picks for the device is not
 //!   read beyond its header, so it cannot sink a fatbin whose other entries are fine.
+//!
+//! When what the driver loads of a fatbin for the device is settled (SASS of exactly its SM, see
+//! [`sole_sass`]), a load checks that entry's code alone and hands the driver that cubin in place
+//! of the fatbin: the driver then parses nothing else, and decompresses nothing a second time.
 
+use std::borrow::Cow;
 use std::ffi::CStr;
+
+use object::elf::ET_EXEC;
 
 use super::compressed::{self, Scheme};
 use super::elf::{self, Machines};
 use super::ptx;
 use super::read::{Check, Size, bytes_at, field, u16_at, u32_at, u64_at};
+use super::sm_arch;
 use crate::code::target::{Code, Devices};
 
 /// The fatbin magic, `0xBA55ED50`, as it is stored.
@@ -280,6 +288,51 @@ pub(in crate::code) fn check_picked(
     Ok(())
 }
 
+/// The cubin a load on a device of SM number `device` hands the driver in place of fatbin `b`,
+/// when what the driver loads of it is settled: one entry holds SASS of exactly the device's SM,
+/// an executable cubin (not a relocatable one, which needs a link), no other entry holds SASS the
+/// device may load, and every entry is of a kind Atlas knows. The driver takes SASS built for
+/// the device over any PTX (the caller has seen that no environment variable makes it JIT the
+/// PTX: [`jit_forced`](crate::code::target::jit_forced)), so that cubin is what it would load.
+///
+/// Every entry's header is checked, and that entry's code, decompressed, as [`check_picked`]
+/// checks it; the cubin is borrowed from `b` when stored plain. `None` when the choice is not
+/// settled: the whole fatbin is then checked for the device ([`check_picked`]) and handed over.
+pub(in crate::code) fn sole_sass(b: &[u8], device: u32) -> Check<Option<Cow<'_, [u8]>>> {
+    let devices = Devices::Sm(device);
+    let (mut sole, mut settled) = (None, true);
+    for (index, entry) in entries(b)?.enumerate() {
+        let entry = entry?;
+        let header = bytes_at(b, entry.at, entry.header_size).unwrap_or_default();
+        check_header(header, &entry).map_err(|e| format!("{}: {e}", entry.label(index)))?;
+        match entry.code() {
+            None => settled = false,
+            Some(code @ Code::Sass(sm)) if devices.may_load(code) => {
+                if sm == device && sole.is_none() {
+                    sole = Some((index, entry));
+                } else {
+                    settled = false;
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    let Some((index, entry)) = sole.filter(|_| settled) else {
+        return Ok(None);
+    };
+    let mut buffer = Vec::new();
+    let code = code(b, &entry, &mut buffer)
+        .and_then(|code| check_code(&entry, code).map(|()| code))
+        .map_err(|e| format!("{}: {e}", entry.label(index)))?;
+    if u16_at(code, 16) != Some(ET_EXEC) || sm_arch(code) != Some(device) {
+        return Ok(None);
+    }
+    Ok(Some(match entry.stored() {
+        Stored::Plain => Cow::Borrowed(payload(b, &entry)),
+        _ => Cow::Owned(buffer),
+    }))
+}
+
 /// Checks entry `entry` of fatbin `b`: its header, and its code when `picked`; that code.
 fn check_entry<'a>(
     b: &'a [u8],
@@ -301,9 +354,8 @@ fn check_entry<'a>(
 /// The code of `entry` of fatbin `b`: its payload, or, compressed, what that decompresses to (in
 /// `buffer`). Its sizes have been checked ([`check_header`]).
 fn code<'a>(b: &'a [u8], entry: &Entry, buffer: &'a mut Vec<u8>) -> Check<&'a [u8]> {
-    // The payload lies inside the fatbin (checked when the entry was read), the compressed size
-    // inside it (`check_header`).
-    let payload = bytes_at(b, entry.payload_at(), entry.payload_size).unwrap_or_default();
+    // The compressed size lies inside the payload (`check_header`).
+    let payload = payload(b, entry);
     match entry.stored() {
         Stored::Plain => Ok(payload),
         Stored::Compressed(scheme) => {
@@ -319,6 +371,11 @@ fn code<'a>(b: &'a [u8], entry: &Entry, buffer: &'a mut Vec<u8>) -> Check<&'a [u
             entry.flags
         )),
     }
+}
+
+/// The payload of `entry` of fatbin `b` (inside the fatbin: checked when the entry was read).
+fn payload<'a>(b: &'a [u8], entry: &Entry) -> &'a [u8] {
+    bytes_at(b, entry.payload_at(), entry.payload_size).unwrap_or_default()
 }
 
 /// Checks the code of an entry (its payload, decompressed) as a blob of its kind is checked.

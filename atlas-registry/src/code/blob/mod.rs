@@ -42,7 +42,7 @@ mod tests;
 
 use std::borrow::Cow;
 
-use crate::code::target::{Code, Devices};
+use crate::code::target::{Code, Devices, jit_forced};
 use crate::error::{AtlasError, Result};
 use read::Check;
 
@@ -135,6 +135,12 @@ pub fn validate_blob(module: &str, blob: &[u8]) -> Result<BlobKind> {
 /// minor one, and PTX for it or an older architecture (whichever the driver prefers, and under
 /// `CUDA_FORCE_PTX_JIT`). So a load's refusal is reproduced here, on any machine.
 ///
+/// When the fatbin holds SASS of exactly the device's architecture in one entry (an executable
+/// cubin, no other SASS the device may load, every entry of a kind Atlas knows) and neither
+/// `CUDA_FORCE_PTX_JIT` nor `CUDA_FORCE_JIT` is set, that SASS is what the driver loads: only its
+/// code is checked, and [`AtlasRegistry::load`] hands the driver that cubin in place of the
+/// fatbin, so the driver parses nothing else of it (and decompresses nothing twice).
+///
 /// Checking only those saves real time on the fatbins of large libraries, which hold code for a
 /// dozen architectures, most of it compressed.
 ///
@@ -151,8 +157,9 @@ pub fn validate_blob_for_device(
     blob: &[u8],
     compute_capability: (u32, u32),
 ) -> Result<BlobKind> {
-    let devices = Devices::of(compute_capability).unwrap_or(Devices::Every);
-    refused(module, check(blob, Some(devices)))
+    let kind = refused(module, check(blob, None))?;
+    check_for_device(module, kind, blob, compute_capability, true, |_, _, _| {})?;
+    Ok(kind)
 }
 
 fn refused<T>(module: &str, check: Check<T>) -> Result<T> {
@@ -240,22 +247,32 @@ pub(crate) fn prepare<'b>(
     Ok((kind, Cow::Owned(owned)))
 }
 
-/// The rest of [`validate_blob_for_device`] after [`prepare`] made `image` of `kind`: the code of
-/// the entries of a fatbin that a device of compute capability `compute_capability` may pick,
-/// each handed to `picked` once checked (what code it is, its bytes, whether they were
+/// The rest of [`validate_blob_for_device`] after [`prepare`] made `image` of `kind`, for a device
+/// of compute capability `compute_capability`: with `settle`, when what the driver loads of a
+/// fatbin is settled, the cubin to hand it in place of the fatbin, its code checked
+/// ([`fatbin::sole_sass`]); else (`None`) the code of the entries of a fatbin that such a device
+/// may pick, each handed to `picked` once checked (what code it is, its bytes, whether they were
 /// decompressed), so that what a load reads of it needs no second decompression.
-pub(crate) fn check_for_device(
+pub(crate) fn check_for_device<'i>(
     module: &str,
     kind: BlobKind,
-    image: &[u8],
+    image: &'i [u8],
     compute_capability: (u32, u32),
+    settle: bool,
     picked: impl FnMut(Code, &[u8], bool),
-) -> Result<()> {
+) -> Result<Option<Cow<'i, [u8]>>> {
     if kind != BlobKind::Fatbin {
-        return Ok(());
+        return Ok(None);
     }
     let devices = Devices::of(compute_capability).unwrap_or(Devices::Every);
-    refused(module, fatbin::check_picked(image, Some(devices), picked))
+    if let Devices::Sm(sm) = devices
+        && settle
+        && !jit_forced()
+        && let Some(sass) = refused(module, fatbin::sole_sass(image, sm))?
+    {
+        return Ok(Some(sass));
+    }
+    refused(module, fatbin::check_picked(image, Some(devices), picked)).map(|()| None)
 }
 
 /// What code `blob` holds, for messages: `sm_90 SASS` for a cubin, `sm_90 SASS, compute_90 PTX`

@@ -2275,17 +2275,66 @@ fn entries_the_device_never_picks_do_not_sink_a_fatbin() {
     let mut unknown = broken.clone();
     unknown[entry.at] = 8;
     assert_eq!(check(&unknown), Ok(BlobKind::Fatbin));
-    // PTX is picked for every device at least as new as its target: compute_75 for sm_75 up.
+    // PTX may be picked for every device at least as new as its target (compute_75 for sm_75
+    // up), unless the device has SASS of its own in the fatbin: the driver then loads that
+    // cubin, which is all a load hands it.
     let ptx = fatbin_entries(ELEMENTWISE_FATBIN)[0];
     let mut broken_ptx = ELEMENTWISE_FATBIN.to_vec();
     broken_ptx[ptx.payload_at()..ptx.payload_at() + 8].copy_from_slice(b"nonsense");
-    for cc in [(7, 5), (9, 0), (12, 0)] {
-        assert!(
-            super::validate_blob_for_device("m", &broken_ptx, cc).is_err(),
-            "{cc:?}"
-        );
+    assert!(!crate::code::target::jit_forced());
+    for (cc, passes) in [
+        ((7, 0), true),
+        ((7, 5), true),
+        ((8, 6), false),
+        ((9, 0), true),
+        ((12, 0), false),
+    ] {
+        let verdict = super::validate_blob_for_device("m", &broken_ptx, cc);
+        assert_eq!(verdict.is_ok(), passes, "{cc:?}: {verdict:?}");
     }
-    assert!(super::validate_blob_for_device("m", &broken_ptx, (7, 0)).is_ok());
+    assert!(refusal(&broken_ptx).contains("fatbin entry 0 (PTX sm_75"));
+}
+
+/// What the driver loads of a fatbin is settled only by one entry of SASS of exactly the
+/// device's SM, an executable cubin, with no other SASS the device may load: else the whole
+/// fatbin is checked for the device.
+#[test]
+fn a_fatbin_is_settled_by_one_executable_cubin_of_the_devices_own_sm() {
+    use super::fatbin::sole_sass;
+    let settled = |b: &[u8], sm| sole_sass(b, sm).unwrap().map(|cubin| cubin.len());
+    let (_, sm90) = fatbin_elf_entry(90);
+    assert_eq!(settled(ELEMENTWISE_FATBIN, 90), Some(sm90.payload));
+    assert_eq!(
+        settled(ELEMENTWISE_FATBIN, 75),
+        Some(fatbin_elf_entry(75).1.payload)
+    );
+    // sm_86 may load the sm_80 SASS too; sm_120 has no SASS of its own.
+    assert_eq!(settled(ELEMENTWISE_FATBIN, 86), None);
+    assert_eq!(settled(ELEMENTWISE_FATBIN, 120), None);
+    // Two entries of sm_90 SASS (as sm_90 and sm_90a are): the driver's choice.
+    let (_, sm89) = fatbin_elf_entry(89);
+    let twice = with_entry_field(ELEMENTWISE_FATBIN, &sm89, 28, &90u32.to_le_bytes());
+    assert_eq!(settled(&twice, 90), None);
+    // An entry of a kind Atlas does not know: the driver's choice.
+    let mut unknown = ELEMENTWISE_FATBIN.to_vec();
+    unknown[sm89.at] = 8;
+    assert_eq!(settled(&unknown, 90), None);
+    // A relocatable cubin (ET_REL), or one whose e_flags name another SM than its entry.
+    let mut relocatable = ELEMENTWISE_FATBIN.to_vec();
+    relocatable[sm90.payload_at() + 16] = 1;
+    assert_eq!(settled(&relocatable, 90), None);
+    let labelled = with_entry_field(ELEMENTWISE_FATBIN, &sm90, 28, &91u32.to_le_bytes());
+    assert_eq!(settled(&labelled, 91), None);
+    // The settling entry's code is checked, and every header.
+    let mut broken = ELEMENTWISE_FATBIN.to_vec();
+    broken[sm90.payload_at() + 40..sm90.payload_at() + 48].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert!(sole_sass(&broken, 90).unwrap_err().contains("(ELF sm_90"));
+    let bad_header = with_entry_field(ELEMENTWISE_FATBIN, &sm89, 2, &0x0202u16.to_le_bytes());
+    assert!(
+        sole_sass(&bad_header, 90)
+            .unwrap_err()
+            .contains("entry version")
+    );
 }
 
 #[test]
