@@ -62,31 +62,73 @@ pub(super) fn fits(offset: u64, size: u64, limit: u64) -> bool {
 
 /// The first two of `ranges` (`(offset, size)` each; empty ones left out) whose bytes overlap, by
 /// their places in `ranges`, the lower first. Ranges in file order, as toolchains write them, take
-/// one pass and no allocation; others are sorted (n log n).
+/// one pass and no allocation ([`InOrder`]); others are sorted (n log n).
 pub(super) fn overlapping(
     ranges: impl Iterator<Item = (u64, u64)> + Clone,
 ) -> Option<(usize, usize)> {
-    let mut last: Option<(usize, u64, u64)> = None;
-    let mut in_order = true;
+    let mut scan = InOrder::default();
     for (i, (offset, size)) in ranges.clone().enumerate() {
-        if size == 0 {
-            continue;
+        if scan.push(i, offset, size).is_some() {
+            break;
         }
-        if let Some((j, start, end)) = last {
+    }
+    match scan.end() {
+        Scanned::Apart => None,
+        Scanned::Overlap(first, second) => Some((first, second)),
+        Scanned::Unordered => sorted_overlapping(ranges),
+    }
+}
+
+/// What [`InOrder`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Scanned {
+    /// No two ranges overlap.
+    Apart,
+    /// Ranges `.0` and `.1` overlap (the first such pair).
+    Overlap(usize, usize),
+    /// A range starts before the one given before it: only sorting can tell.
+    Unordered,
+}
+
+/// The one-pass scan of [`overlapping`], fed a range at a time (so a pass over a table that
+/// reads the ranges anyway can scan them too): the first overlap of ranges in file order, or that
+/// they are not in order.
+#[derive(Debug, Default)]
+pub(super) struct InOrder {
+    /// The last non-empty range: its place, start and end.
+    last: Option<(usize, u64, u64)>,
+    found: Option<Scanned>,
+}
+
+impl InOrder {
+    /// Takes range `i`, `size` bytes at `offset` (empty ones are left out); what the scan found,
+    /// once it has found something.
+    #[inline]
+    pub(super) fn push(&mut self, i: usize, offset: u64, size: u64) -> Option<Scanned> {
+        if size == 0 || self.found.is_some() {
+            return self.found;
+        }
+        if let Some((j, start, end)) = self.last {
             if offset < start {
-                in_order = false;
-                break;
-            }
-            // No overlap before, so every earlier range ends by `end`.
-            if offset < end {
-                return Some((j, i));
+                self.found = Some(Scanned::Unordered);
+            } else if offset < end {
+                // No overlap before, so every earlier range ends by `end`.
+                self.found = Some(Scanned::Overlap(j, i));
             }
         }
-        last = Some((i, offset, offset.saturating_add(size)));
+        self.last = Some((i, offset, offset.saturating_add(size)));
+        self.found
     }
-    if in_order {
-        return None;
+
+    /// What the scan found of all the ranges pushed.
+    pub(super) fn end(&self) -> Scanned {
+        self.found.unwrap_or(Scanned::Apart)
     }
+}
+
+/// [`overlapping`] of ranges out of order: sorted by start, each against the furthest end before.
+#[cold]
+fn sorted_overlapping(ranges: impl Iterator<Item = (u64, u64)>) -> Option<(usize, usize)> {
     let mut spans: Vec<(u64, u64, usize)> = ranges
         .enumerate()
         .filter(|(_, (_, size))| *size > 0)

@@ -49,7 +49,8 @@ use object::elf::{
 };
 
 use super::read::{
-    Check, Size, bytes_at, field, fits, overlapping, past_end, u8_at, u16_at, u32_at, u64_at,
+    Check, InOrder, Scanned, Size, bytes_at, field, fits, overlapping, past_end, u8_at, u16_at,
+    u32_at, u64_at,
 };
 
 /// The first bytes of every ELF file.
@@ -604,12 +605,22 @@ impl<'a> Elf<'a> {
                  of an ELF file is the null section, all zeros"
             ));
         }
-        // The symbol table first. In a cubin every symbol index refers to its one symbol table
-        // (`symbols_of`), whatever section it is in; it is checked for shape once, here.
+        // One pass over the headers: what every section must be on its own (its name, its bytes
+        // inside the image, its links sections), where the symbol table is (in a cubin every
+        // symbol index refers to its one symbol table, `symbols_of`, whatever section it is
+        // in; it is checked for shape once, below), and whether the sections whose entries the
+        // checks below read one by one share bytes. They must not, so that those checks read each
+        // byte of the image at most once (many sections sharing the bytes of one would be read
+        // again for each). The ELF standard says no sections overlap, but NVIDIA's do: nvcc 13
+        // writes sections for sm_100 and later (`.nv.merc.*`) that mirror the bytes of others,
+        // and relocatable cubins have sections of their own types that occupy no file bytes, at
+        // the offset of the next.
         let (mut symtab, mut first_table) = (None, None);
+        let mut walked = InOrder::default();
         let (mut rest, mut i) = (headers, 1);
         while let Some((header, tail)) = rest.split_first_chunk() {
-            let kind = Section::read(header).kind();
+            let s = Section::read(header);
+            let kind = s.kind();
             if matches!(kind, SHT_SYMTAB | SHT_DYNSYM) {
                 if self.cuda
                     && let Some(first) = first_table.replace(i)
@@ -624,25 +635,21 @@ impl<'a> Elf<'a> {
                     symtab = Some(i);
                 }
             }
+            self.check_section(i, &s)?;
+            if is_walked(kind, self.cuda) {
+                walked.push(i as usize - 1, s.offset(), s.size());
+            }
             (rest, i) = (tail, i + 1);
         }
         if self.cuda && symtab.is_none() {
             return Err("a CUDA cubin without a symbol table (.symtab)".into());
         }
-        // Then what every section must be on its own: its name, its bytes inside the image, its
-        // links sections.
-        let (mut rest, mut i) = (headers, 1);
-        while let Some((header, tail)) = rest.split_first_chunk() {
-            self.check_section(i, &Section::read(header))?;
-            (rest, i) = (tail, i + 1);
-        }
-        // The sections whose entries the checks below read one by one do not share bytes, so
-        // that those checks read each byte of the image at most once (many sections sharing the
-        // bytes of one would be read again for each). The ELF standard says no sections overlap,
-        // but NVIDIA's do: nvcc 13 writes sections for sm_100 and later (`.nv.merc.*`) that
-        // mirror the bytes of others, and relocatable cubins have sections of their own types
-        // that occupy no file bytes, at the offset of the next.
-        if let Some((first, second)) = overlapping(self.walked_ranges()) {
+        let overlap = match walked.end() {
+            Scanned::Apart => None,
+            Scanned::Overlap(first, second) => Some((first, second)),
+            Scanned::Unordered => overlapping(self.walked_ranges()),
+        };
+        if let Some((first, second)) = overlap {
             let (first, second) = (first as u32 + 1, second as u32 + 1);
             let range = |i| {
                 let s = self.header(i).unwrap_or_default();
