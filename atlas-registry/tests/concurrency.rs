@@ -22,7 +22,11 @@ use support::rng::Rng;
 #[ignore = "needs an NVIDIA GPU"]
 fn sixteen_threads_launch_through_one_registry_while_models_load_and_drop() {
     const THREADS: usize = 16;
-    const LAUNCHES: usize = 10_000;
+    // Launches per thread: 10,000, or `ATLAS_CONCURRENCY_LAUNCHES` (fewer under a sanitizer).
+    let launches: usize = std::env::var("ATLAS_CONCURRENCY_LAUNCHES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10_000);
     static SCALE: FunctionCache = FunctionCache::new("elementwise", "scale");
     let mut rng = Rng::new();
     let registry = load("demo");
@@ -67,8 +71,8 @@ fn sixteen_threads_launch_through_one_registry_while_models_load_and_drop() {
                 let cfg = LaunchConfig::for_elements(n as u32, 64);
                 // Powers of two, never 1: exact in f32, and a lost or doubled launch shows.
                 let mut exponent = 0i32;
-                let mut factors = Vec::with_capacity(LAUNCHES + 1);
-                for _ in 0..LAUNCHES {
+                let mut factors = Vec::with_capacity(launches + 1);
+                for _ in 0..launches {
                     let mut step = [-2, -1, 1, 2][rng.index(4)];
                     if (exponent + step).abs() > 20 {
                         step = -step;
@@ -111,7 +115,7 @@ fn sixteen_threads_launch_through_one_registry_while_models_load_and_drop() {
     });
     let cycles = loader_cycles.load(Ordering::Relaxed);
     println!(
-        "{THREADS} threads x {LAUNCHES} launches in {:?}, {cycles} load/drop cycles of model_a and model_b beside them",
+        "{THREADS} threads x {launches} launches in {:?}, {cycles} load/drop cycles of model_a and model_b beside them",
         started.elapsed()
     );
     assert!(cycles >= 1, "the loader thread never finished a cycle");

@@ -95,7 +95,10 @@ macro_rules! crash_file {
     };
 }
 
-/// The mutants of the 10,000-mutant GPU run of seeds 0..10000 that crashed the driver, all three.
+/// The mutants of the 10,000-mutant GPU runs of seeds 0..10000 (2426, 5270, 9481) and
+/// 30000..40000 (33202, 39125, 39170) that crashed the driver, all of them. The sources of the
+/// later three are other fatbins of cuBLASLt's `.nv_fatbin` section with the same bytes as that
+/// of 2426 (the library holds many copies of it).
 pub const CRASHES: &[Crash] = &[
     Crash {
         seed: 2426,
@@ -149,5 +152,44 @@ pub const CRASHES: &[Crash] = &[
                 None,
             ),
         ],
+    },
+    Crash {
+        seed: 33202,
+        source_name: "009-libcublasLt.so.13.1.0.3__.nv_fatbin_fatbin_1230_at_0x10fb2e70__3216_\
+                      bytes_.fatbin",
+        source: crash_file!("cublasLt-13.1.0.3.fatbin-1323.fatbin"),
+        mutant: crash_file!("seed33202.fatbin"),
+        what: "ELF sm_90 zstd, entry 0 (Zstd): e_flags at 48: 0x6005a04 -> 0x6005a0b",
+        faults: &[(
+            "the flag byte of e_flags (ABI version 8: 0x04 -> 0x0b), bit 0 set",
+            &[48],
+            Some("sets bit 0"),
+        )],
+    },
+    Crash {
+        seed: 39125,
+        source_name: "022-libcublasLt.so.13.1.0.3__.nv_fatbin_fatbin_1020_at_0x10e29258__3216_\
+                      bytes_.fatbin",
+        source: crash_file!("cublasLt-13.1.0.3.fatbin-1323.fatbin"),
+        mutant: crash_file!("seed39125.fatbin"),
+        what: "ELF sm_90 zstd, entry 0 (Zstd): .nv.info record attribute at 2025: 0x17 -> 0x3",
+        faults: &[(
+            "a KPARAM_INFO record (0x17) relabelled JUMPTABLE_RELOCS (0x03)",
+            &[2025],
+            Some("JUMPTABLE_RELOCS"),
+        )],
+    },
+    Crash {
+        seed: 39170,
+        source_name: "010-libcublasLt.so.13.1.0.3__.nv_fatbin_fatbin_1343_at_0x11036f38__3216_\
+                      bytes_.fatbin",
+        source: crash_file!("cublasLt-13.1.0.3.fatbin-1323.fatbin"),
+        mutant: crash_file!("seed39170.fatbin"),
+        what: "ELF sm_90 zstd, entry 0 (Zstd): e_flags at 48: 0x6005a04 -> 0x6005a13",
+        faults: &[(
+            "the flag byte of e_flags (ABI version 8: 0x04 -> 0x13), bit 0 set",
+            &[48],
+            Some("sets bit 0"),
+        )],
     },
 ];

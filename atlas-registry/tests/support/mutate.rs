@@ -459,6 +459,30 @@ fn mutate_elf_blob(rng: &mut Rng, b: &mut Vec<u8>, base: usize) -> String {
     }
 }
 
+/// Every attribute record of the `.nv.info` sections of cubin `b` (`SHT_CUDA_INFO`), as far as
+/// they can be read: `(offset of the record in b, format, attribute, sh_info of its section)`.
+pub fn info_records(b: &[u8]) -> Vec<(usize, u8, u8, u32)> {
+    let Some(map) = ElfMap::read(b, 0) else {
+        return Vec::new();
+    };
+    let mut records = Vec::new();
+    for info in map.of_kind(|s| s.kind == 0x7000_0000) {
+        let owner = get(b, info.header + 44, 4).unwrap_or(0) as u32;
+        let mut at = info.offset;
+        while at + 4 <= info.offset + info.size {
+            let (Some(format), Some(attribute), Some(half)) =
+                (get(b, at, 1), get(b, at + 1, 1), get(b, at + 2, 2))
+            else {
+                break;
+            };
+            records.push((at, format as u8, attribute as u8, owner));
+            let value = if format == 4 { half as usize } else { 0 };
+            at = (at + 4 + value + 3) & !3;
+        }
+    }
+    records
+}
+
 /// A change to one `.nv.info` attribute record of the section at `start`.
 fn mutate_record(rng: &mut Rng, b: &mut [u8], start: usize, size: usize, symbols: u64) -> String {
     let mut records = Vec::new();

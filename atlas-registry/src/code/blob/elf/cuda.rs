@@ -49,7 +49,9 @@
 //!   nothing. `EI_ABIVERSION` 7 or 8 says how `e_flags` is laid out ([`sm_arch`]); the driver
 //!   indexes its own tables by the SM number there, so that number, and the virtual
 //!   architecture's, must be plausible ([`check_flags`]); the flag bits around them are the
-//!   driver's to judge.
+//!   driver's to judge, but for bit 0 in version 8, which it crashes on.
+//! - `JUMPTABLE_RELOCS` (0x03) records are refused: no current toolchain writes one, and the
+//!   driver crashes on one whatever its value.
 
 use object::elf::{
     EM_CUDA, SHF_ALLOC, SHF_EXECINSTR, SHN_LORESERVE, SHT_LOPROC, SHT_NOBITS, SHT_PROGBITS,
@@ -86,6 +88,12 @@ const EIFMT_BVAL: u8 = 2;
 const EIFMT_HVAL: u8 = 3;
 const EIFMT_SVAL: u8 = 4;
 
+/// `JUMPTABLE_RELOCS`: no toolchain of CUDA 11 to 13 writes it (none of the 16,807 cubins of
+/// NVIDIA's libraries under `/opt/nvlibs` holds one; nvcc 13 describes a switch's jump table with
+/// `INDIRECT_BRANCH_TARGETS`, 0x34), and the driver crashes on one, its value as written or
+/// zeroed (H200, driver 580: a `KPARAM_INFO` record relabelled 0x03, in cubins of nvcc 13.0,
+/// NVRTC 12.0 and cuBLASLt 13.1; `tests/driver_follows.rs`). Refused, in any format.
+const EIATTR_JUMPTABLE_RELOCS: u8 = 0x03;
 const EIATTR_PARAM_CBANK: u8 = 0x0a;
 const EIATTR_EXTERNS: u8 = 0x0f;
 const EIATTR_FRAME_SIZE: u8 = 0x11;
@@ -152,6 +160,13 @@ const ABI_VERSION_7: u8 = 7;
 /// NVRTC 13.5 write `0x0600_5a04` for sm_90, `0x0600_6402` for sm_100).
 const ABI_VERSION_8: u8 = 8;
 
+/// The bit of `e_flags` in the layout of ABI version 8 that the driver crashes on: every odd value
+/// of the low byte crashed it (H200, driver 580, the sm_90 cubins of nvcc 13.0 and cuBLASLt 13.1;
+/// `tests/driver_follows.rs`), and no cubin sets it: the 12,544 of ABI version 8 of NVIDIA's
+/// libraries under `/opt/nvlibs` have 0x02 or 0x04 there. (In version 7 the flag byte is bits
+/// 8-15, and none of its 255 other values crashed the driver.)
+const EF_CRASHING_V2: u32 = 0x1;
+
 /// The SM number and the virtual architecture's (0 for none) that `e_flags` of a cubin of ABI
 /// version `abi` hold; `None` for an ABI version whose layout is unknown.
 fn decode_flags(abi: u8, flags: u32) -> Option<(u32, u32)> {
@@ -183,6 +198,12 @@ pub(crate) fn sm_arch(blob: &[u8]) -> Option<u32> {
 /// and 8 the numbers' places are unknown, and nothing is checked.
 #[inline]
 pub(super) fn check_flags(abi: u8, flags: u32) -> Check {
+    if abi == ABI_VERSION_8 && flags & EF_CRASHING_V2 != 0 {
+        return Err(format!(
+            "e_flags {flags:#010x} sets bit 0, which no CUDA toolchain sets in the layout of ABI \
+             version 8 and the driver crashes on"
+        ));
+    }
     let Some((sm, virtual_sm)) = decode_flags(abi, flags) else {
         return Ok(());
     };
@@ -552,6 +573,9 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Chec
             return Err(refuse(record_at, 0, Why::HeaderPastEnd));
         };
         let half = u16::from_le_bytes([h0, h1]);
+        if attribute == EIATTR_JUMPTABLE_RELOCS {
+            return Err(refuse(record_at, attribute, Why::Crashes));
+        }
         if format != EIFMT_SVAL {
             if !matches!(format, EIFMT_NVAL | EIFMT_BVAL | EIFMT_HVAL) {
                 return Err(refuse(record_at, format, Why::Format));
@@ -684,6 +708,8 @@ enum Why {
     Ordinal(u64, u64),
     /// A parameter past the end of the kernel's parameter bank of this many bytes.
     PastParams(Param, u64),
+    /// An attribute that no toolchain writes and the driver crashes on.
+    Crashes,
 }
 
 /// The refusal of the record at `at` (attribute `attribute`, or its format for
@@ -763,6 +789,9 @@ fn info_refusal(
         Why::Ordinal(ordinal, params) => {
             format!("parameter ordinal {ordinal}, but the kernel has {params} parameters")
         }
+        Why::Crashes => "JUMPTABLE_RELOCS, which no CUDA toolchain of the last releases writes \
+                         and the driver crashes on"
+            .into(),
         Why::PastParams(p, bank) => format!(
             "parameter {} at offset {} + size {} is past the kernel's {bank} bytes of parameters",
             p.ordinal, p.offset, p.size
