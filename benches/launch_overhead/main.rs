@@ -12,8 +12,8 @@
 //! | round trip              | `roundtrip/noop/{raw,atlas_raw,atlas_typed}`                                       |
 //! | lookup                  | `lookup/scale/{raw,function_cached,raw_function_cached,function_cache_get}`        |
 //! | replaced path           | `replaced/noop/{raw_load_per_call,atlas_cached,raw_fresh_context}`                 |
-//! | model load              | `model_load/{demo_ptx,demo_cubin}/{raw,atlas}` (time per load)                     |
-//! | model load, paired      | `model_load_paired/{demo_ptx,demo_cubin}/atlas` (× raw)                            |
+//! | model load              | `model_load/{demo_ptx,demo_cubin,demo_cubin_first,demo_fatbin_zstd,large_fatbin}/{raw,atlas}` (time per load) |
+//! | model load, paired      | `model_load_paired/{demo_ptx,demo_cubin,demo_cubin_first,demo_fatbin_zstd,large_fatbin}/atlas` (× raw) |
 //! | graph replay            | `graph_replay/noop256/{eager,replay}` (per kernel, synchronize included)           |
 //! | graph capture           | `graph_capture/{noop256,scale256}/{raw,atlas_typed}` (per captured launch: begin, 256 launches, end, drop) |
 //! | graph capture, paired   | `graph_capture_paired/{noop256,scale256}/{raw,atlas_typed}` (× raw capture)        |

@@ -25,7 +25,7 @@
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use object::elf;
 
@@ -447,6 +447,9 @@ enum Pending {
     Read(Result<Vec<KernelLayout>, LayoutError>),
     /// The code, to read.
     Kept(Vec<u8>),
+    /// The code, to read, shared with the blobs this process has checked
+    /// ([`check_cache`](crate::code::check_cache)).
+    Shared(Arc<[u8]>),
 }
 
 impl BlobLayouts {
@@ -462,6 +465,17 @@ impl BlobLayouts {
             vec![Piece {
                 code: None,
                 layouts,
+            }],
+        )
+    }
+
+    /// The layouts of `blob`, a PTX text or cubin, read at first need from those bytes.
+    pub(crate) fn of_shared(blob: Arc<[u8]>) -> Self {
+        Self::of(
+            Devices::Every,
+            vec![Piece {
+                code: None,
+                layouts: Pending::Shared(blob),
             }],
         )
     }
@@ -529,6 +543,7 @@ impl BlobLayouts {
             .iter()
             .map(|piece| match &piece.layouts {
                 Pending::Kept(bytes) => bytes.len(),
+                Pending::Shared(bytes) => bytes.len(),
                 Pending::Read(_) => 0,
             })
             .sum()
@@ -546,6 +561,7 @@ fn merge(pieces: Vec<Piece>, devices: Devices) -> DeviceLayouts {
         let layouts = match piece.layouts {
             Pending::Read(layouts) => layouts,
             Pending::Kept(bytes) => kernel_layouts(&bytes),
+            Pending::Shared(bytes) => kernel_layouts(&bytes),
         };
         match layouts {
             Ok(layouts) => Ok((what, layouts)),

@@ -31,6 +31,9 @@ pub(crate) struct ModuleCode<'a> {
     pub(crate) kind: BlobKind,
     pub(crate) image_kind: BlobKind,
     pub(crate) image: Cow<'a, [u8]>,
+    /// The layouts of a PTX text or cubin, shared with other loads of equal bytes
+    /// ([`check_cache`](crate::code::check_cache)); `None`: read of `entries` or `image`.
+    pub(crate) layouts: Option<Arc<BlobLayouts>>,
     pub(crate) entries: Option<BlobLayouts>,
     pub(crate) runs: Runs,
 }
@@ -45,6 +48,9 @@ impl ModuleCode<'_> {
     /// are the layouts when the driver cannot tell them (no `cuFuncGetParamInfo`: older than CUDA
     /// 12.4, or an injection library).
     pub(crate) fn into_layouts(self, compute_capability: (u32, u32)) -> (String, Arc<BlobLayouts>) {
+        if let Some(layouts) = self.layouts {
+            return (self.name, layouts);
+        }
         let layouts = self.entries.unwrap_or_else(|| {
             let devices = Devices::of(compute_capability).unwrap_or(Devices::Every);
             BlobLayouts::of_blob(self.image_kind, self.image, devices)
@@ -329,14 +335,23 @@ mod tests {
     }
 
     #[test]
-    fn layouts_are_read_at_their_first_need_from_a_copy_dropped_then() {
-        let ptx = atlas_kernels::ptx_for_model("demo").unwrap()[1].1;
-        let (name, layouts) = prepared(ptx).into_layouts((9, 0));
+    fn layouts_are_read_at_their_first_need_once_for_every_load_of_equal_bytes() {
+        // Bytes no other test loads: the demo's PTX with a comment of its own at the end.
+        let mut ptx = atlas_kernels::ptx_for_model("demo").unwrap()[1].1.to_vec();
+        if ptx.last() == Some(&0) {
+            ptx.pop();
+        }
+        ptx.extend_from_slice(b"\n// layouts_are_read_at_their_first_need\n");
+        let (name, layouts) = prepared(&ptx).into_layouts((9, 0));
         assert_eq!(name, "elementwise");
         assert!(!layouts.is_read());
         assert_eq!(layouts.kept_bytes(), ptx.len());
+        // A load of equal bytes elsewhere shares them.
+        let copy = ptx.clone();
+        let (_, again) = prepared(&copy).into_layouts((9, 0));
+        assert!(Arc::ptr_eq(&layouts, &again));
         assert_eq!(scale_sizes(&layouts), [8, 4, 4]);
-        assert!(layouts.is_read());
+        assert!(layouts.is_read() && again.is_read());
         assert_eq!(layouts.kept_bytes(), 0);
     }
 

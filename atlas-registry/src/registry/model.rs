@@ -3,9 +3,11 @@
 //! ([`Prepared`]); and the preload that fills a registry's function table at load ([`preload`]).
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use crate::code::blob::{self, BlobKind};
 use crate::code::blob_set::{self, BlobSet};
+use crate::code::check_cache;
 use crate::code::fit::{self, FatbinPtx, Unfit};
 use crate::code::layout::BlobLayouts;
 use crate::code::module::ModuleCode;
@@ -55,8 +57,9 @@ pub struct Model<'a> {
 /// A module checked before any driver is loaded.
 #[derive(Debug, Clone)]
 pub(crate) enum Checked<'a> {
-    /// A blob: its kind and the bytes to hand over.
-    Blob(BlobKind, Cow<'a, [u8]>),
+    /// A blob: its kind, the bytes to hand over, and for a PTX text or cubin its layouts, shared
+    /// with the loads of equal bytes ([`check_cache`]).
+    Blob(BlobKind, Cow<'a, [u8]>, Option<Arc<BlobLayouts>>),
     /// A blob set: each of its blobs so.
     Set(Vec<(BlobKind, Cow<'a, [u8]>)>),
     /// A source, compiled for each device.
@@ -163,8 +166,15 @@ impl<'a> Model<'a> {
         self.modules
             .iter()
             .map(|(name, code)| match code {
-                Code::Blob(bytes) => blob::prepare(name, bytes, unknown_formats)
-                    .map(|(kind, image)| Checked::Blob(kind, image)),
+                // Bytes that passed before pass again, with the layouts read of them then.
+                Code::Blob(bytes) => match check_cache::find(bytes) {
+                    Some((kind, layouts)) => {
+                        Ok(Checked::Blob(kind, blob::image(kind, bytes), Some(layouts)))
+                    }
+                    None => blob::prepare(name, bytes, unknown_formats).map(|(kind, image)| {
+                        Checked::Blob(kind, image, check_cache::remember(kind, bytes))
+                    }),
+                },
                 Code::Set(set) => set.check(name).map(Checked::Set),
                 Code::Source(_) => Ok(Checked::Source),
             })
@@ -205,10 +215,10 @@ impl<'a> Model<'a> {
         let driver = calls::cuda_version().ok();
         let mut prepared = Prepared::default();
         for ((name, code), checked) in self.modules.iter().zip(checked) {
-            let (kind, image) = match (code, checked, &compiler) {
-                (_, Checked::Blob(kind, image), _) => (kind, image),
+            let (kind, image, layouts) = match (code, checked, &compiler) {
+                (_, Checked::Blob(kind, image, layouts), _) => (kind, image, layouts),
                 (_, Checked::Set(blobs), _) => match blob_set::choose(blobs, cc, driver) {
-                    Ok((kind, image, _)) => (kind, image),
+                    Ok((kind, image, _)) => (kind, image, None),
                     Err(unfit) => {
                         prepared.unfit = Some((name.clone(), unfit));
                         break;
@@ -226,7 +236,7 @@ impl<'a> Model<'a> {
                     // Checked by the blob validator as it was made or taken from the cache
                     // (an entry it refuses is compiled again), as `check_blobs` checks a blob.
                     let (kind, image) = code.into_checked();
-                    (kind, Cow::Owned(image))
+                    (kind, Cow::Owned(image), None)
                 }
                 // `checked` says what each module is: a source only for a source.
                 _ => continue,
@@ -260,6 +270,7 @@ impl<'a> Model<'a> {
                 kind,
                 image_kind,
                 image,
+                layouts,
                 entries,
                 runs,
             });

@@ -237,14 +237,19 @@ pub(crate) fn prepare<'b>(
         None if unknown_formats && !blob.is_empty() => BlobKind::Binary,
         kind => refused(module, check_known(blob, kind, None))?,
     };
+    Ok((kind, image(kind, blob)))
+}
+
+/// The bytes to hand the driver of `blob`, of `kind`, as [`prepare`] makes them.
+pub(crate) fn image(kind: BlobKind, blob: &[u8]) -> Cow<'_, [u8]> {
     let terminated = matches!(kind, BlobKind::Ptx | BlobKind::Binary) && !blob.ends_with(b"\0");
     if !terminated {
-        return Ok((kind, Cow::Borrowed(blob)));
+        return Cow::Borrowed(blob);
     }
     let mut owned = Vec::with_capacity(blob.len() + 1);
     owned.extend_from_slice(blob);
     owned.push(0);
-    Ok((kind, Cow::Owned(owned)))
+    Cow::Owned(owned)
 }
 
 /// The rest of [`validate_blob_for_device`] after [`prepare`] made `image` of `kind`, for a device
