@@ -38,9 +38,11 @@
 //!   checking only the entries a device can pick would not be enough; the test prints the split
 //!   and fails if a mutant that Atlas passes crashes the driver.
 //! - `crash_fixtures_crash_the_plain_driver_and_atlas_refuses_them`: the crash fixtures, their
-//!   sources, and each group of a mutant's changes alone, on the plain driver and through Atlas;
-//!   fails unless each mutant, and the fault it is refused for alone, crashes the plain driver and
-//!   is refused by Atlas, whatever else crashes the driver is refused too, and the sources load.
+//!   sources, and each group of a mutant's changes alone, on the plain driver (as the fatbin, and
+//!   as its cubin, which is what a registry hands over) and through Atlas; fails unless each
+//!   mutant, and the fault it is refused for alone, crashes the plain driver in one form or the
+//!   other and is refused by Atlas, whatever else crashes the driver is refused too, and the
+//!   sources load.
 
 mod support;
 
@@ -359,10 +361,14 @@ fn load_mutants() {
                 }
                 (through_atlas, source.fatbin.with_entries(entries).bytes())
             }
-            ["crash", how, _] => (
-                how == "atlas",
-                crash_blobs().swap_remove(number(2) as usize).blob,
-            ),
+            ["crash", how, _] => {
+                let blob = crash_blobs().swap_remove(number(2) as usize).blob;
+                match how {
+                    // What a registry hands the driver of these one-entry sm_90 fatbins.
+                    "cubin" => (false, sole_contents(&blob)),
+                    _ => (how == "atlas", blob),
+                }
+            }
             _ => panic!("a task {task:?}"),
         };
         if through_atlas {
@@ -785,8 +791,10 @@ fn crash_fixtures_are_refused() {
     }
 }
 
-/// The crash fixtures on the plain driver and through Atlas, each in a child process: each
-/// mutant crashes the plain driver and is refused by Atlas, and so is the fault Atlas refuses it
+/// The crash fixtures on the plain driver (the fatbin, and its cubin: what a registry hands over
+/// of these one-entry sm_90 fatbins) and through Atlas, each in a child process: each mutant
+/// crashes the plain driver in one form or the other (seeds 33202 and 39170 only as the cubin:
+/// the driver loads them as fatbins) and is refused by Atlas, and so is the fault Atlas refuses it
 /// for, alone; the sources load. The mutants' other changes are loaded alone too, to tell which
 /// change crashes the driver: any of them that crashes it must be refused as well.
 #[test]
@@ -795,21 +803,30 @@ fn crash_fixtures_crash_the_plain_driver_and_atlas_refuses_them() {
     let devices = device_count().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
     assert!(devices > 0, "{NEEDS_GPU}: the driver reports no device");
     let blobs = crash_blobs();
-    let tasks: Vec<String> = ["raw", "atlas"]
+    let tasks: Vec<String> = ["raw", "cubin", "atlas"]
         .iter()
         .flat_map(|how| (0..blobs.len()).map(move |i| format!("crash {how} {i}")))
         .collect();
     let outcomes = run(&tasks, &None);
-    let (raw, atlas) = outcomes.split_at(blobs.len());
+    let (raw, rest) = outcomes.split_at(blobs.len());
+    let (cubin, atlas) = rest.split_at(blobs.len());
     let mut failures = Vec::new();
-    for ((b, raw), atlas) in blobs.iter().zip(raw).zip(atlas) {
-        let crashed = matches!(raw, Outcome::Crashed(_) | Outcome::Hung);
-        let raw_text = match raw {
+    for (((b, raw), cubin), atlas) in blobs.iter().zip(raw).zip(cubin).zip(atlas) {
+        // The plain driver is handed the fatbin, as a library or a forced JIT hands it over,
+        // and its cubin, as a registry does: a crash in either is the driver's.
+        let crashes = |o: &Outcome| matches!(o, Outcome::Crashed(_) | Outcome::Hung);
+        let crashed = crashes(raw) || crashes(cubin);
+        let text = |o: &Outcome| match o {
             Outcome::Answered(code) => match code.parse::<u32>() {
                 Ok(0) => "loads".to_string(),
                 _ => format!("driver error {}", error_name(code)),
             },
             other => format!("{other:?}"),
+        };
+        let raw_text = if text(raw) == text(cubin) {
+            text(raw)
+        } else {
+            format!("{} (the fatbin), {} (its cubin)", text(raw), text(cubin))
         };
         let atlas_text = match atlas {
             Outcome::Answered(a) => a.clone(),

@@ -2070,14 +2070,15 @@ fn cubins_of_both_layouts() -> Vec<(String, Vec<u8>)> {
 
 /// The flag bits of `e_flags` around the SM number and the virtual architecture are the driver's
 /// to judge: nvcc 13 sets `0x0100_0000` (`-shared`, NPP, cuRAND), and other toolkits others. But
-/// bit 0 in the layout of ABI version 8, which the driver crashes on and no toolchain sets.
+/// bit 31 in the layout of ABI version 7 and bit 0 in that of version 8, which the driver crashes
+/// on and no toolchain sets.
 #[test]
 fn e_flags_bits_are_the_drivers_to_judge() {
     for (name, blob) in cubins_of_both_layouts() {
         let image = Image::new(&blob);
         let flags = image.u32(48);
         let (numbers, crashing): (u32, u32) = if blob[8] == 7 {
-            (0x00ff_00ff, 0)
+            (0x00ff_00ff, 0x8000_0000)
         } else {
             (0x00ff_ff00, 1)
         };
@@ -2090,12 +2091,15 @@ fn e_flags_bits_are_the_drivers_to_judge() {
         }
         let all = image.with(48, &(flags | !(numbers | crashing)).to_le_bytes());
         assert_eq!(check(&all), Ok(BlobKind::Cubin), "{name}: every flag bit");
-        if crashing != 0 {
-            assert_refused(
-                &image.with(48, &(flags | crashing).to_le_bytes()),
-                &["sets bit 0", "ABI version 8", "the driver crashes on"],
-            );
-        }
+        let (bit, abi) = (crashing.trailing_zeros(), blob[8]);
+        assert_refused(
+            &image.with(48, &(flags | crashing).to_le_bytes()),
+            &[
+                &format!("sets bit {bit}"),
+                &format!("ABI version {abi}"),
+                "the driver crashes on",
+            ],
+        );
     }
     // The first fatbin of an `nvcc -shared` library built by nvcc 13.0 for sm_90.
     let real = Image::new(demo_cubin("elementwise"));
@@ -2159,7 +2163,7 @@ fn e_flags_name_a_plausible_sm_and_virtual_architecture() {
 }
 
 /// The `e_flags` that crashed the driver (an H200, driver 580) in cubins of other architectures
-/// than the device's are refused for their SM numbers.
+/// than the device's are refused for their SM numbers (and for bit 31, which they set too).
 #[test]
 fn e_flags_that_crashed_the_driver_are_refused() {
     for &sm in &[75, 80, 86, 89] {
@@ -2170,7 +2174,10 @@ fn e_flags_that_crashed_the_driver_are_refused() {
                 (0xa893_ec90, 144),
                 (0xffa9_e3be, 190),
             ] {
+                // Bit 31 is refused too, first (ABI version 7); without it, the SM number.
                 let reason = refusal(&image.with(48, &flags.to_le_bytes()));
+                assert!(reason.contains("sets bit 31"), "{name}: {reason}");
+                let reason = refusal(&image.with(48, &(flags & 0x7fff_ffff).to_le_bytes()));
                 assert!(
                     reason.contains(&format!("names SM {named}")),
                     "{name}: {reason}"

@@ -49,7 +49,7 @@
 //!   nothing. `EI_ABIVERSION` 7 or 8 says how `e_flags` is laid out ([`sm_arch`]); the driver
 //!   indexes its own tables by the SM number there, so that number, and the virtual
 //!   architecture's, must be plausible ([`check_flags`]); the flag bits around them are the
-//!   driver's to judge, but for bit 0 in version 8, which it crashes on.
+//!   driver's to judge, but for bit 31 in version 7 and bit 0 in version 8, which it crashes on.
 //! - `JUMPTABLE_RELOCS` (0x03) records are refused: no current toolchain writes one, and the
 //!   driver crashes on one whatever its value.
 
@@ -160,11 +160,15 @@ const ABI_VERSION_7: u8 = 7;
 /// NVRTC 13.5 write `0x0600_5a04` for sm_90, `0x0600_6402` for sm_100).
 const ABI_VERSION_8: u8 = 8;
 
-/// The bit of `e_flags` in the layout of ABI version 8 that the driver crashes on: every odd value
-/// of the low byte crashed it (H200, driver 580, the sm_90 cubins of nvcc 13.0 and cuBLASLt 13.1;
-/// `tests/driver_follows.rs`), and no cubin sets it: the 12,544 of ABI version 8 of NVIDIA's
-/// libraries under `/opt/nvlibs` have 0x02 or 0x04 there. (In version 7 the flag byte is bits
-/// 8-15, and none of its 255 other values crashed the driver.)
+/// The bits of `e_flags` that the driver crashes on, swept byte by byte on an H200 (driver 580;
+/// `tests/driver_follows.rs`), and that no cubin of NVIDIA's libraries under `/opt/nvlibs` sets.
+/// In the layout of ABI version 7, bit 31: every value of the top byte from 0x80 up crashed the
+/// driver (NVRTC 12.0's sm_90 cubin), and the 4,263 cubins of that layout have 0 there; no other
+/// value of bits 8 to 31 crashed it.
+const EF_CRASHING_V1: u32 = 0x8000_0000;
+/// In the layout of ABI version 8, bit 0: every odd value of the low byte crashed the driver (the
+/// sm_90 cubins of nvcc 13.0 and cuBLASLt 13.1), and the 12,544 cubins of that layout have 0x02 or
+/// 0x04 there; no value of bits 16 to 31 crashed it.
 const EF_CRASHING_V2: u32 = 0x1;
 
 /// The SM number and the virtual architecture's (0 for none) that `e_flags` of a cubin of ABI
@@ -198,10 +202,16 @@ pub(crate) fn sm_arch(blob: &[u8]) -> Option<u32> {
 /// and 8 the numbers' places are unknown, and nothing is checked.
 #[inline]
 pub(super) fn check_flags(abi: u8, flags: u32) -> Check {
-    if abi == ABI_VERSION_8 && flags & EF_CRASHING_V2 != 0 {
+    let crashing = match abi {
+        ABI_VERSION_7 => EF_CRASHING_V1,
+        ABI_VERSION_8 => EF_CRASHING_V2,
+        _ => 0,
+    };
+    if flags & crashing != 0 {
         return Err(format!(
-            "e_flags {flags:#010x} sets bit 0, which no CUDA toolchain sets in the layout of ABI \
-             version 8 and the driver crashes on"
+            "e_flags {flags:#010x} sets bit {}, which no CUDA toolchain sets in the layout of ABI \
+             version {abi} and the driver crashes on",
+            crashing.trailing_zeros()
         ));
     }
     let Some((sm, virtual_sm)) = decode_flags(abi, flags) else {
