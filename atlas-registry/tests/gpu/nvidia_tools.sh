@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Atlas under NVIDIA's tools, on a GPU machine with 16 cores, in about 8 minutes on an H200:
+# Atlas under NVIDIA's tools, on a GPU machine with 16 cores, in about 2 minutes on an H200:
 #
 # 1. The GPU tests (the ignored ones), except those that fault or make the driver fail on purpose
 #    (listed below, with why), under compute-sanitizer's memcheck, racecheck, initcheck and
