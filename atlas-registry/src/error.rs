@@ -132,7 +132,7 @@ pub enum CaptureMisuse {
     /// driver would refuse it and invalidate the capture.
     #[error(
         "this thread is capturing a stream, and `cuMemAlloc` cannot be captured; allocate before \
-         `begin_capture`, or use `DeviceBuffer::alloc_async` on the capturing stream (the capture \
+         the capture, or use `DeviceBuffer::alloc_async` on the capturing stream (the capture \
          goes on)"
     )]
     AllocateWhileCapturing,
@@ -140,12 +140,15 @@ pub enum CaptureMisuse {
     /// and `read`) on a stream being captured, or from a thread that is capturing.
     #[error(
         "a copy that waits for its stream cannot be captured; enqueue it with \
-         `copy_from_async`/`copy_to_async` instead, or copy after `end_capture` (the capture goes on)"
+         `copy_from_async`/`copy_to_async` instead, or copy after the capture ends (the capture goes on)"
     )]
     WaitingCopyWhileCapturing,
-    /// A conditional node asked of a stream that is not capturing: conditional nodes are added to
-    /// the graph a stream is capturing into.
-    #[error("the stream is not capturing; begin a capture before adding a conditional node")]
+    /// A conditional node asked of a capture that the driver no longer has: it was ended or
+    /// invalidated outside Atlas (a raw `cuStreamEndCapture` on the stream).
+    #[error(
+        "the stream is no longer capturing (its capture was ended outside Atlas); conditional nodes \
+         are added to a capture in progress"
+    )]
     NotCapturing,
     /// A conditional node given a handle made for another graph than the one the stream is
     /// capturing into.
@@ -154,22 +157,6 @@ pub enum CaptureMisuse {
          into; make it with `conditional_handle` on this capture"
     )]
     ForeignConditionalHandle,
-    /// `end_capture` on a stream capturing a conditional node's body, or on the stream whose
-    /// capture that body belongs to while it is captured: the body graph belongs to its node, and
-    /// the capture ends when the body closure returns.
-    #[error(
-        "the stream is capturing a conditional node's body (or waits for one); the capture ends \
-         when the body closure returns"
-    )]
-    ConditionalBody,
-    /// `end_capture` on a stream without a capture begun by `begin_capture`: none is in progress,
-    /// or it was begun with the driver's own call, and Atlas cannot know what its graph launches.
-    #[error(
-        "the stream has no capture begun with `begin_capture`; a capture begun with the driver's \
-         own `cuStreamBeginCapture` ends with `cuStreamEndCapture` (Atlas cannot know what that \
-         graph launches, so it does not own it)"
-    )]
-    NotBegun,
 }
 
 /// Everything that can go wrong in Atlas. Each variant says what was being done and names the

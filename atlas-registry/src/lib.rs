@@ -104,8 +104,10 @@
 //!
 //! # Graphs
 //!
-//! [`CudaStream::begin_capture`] and [`CudaStream::end_capture`] capture launches into a
-//! [`CudaGraph`]; [`CudaGraph::instantiate`] makes a [`GraphExec`] that replays them with one
+//! [`CudaStream::begin_capture`] returns a [`Capture`], which borrows the stream mutably (the
+//! driver needs the stream to itself while a capture begins or ends) and through which launches,
+//! from any thread, are captured; [`Capture::end`] returns them as a [`CudaGraph`];
+//! [`CudaGraph::instantiate`] makes a [`GraphExec`] that replays them with one
 //! driver call and whose kernel arguments [`GraphExec::set_kernel_args`] changes in place.
 //!
 //! A graph owns what it launches: the registry of every kernel captured into it (so its modules
@@ -117,13 +119,13 @@
 //! ```no_run
 //! # fn f(registry: atlas_registry::AtlasRegistry, mut x: atlas_registry::DeviceBuffer<f32>) -> atlas_registry::Result<()> {
 //! use atlas_registry::{CudaStream, LaunchConfig, release};
-//! let stream = CudaStream::new(registry.ctx())?;
+//! let mut stream = CudaStream::new(registry.ctx())?;
 //! let scale = registry.function_cached("elementwise", "scale")?; // resolved before capture
 //! let (n, cfg) = (x.len() as u32, LaunchConfig::for_elements(x.len() as u32, 256));
-//! stream.begin_capture()?;
+//! let capture = stream.begin_capture()?;
 //! // SAFETY: `scale` touches the `n` floats of `x`, which the graph keeps allocated.
-//! unsafe { scale.launch(&stream, &cfg, (&mut x, 2.0f32, n)) }?;
-//! let mut exec = stream.end_capture()?.instantiate()?;
+//! unsafe { scale.launch(&capture, &cfg, (&mut x, 2.0f32, n)) }?;
+//! let mut exec = capture.end()?.instantiate()?;
 //! drop((scale, x));
 //! assert!(release(registry).is_err()); // `InUse`: the graph keeps the module loaded
 //! // SAFETY: the graph reaches only the memory of its buffer argument, which it keeps.
@@ -214,7 +216,7 @@ pub use error::AttributeRefusal;
 pub use error::CompileRefusal;
 pub use error::{AtlasError, CaptureMisuse, LaunchRefusal, LimitError, NotFoundKind, Result};
 pub use error::{GraphFeature, UpdateRefusal};
-pub use graph::capture::CudaGraph;
+pub use graph::capture::{Capture, CudaGraph};
 pub use graph::conditional::ConditionalHandle;
 pub use graph::exec::GraphExec;
 pub use graph::update::GraphUpdate;

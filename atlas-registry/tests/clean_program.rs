@@ -300,21 +300,21 @@ fn stream_ordered(registry: &AtlasRegistry, rng: &mut Rng) {
 /// Two launches captured into a graph; with `Replay::Yes` it is replayed, one node's arguments
 /// changed, and replayed again.
 fn capture(registry: &AtlasRegistry, rng: &mut Rng, replay: Replay) {
-    let stream = CudaStream::new(registry.ctx()).unwrap();
+    let mut stream = CudaStream::new(registry.ctx()).unwrap();
     let n = 1 + rng.index(3000);
     let input = rng.vec(n);
     let (f, g, h) = (rng.f32() * 2.0, rng.f32() * 2.0, rng.f32() * 2.0);
     let mut x = DeviceBuffer::from_slice(registry.ctx(), &stream, &input).unwrap();
     let scale = registry.function_cached("elementwise", "scale").unwrap();
     let cfg = LaunchConfig::for_elements(n as u32, 256);
-    stream.begin_capture().unwrap();
+    let capture = stream.begin_capture().unwrap();
     // SAFETY: captured, run only by the replays below: `scale` touches the `n` floats of `x`,
     // which outlives the graph (declared before it).
     unsafe {
-        scale.launch(&stream, &cfg, (&mut x, f, n as u32)).unwrap();
-        scale.launch(&stream, &cfg, (&mut x, g, n as u32)).unwrap();
+        scale.launch(&capture, &cfg, (&mut x, f, n as u32)).unwrap();
+        scale.launch(&capture, &cfg, (&mut x, g, n as u32)).unwrap();
     }
-    let graph = stream.end_capture().unwrap();
+    let graph = capture.end().unwrap();
     if replay == Replay::No {
         return;
     }

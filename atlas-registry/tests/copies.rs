@@ -43,7 +43,7 @@ fn raw_copies_reach_a_device_symbol_on_any_stream_and_are_captured_into_a_graph(
     };
     let (ptr, size): (CUdeviceptr, usize) = (&kept.bias).into();
     assert_eq!((ptr, size), (kept.bias.ptr(), 4));
-    let stream = CudaStream::new(registry.ctx()).unwrap();
+    let mut stream = CudaStream::new(registry.ctx()).unwrap();
 
     // Eager: host → symbol → host, on a created stream.
     let value = rng.f32_in(-8.0, 8.0);
@@ -70,16 +70,21 @@ fn raw_copies_reach_a_device_symbol_on_any_stream_and_are_captured_into_a_graph(
         .unwrap();
     let cfg = LaunchConfig::for_elements(N as u32, 256);
     let mut host_bias = Box::new(0.0f32);
-    stream.begin_capture().unwrap();
+    let capture = stream.begin_capture().unwrap();
     // SAFETY: the 4-byte `bias`; `host_bias` is boxed (its address is fixed) and outlives every
     // replay below.
     unsafe {
-        registry.copy_h2d_async(ptr, (&raw const *host_bias).cast::<c_void>(), size, &stream)
+        registry.copy_h2d_async(
+            ptr,
+            (&raw const *host_bias).cast::<c_void>(),
+            size,
+            &capture,
+        )
     }
     .unwrap();
     // SAFETY: `x` holds `N` floats, all add_bias touches with n = N; it outlives the replays.
-    unsafe { add.launch(&stream, &cfg, (&mut x, N as u32)) }.unwrap();
-    let exec = stream.end_capture().unwrap().instantiate().unwrap();
+    unsafe { add.launch(&capture, &cfg, (&mut x, N as u32)) }.unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
     let mut expected = input.clone();
     for _ in 0..3 {
         *host_bias = rng.f32_in(-4.0, 4.0);

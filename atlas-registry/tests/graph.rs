@@ -22,7 +22,7 @@ static SCALE: FunctionCache = FunctionCache::new("elementwise", "scale");
 #[ignore = "needs an NVIDIA GPU"]
 fn capture_replay_and_update_arguments() {
     let registry = AtlasRegistry::load(0, ptx_for_model("demo").unwrap()).unwrap();
-    let stream = CudaStream::new(registry.ctx()).unwrap();
+    let mut stream = CudaStream::new(registry.ctx()).unwrap();
     let mut rng = Rng::new();
     let n = 50_000usize;
     let input = rng.vec(n);
@@ -36,13 +36,13 @@ fn capture_replay_and_update_arguments() {
     unsafe { scale.launch(&stream, &cfg, (&mut x, 1.0f32, n as u32)) }.unwrap();
     stream.synchronize().unwrap();
 
-    stream.begin_capture().unwrap();
+    let capture = stream.begin_capture().unwrap();
     for &f in &factors {
         // SAFETY: captured, not run: the kernel runs at each replay of `exec`, where it touches the
         // `n` floats `x` holds; `x` is declared before `exec`, so it outlives every replay.
-        unsafe { scale.launch(&stream, &cfg, (&mut x, f, n as u32)) }.unwrap();
+        unsafe { scale.launch(&capture, &cfg, (&mut x, f, n as u32)) }.unwrap();
     }
-    let graph = stream.end_capture().unwrap();
+    let graph = capture.end().unwrap();
     // Captured, not run.
     assert_close(&x.to_vec(&stream).unwrap(), &input, 0.0, "after capture");
 
@@ -95,7 +95,7 @@ fn capture_replay_and_update_arguments() {
 #[ignore = "needs an NVIDIA GPU"]
 fn the_legacy_stream_is_not_captured() {
     let registry = AtlasRegistry::load(0, ptx_for_model("demo").unwrap()).unwrap();
-    let legacy = CudaStream::legacy_default(registry.ctx());
+    let mut legacy = CudaStream::legacy_default(registry.ctx());
     let err = legacy.begin_capture().unwrap_err().to_string();
     assert!(err.contains("legacy default stream"), "{err}");
 }
@@ -106,7 +106,7 @@ fn first_launch_inside_a_capture_reads_parameters_and_opts_in() {
     // A function resolved but never launched: its parameter layout and its 96 KiB shared memory
     // opt-in are first needed while the stream is capturing.
     let registry = AtlasRegistry::load(0, ptx_for_model("demo").unwrap()).unwrap();
-    let stream = CudaStream::new(registry.ctx()).unwrap();
+    let mut stream = CudaStream::new(registry.ctx()).unwrap();
     let sum = registry
         .function_cached("block_reduce", "block_sum")
         .unwrap();
@@ -122,12 +122,12 @@ fn first_launch_inside_a_capture_reads_parameters_and_opts_in() {
         block: (1024, 1, 1),
         shared_mem_bytes: CHUNK * 4,
     };
-    stream.begin_capture().unwrap();
+    let capture = stream.begin_capture().unwrap();
     // SAFETY: captured, not run: at the replay block_sum reads the `n` floats of `x`, writes one
     // float per block to `out` (`blocks` floats, the grid) and stages `CHUNK` floats in `CHUNK * 4`
     // bytes of shared memory; `x` and `out` are declared before `exec`, so they outlive it.
-    unsafe { sum.launch(&stream, &cfg, (&x, &mut out, n as u32, CHUNK)) }.unwrap();
-    let exec = stream.end_capture().unwrap().instantiate().unwrap();
+    unsafe { sum.launch(&capture, &cfg, (&x, &mut out, n as u32, CHUNK)) }.unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
     // SAFETY: `x` and `out` outlive the replay.
     unsafe { exec.launch(&stream) }.unwrap();
     let want: Vec<f32> = input
@@ -183,7 +183,7 @@ fn read(stream: &CudaStream, ptr: CUdeviceptr, n: usize) -> Vec<f32> {
 fn a_graph_replays_correctly_after_its_registries_are_released_and_its_buffers_dropped() {
     let demo = AtlasRegistry::load(0, ptx_for_model("demo").unwrap()).expect(NEEDS_GPU);
     let model_a = AtlasRegistry::load(0, ptx_for_model("model_a").unwrap()).unwrap();
-    let stream = CudaStream::new(demo.ctx()).unwrap();
+    let mut stream = CudaStream::new(demo.ctx()).unwrap();
     let mut rng = Rng::new();
     let n = 50_000 + rng.index(50_000);
     let a = rng.f32_in(0.25, 2.0);
@@ -193,18 +193,18 @@ fn a_graph_replays_correctly_after_its_registries_are_released_and_its_buffers_d
     let transform = model_a.function_cached("model", "transform").unwrap();
     let axpy = demo.function_cached("elementwise", "axpy").unwrap();
     let cfg = LaunchConfig::for_elements(n as u32, 256);
-    stream.begin_capture().unwrap();
+    let capture = stream.begin_capture().unwrap();
     // SAFETY: captured, not run: at each replay transform writes the `n` floats of `y` from those
     // of `x`, then axpy adds `a * x` to them; the graph keeps both buffers allocated.
     unsafe {
         transform
-            .launch(&stream, &cfg, (&x, &mut y, n as u32))
+            .launch(&capture, &cfg, (&x, &mut y, n as u32))
             .unwrap();
-        axpy.launch(&stream, &cfg, (&x, &mut y, a, n as u32))
+        axpy.launch(&capture, &cfg, (&x, &mut y, a, n as u32))
             .unwrap();
     }
     drop(x);
-    let exec = stream.end_capture().unwrap().instantiate().unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
     drop((y, transform, axpy));
     for registry in [demo, model_a] {
         let e = release(registry).unwrap_err();

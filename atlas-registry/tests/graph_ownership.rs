@@ -18,8 +18,7 @@ use std::cell::Cell;
 use atlas_kernels::ptx_for_model;
 use atlas_registry::sys::CUresult;
 use atlas_registry::{
-    AtlasError, AtlasRegistry, CaptureMisuse, CudaStream, DeviceBuffer, GraphUpdate, LaunchConfig,
-    release,
+    AtlasError, AtlasRegistry, CudaStream, DeviceBuffer, GraphUpdate, LaunchConfig, release,
 };
 use support::child;
 use support::graphs::{assert_wrong_context, capture_counted_loop, replay_noop_after_release};
@@ -128,7 +127,7 @@ fn buffers_dropped_during_and_after_the_capture_stay_for_the_graph() {
     let p = probe();
     let mut rng = Rng::new();
     let registry = demo();
-    let stream = CudaStream::new(registry.ctx()).unwrap();
+    let mut stream = CudaStream::new(registry.ctx()).unwrap();
     let live = p.count("live_allocations");
     let n = 100 + rng.index(2000);
     let (x_host, y0) = (rng.vec(n), rng.vec(n));
@@ -138,13 +137,16 @@ fn buffers_dropped_during_and_after_the_capture_stay_for_the_graph() {
     let y_ptr = y.device_ptr();
     let axpy = registry.function_cached("elementwise", "axpy").unwrap();
     let cfg = LaunchConfig::for_elements(n as u32, 256);
-    stream.begin_capture().unwrap();
+    let capture = stream.begin_capture().unwrap();
     // SAFETY: captured, not run: at each replay axpy touches the `n` floats of `x` and `y`, which
     // the graph keeps allocated (they are its typed launch's buffer arguments).
-    unsafe { axpy.launch(&stream, &cfg, (&x, &mut y, a, n as u32)) }.unwrap();
+    unsafe { axpy.launch(&capture, &cfg, (&x, &mut y, a, n as u32)) }.unwrap();
     drop(x);
-    assert!(stream.is_capturing().unwrap(), "the capture is still valid");
-    let graph = stream.end_capture().unwrap();
+    assert!(
+        capture.is_capturing().unwrap(),
+        "the capture is still valid"
+    );
+    let graph = capture.end().unwrap();
     drop((axpy, registry));
     let frees = p.count("cuMemFree_v2");
     let exec = graph.instantiate().unwrap();
@@ -200,17 +202,18 @@ fn updates_and_argument_updates_keep_what_they_launch() {
     let mut rng = Rng::new();
     let first = demo();
     let stream = CudaStream::new(first.ctx()).unwrap();
+    let mut capture_stream = CudaStream::new(first.ctx()).unwrap();
     let ctx = first.ctx();
     let live = p.count("live_allocations");
     let n = 64 + rng.index(500);
     let cfg = LaunchConfig::for_elements(n as u32, 256);
-    let capture = |registry: &AtlasRegistry, x: &mut DeviceBuffer<f32>, factor: f32| {
+    let mut capture = |registry: &AtlasRegistry, x: &mut DeviceBuffer<f32>, factor: f32| {
         let scale = registry.function("elementwise", "scale").unwrap();
-        stream.begin_capture().unwrap();
+        let capture = capture_stream.begin_capture().unwrap();
         // SAFETY: captured, not run: at each replay scale touches the `n` floats of `x`, which
         // the graph keeps allocated.
-        unsafe { scale.launch(&stream, &cfg, (&mut *x, factor, n as u32)) }.unwrap();
-        stream.end_capture().unwrap()
+        unsafe { scale.launch(&capture, &cfg, (&mut *x, factor, n as u32)) }.unwrap();
+        capture.end().unwrap()
     };
     let read = |ptr| {
         let mut got = vec![f32::NAN; n];
@@ -288,14 +291,14 @@ fn a_while_body_keeps_its_registry() {
     let mut rng = Rng::new();
     let registry = AtlasRegistry::load(0, ptx_for_model("conditional").unwrap()).unwrap();
     let modules = p.count("live_modules");
-    let stream = CudaStream::new(registry.ctx()).unwrap();
+    let mut stream = CudaStream::new(registry.ctx()).unwrap();
     let n = 50 + rng.index(200);
     let input = rng.vec(n);
     let mut x = DeviceBuffer::from_slice(registry.ctx(), &stream, &input).unwrap();
     let mut counter = DeviceBuffer::from_slice(registry.ctx(), &stream, &[-3i32]).unwrap();
     let (x_ptr, counter_ptr) = (x.device_ptr(), counter.device_ptr());
     let limit = 1 + rng.index(9) as i32;
-    let graph = capture_counted_loop(&registry, &stream, &mut x, &mut counter, limit);
+    let graph = capture_counted_loop(&registry, &mut stream, &mut x, &mut counter, limit);
     let exec = graph.instantiate().unwrap();
     drop((x, counter));
     assert!(matches!(
@@ -339,21 +342,21 @@ fn a_captured_raw_launch_keeps_its_registry() {
 fn a_raw_launch_keeps_the_registry_it_went_through() {
     let p = probe();
     let registry = demo();
-    let stream = CudaStream::new(registry.ctx()).unwrap();
+    let mut stream = CudaStream::new(registry.ctx()).unwrap();
     let noop = registry.raw_function_cached("noop", "noop").unwrap();
-    stream.begin_capture().unwrap();
+    let capture = stream.begin_capture().unwrap();
     // SAFETY: captured, not run: noop takes no arguments; the stream is of the registry's
     // context.
     unsafe {
         registry.launch_on_stream(
             noop,
             &LaunchConfig::for_elements(1, 1),
-            stream.raw(),
+            capture.raw(),
             &mut [],
         )
     }
     .unwrap();
-    let exec = stream.end_capture().unwrap().instantiate().unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
     assert!(matches!(
         release(registry).unwrap_err(),
         AtlasError::InUse { handles: 1, .. }
@@ -433,7 +436,7 @@ fn a_graph_of_one_device_refuses_the_others_streams_and_functions() {
         AtlasRegistry::load(0, blobs).unwrap(),
         AtlasRegistry::load(1, blobs).unwrap(),
     );
-    let (s0, s1) = (
+    let (mut s0, mut s1) = (
         CudaStream::new(r0.ctx()).unwrap(),
         CudaStream::new(r1.ctx()).unwrap(),
     );
@@ -441,15 +444,15 @@ fn a_graph_of_one_device_refuses_the_others_streams_and_functions() {
     let mut x0 = DeviceBuffer::from_slice(r0.ctx(), &s0, &[1.0f32; 256]).unwrap();
     let mut x1 = DeviceBuffer::from_slice(r1.ctx(), &s1, &[1.0f32; 256]).unwrap();
     let cfg = LaunchConfig::for_elements(n as u32, 256);
-    let capture = |registry: &AtlasRegistry, stream: &CudaStream, x: &mut DeviceBuffer<f32>| {
+    let capture = |registry: &AtlasRegistry, stream: &mut CudaStream, x: &mut DeviceBuffer<f32>| {
         let scale = registry.function_cached("elementwise", "scale").unwrap();
-        stream.begin_capture().unwrap();
+        let capture = stream.begin_capture().unwrap();
         // SAFETY: captured, not run: scale touches the `n` floats of `x`, kept by the graph.
-        unsafe { scale.launch(stream, &cfg, (&mut *x, 2.0f32, n as u32)) }.unwrap();
-        stream.end_capture().unwrap()
+        unsafe { scale.launch(&capture, &cfg, (&mut *x, 2.0f32, n as u32)) }.unwrap();
+        capture.end().unwrap()
     };
-    let mut exec = capture(&r0, &s0, &mut x0).instantiate().unwrap();
-    let foreign = capture(&r1, &s1, &mut x1);
+    let mut exec = capture(&r0, &mut s0, &mut x0).instantiate().unwrap();
+    let foreign = capture(&r1, &mut s1, &mut x1);
     let wrong = |e, what| assert_wrong_context(e, what, 0, 1);
     let launches = p.count("cuGraphLaunch");
     // SAFETY: refused before the driver is called.
@@ -493,17 +496,15 @@ fn a_graph_of_one_device_refuses_the_others_streams_and_functions() {
 }
 
 #[test]
-fn end_capture_refuses_a_capture_atlas_did_not_begin() {
+fn a_capture_begun_outside_atlas_is_left_to_its_owner() {
     standin::run(a_capture_begun_outside_atlas_is_not_ended_by_it, &[]);
 }
 
+/// `begin_capture` on a stream the caller is capturing with the driver's own call fails with the
+/// driver's error, and neither the failure nor Atlas's record touches that capture.
 fn a_capture_begun_outside_atlas_is_not_ended_by_it() {
     let registry = demo();
-    let stream = CudaStream::new(registry.ctx()).unwrap();
-    assert!(matches!(
-        stream.end_capture().unwrap_err(),
-        AtlasError::Capture(CaptureMisuse::NotBegun)
-    ));
+    let mut stream = CudaStream::new(registry.ctx()).unwrap();
     let cuda = atlas_registry::sys::driver().unwrap();
     let begin = atlas_registry::sys::entry!(cuda, cuStreamBeginCapture_v2).unwrap();
     let end = atlas_registry::sys::entry!(cuda, cuStreamEndCapture).unwrap();
@@ -511,16 +512,18 @@ fn a_capture_begun_outside_atlas_is_not_ended_by_it() {
     let mode = atlas_registry::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
     // SAFETY: a live stream of the current context (Atlas left it current).
     assert_eq!(unsafe { begin(stream.raw(), mode) }, CUresult::CUDA_SUCCESS);
-    let e = stream.end_capture().unwrap_err();
+    let e = stream.begin_capture().unwrap_err();
+    assert!(e.to_string().contains("cuStreamBeginCapture"), "{e}");
     assert!(
-        matches!(e, AtlasError::Capture(CaptureMisuse::NotBegun)),
-        "{e}"
+        stream.is_capturing().unwrap(),
+        "the caller's capture goes on"
     );
-    assert!(e.to_string().contains("cuStreamEndCapture"), "{e}");
     let mut graph = std::ptr::null_mut();
     // SAFETY: the capture begun above, on this thread; the graph is destroyed once.
     unsafe {
         assert_eq!(end(stream.raw(), &mut graph), CUresult::CUDA_SUCCESS);
         assert_eq!(destroy(graph), CUresult::CUDA_SUCCESS);
     }
+    // And the stream captures through Atlas again.
+    drop(stream.begin_capture().unwrap().end().unwrap());
 }

@@ -545,30 +545,30 @@ fn a_driver_without_launch_ex_is_named() {
 fn argument_updates_of_captured_nodes_check_their_attributes_again() {
     let probe = standin::probe();
     let registry = launch_model();
-    let stream = CudaStream::new(registry.ctx()).unwrap();
+    let mut stream = CudaStream::new(registry.ctx()).unwrap();
     let (shape, pair) = cluster_kernels(&registry);
     let mut out = DeviceBuffer::<u32>::alloc(registry.ctx(), 2 * 8192).unwrap();
     let cooperative = LaunchAttributes::new().cooperative(true);
-    stream.begin_capture().unwrap();
+    let capture = stream.begin_capture().unwrap();
     // SAFETY: captured, not run: the cluster kernels write two words per block of `out` (room
     // for 8192 blocks), which the graph keeps.
     unsafe {
         shape
             .launch_with(
-                &stream,
+                &capture,
                 &blocks_of_64(8),
                 &LaunchAttributes::new().cluster((2, 1, 1)),
                 (&mut out,),
             )
             .unwrap();
         shape
-            .launch_with(&stream, &blocks_of_64(64), &cooperative, (&mut out,))
+            .launch_with(&capture, &blocks_of_64(64), &cooperative, (&mut out,))
             .unwrap();
         shape
-            .launch(&stream, &blocks_of_64(4), (&mut out,))
+            .launch(&capture, &blocks_of_64(4), (&mut out,))
             .unwrap();
     }
-    let mut exec = stream.end_capture().unwrap().instantiate().unwrap();
+    let mut exec = capture.end().unwrap().instantiate().unwrap();
     let mut set = |node: usize, f: &CudaFunction, blocks: u32| {
         // SAFETY: the cluster kernels write two words per block of `out`, which has room for the
         // largest grid here and which the executable graph keeps.

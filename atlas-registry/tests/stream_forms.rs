@@ -133,23 +133,23 @@ fn gpu_a_graph_replays_on_either_stream_form() {
     let registry = AtlasRegistry::load(0, ptx_for_model("demo").unwrap())
         .unwrap_or_else(|e| panic!("this test needs an NVIDIA GPU: {e}"));
     let mut rng = Rng::new();
-    let stream = CudaStream::new(registry.ctx()).unwrap();
+    let mut stream = CudaStream::new(registry.ctx()).unwrap();
     let n = 1 + rng.index(5000);
     let input = rng.vec(n);
     let factor = 0.5 + rng.f32();
     let mut x = DeviceBuffer::from_slice(registry.ctx(), &stream, &input).unwrap();
     let scale = registry.function_cached("elementwise", "scale").unwrap();
-    stream.begin_capture().unwrap();
+    let capture = stream.begin_capture().unwrap();
     // SAFETY: captured; each replay touches the `n` floats of `x`, which outlives the graph.
     unsafe {
         scale.launch(
-            &stream,
+            &capture,
             &LaunchConfig::for_elements(n as u32, 256),
             (&mut x, factor, n as u32),
         )
     }
     .unwrap();
-    let exec = stream.end_capture().unwrap().instantiate().unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
     // SAFETY: as above; the raw handle is a live stream of the graph's context.
     unsafe {
         exec.launch(stream.raw()).unwrap();

@@ -112,7 +112,7 @@ fn a_pool_buffer_dropped_during_its_streams_capture_waits_for_it() {
     let p = standin::probe();
     let registry = demo();
     let ctx = registry.ctx();
-    let stream = CudaStream::new(ctx).unwrap();
+    let mut stream = CudaStream::new(ctx).unwrap();
     let live = p.count("live_allocations");
     let scale = SCALE.get(&registry).unwrap();
     let cfg = LaunchConfig::for_elements(32, 32);
@@ -124,9 +124,9 @@ fn a_pool_buffer_dropped_during_its_streams_capture_waits_for_it() {
         )
     };
     let frees = p.count("cuMemFreeAsync");
-    stream.begin_capture().unwrap();
+    let capture = stream.begin_capture().unwrap();
     // SAFETY: captured, not run: scale touches the 32 floats of `used`, which the graph keeps.
-    unsafe { scale.launch(&stream, &cfg, (&mut used, 1.0f32, 32u32)) }.unwrap();
+    unsafe { scale.launch(&capture, &cfg, (&mut used, 1.0f32, 32u32)) }.unwrap();
     drop(unused);
     drop(used);
     assert_eq!(
@@ -134,8 +134,8 @@ fn a_pool_buffer_dropped_during_its_streams_capture_waits_for_it() {
         frees,
         "no free reached the capture"
     );
-    assert!(stream.is_capturing().unwrap());
-    let graph = stream.end_capture().unwrap();
+    assert!(capture.is_capturing().unwrap());
+    let graph = capture.end().unwrap();
     assert_eq!(
         p.count("cuMemFreeAsync"),
         frees + 1,
@@ -202,25 +202,25 @@ fn priorities_are_read_once_and_checked() {
 fn synchronize_is_refused_while_capturing() {
     let registry = demo();
     let ctx = registry.ctx();
-    let stream = CudaStream::new(ctx).unwrap();
+    let mut stream = CudaStream::new(ctx).unwrap();
     let other = CudaStream::new(ctx).unwrap();
     let probe = standin::probe();
     assert!(!stream.is_capturing().unwrap());
 
-    stream.begin_capture().unwrap();
-    assert!(stream.is_capturing().unwrap());
+    let capture = stream.begin_capture().unwrap();
+    assert!(capture.is_capturing().unwrap());
     let syncs = probe.count("cuStreamSynchronize");
     assert_eq!(
-        capture_misuse(stream.synchronize()),
+        capture_misuse(capture.synchronize()),
         CaptureMisuse::SynchronizeWhileCapturing
     );
     assert_eq!(
-        capture_misuse(registry.stream_synchronize(&stream)),
+        capture_misuse(registry.stream_synchronize(&capture)),
         CaptureMisuse::SynchronizeWhileCapturing
     );
     // The same stream seen through another wrapper, and from another thread.
     // SAFETY: `stream` is a live stream of `ctx` and outlives `view`.
-    let view = unsafe { CudaStream::wrap(ctx, stream.raw()) }.unwrap();
+    let view = unsafe { CudaStream::wrap(ctx, capture.raw()) }.unwrap();
     assert_eq!(
         capture_misuse(view.synchronize()),
         CaptureMisuse::SynchronizeWhileCapturing
@@ -228,7 +228,7 @@ fn synchronize_is_refused_while_capturing() {
     std::thread::scope(|s| {
         s.spawn(|| {
             assert_eq!(
-                capture_misuse(stream.synchronize()),
+                capture_misuse(capture.synchronize()),
                 CaptureMisuse::SynchronizeWhileCapturing
             );
         });
@@ -245,7 +245,7 @@ fn synchronize_is_refused_while_capturing() {
     registry.stream_synchronize(registry.stream()).unwrap();
 
     // The capture was never invalidated: it ends with a graph.
-    let graph = stream.end_capture().unwrap();
+    let graph = capture.end().unwrap();
     assert!(!graph.raw().is_null());
     assert!(!stream.is_capturing().unwrap());
     stream.synchronize().unwrap();
@@ -254,12 +254,12 @@ fn synchronize_is_refused_while_capturing() {
 fn blocking_calls_are_refused_while_this_thread_captures() {
     let registry = demo();
     let ctx = registry.ctx();
-    let stream = CudaStream::new(ctx).unwrap();
+    let mut stream = CudaStream::new(ctx).unwrap();
     let other = CudaStream::new(ctx).unwrap();
     let probe = standin::probe();
     let mut before = DeviceBuffer::from_slice(ctx, &other, &[1.0f32; 8]).unwrap();
 
-    stream.begin_capture().unwrap();
+    let capture = stream.begin_capture().unwrap();
     let allocs = probe.count("cuMemAlloc_v2");
     let copies = probe.count("cuMemcpyHtoDAsync_v2") + probe.count("cuMemcpyDtoHAsync_v2");
     assert_eq!(
@@ -271,7 +271,7 @@ fn blocking_calls_are_refused_while_this_thread_captures() {
         CaptureMisuse::AllocateWhileCapturing
     );
     // Copies that wait, on the capturing stream or (from this thread) on another one.
-    for s in [&stream, &other] {
+    for s in [&capture, &other] {
         assert_eq!(
             capture_misuse(before.copy_from(s, &[2.0; 8])),
             CaptureMisuse::WaitingCopyWhileCapturing
@@ -300,12 +300,12 @@ fn blocking_calls_are_refused_while_this_thread_captures() {
     });
     // A stream-ordered allocation on the capturing stream is what to use instead.
     // SAFETY: `stream` outlives the buffer, nothing else uses it, and it is freed in this capture.
-    let temp = unsafe { DeviceBuffer::<f32>::alloc_async(ctx, &stream, 32) }.unwrap();
+    let temp = unsafe { DeviceBuffer::<f32>::alloc_async(ctx, &capture, 32) }.unwrap();
     temp.free().unwrap();
     assert_eq!(probe.count("cuMemAllocAsync"), 1);
     assert_eq!(probe.count("cuMemFreeAsync"), 1);
 
-    let _graph = stream.end_capture().unwrap();
+    let _graph = capture.end().unwrap();
     // After the capture, everything works again.
     before.copy_from(&stream, &[4.0; 8]).unwrap();
     assert_eq!(before.to_vec(&stream).unwrap(), [4.0; 8]);
@@ -315,23 +315,22 @@ fn blocking_calls_are_refused_while_this_thread_captures() {
 fn a_failed_end_keeps_the_record_while_the_capture_goes_on() {
     let registry = demo();
     let ctx = registry.ctx();
-    let stream = CudaStream::new(ctx).unwrap();
+    let mut stream = CudaStream::new(ctx).unwrap();
     let probe = standin::probe();
-    stream.begin_capture().unwrap();
-    // The driver refuses the end and the capture goes on: Atlas still refuses a synchronize.
+    let capture = stream.begin_capture().unwrap();
+    // The driver refuses the end and the capture goes on: the capture, consumed, ends it again
+    // as it goes, and the stream is not capturing afterwards.
     probe.inject("cuStreamEndCapture", 999, 1);
-    assert!(stream.end_capture().is_err());
-    assert!(stream.is_capturing().unwrap());
-    assert_eq!(
-        capture_misuse(stream.synchronize()),
-        CaptureMisuse::SynchronizeWhileCapturing
-    );
-    let _graph = stream.end_capture().unwrap();
+    let ends = probe.count("cuStreamEndCapture");
+    assert!(capture.end().is_err());
+    assert_eq!(probe.count("cuStreamEndCapture") - ends, 2);
+    assert!(!stream.is_capturing().unwrap());
     stream.synchronize().unwrap();
+    let _ = DeviceBuffer::<f32>::alloc(ctx, 4).unwrap();
 
-    // A stream dropped while capturing takes its record with it.
-    let doomed = CudaStream::new(ctx).unwrap();
-    doomed.begin_capture().unwrap();
+    // A stream dropped while a forgotten capture goes on takes its record with it.
+    let mut doomed = CudaStream::new(ctx).unwrap();
+    std::mem::forget(doomed.begin_capture().unwrap());
     assert_eq!(
         capture_misuse(DeviceBuffer::<f32>::alloc(ctx, 4)),
         CaptureMisuse::AllocateWhileCapturing
@@ -347,14 +346,14 @@ fn a_failed_end_keeps_the_record_while_the_capture_goes_on() {
 fn a_buffer_dropped_while_capturing_is_freed_when_the_capture_ends() {
     let registry = demo();
     let ctx = registry.ctx();
-    let stream = CudaStream::new(ctx).unwrap();
+    let mut stream = CudaStream::new(ctx).unwrap();
     let probe = standin::probe();
     let live = probe.count("live_allocations");
     let alloc = || DeviceBuffer::<f32>::alloc(ctx, 16).unwrap();
     let (dropped, freed, elsewhere) = (alloc(), alloc(), alloc());
     let frees = probe.count("cuMemFree_v2");
 
-    stream.begin_capture().unwrap();
+    let capture = stream.begin_capture().unwrap();
     drop(dropped);
     freed.free().unwrap();
     assert_eq!(
@@ -367,8 +366,11 @@ fn a_buffer_dropped_while_capturing_is_freed_when_the_capture_ends() {
         s.spawn(move || drop(elsewhere));
     });
     assert_eq!(probe.count("cuMemFree_v2"), frees + 1);
-    assert!(stream.is_capturing().unwrap(), "the capture is still valid");
-    let _graph = stream.end_capture().unwrap();
+    assert!(
+        capture.is_capturing().unwrap(),
+        "the capture is still valid"
+    );
+    let _graph = capture.end().unwrap();
     assert_eq!(
         probe.count("cuMemFree_v2"),
         frees + 3,
@@ -380,15 +382,15 @@ fn a_buffer_dropped_while_capturing_is_freed_when_the_capture_ends() {
         "every free was accepted"
     );
 
-    // A capturing stream dropped: what its thread held is freed with it.
-    let doomed = CudaStream::new(ctx).unwrap();
+    // A capture dropped unended: what its thread held is freed with it.
+    let mut doomed = CudaStream::new(ctx).unwrap();
     let (held, also) = (alloc(), alloc());
-    doomed.begin_capture().unwrap();
+    let capture = doomed.begin_capture().unwrap();
     drop(held);
     also.free().unwrap();
     assert_eq!(probe.count("cuMemFree_v2"), frees + 3);
     assert_eq!(probe.count("live_allocations"), live + 2);
-    drop(doomed);
+    drop(capture);
     assert_eq!(probe.count("cuMemFree_v2"), frees + 5);
     assert_eq!(
         probe.count("live_allocations"),
@@ -653,7 +655,7 @@ fn replay_a_graph_that_allocates_its_temporary(n: usize) {
     let demo = demo();
     let model_a = AtlasRegistry::load(0, ptx_for_model("model_a").unwrap()).unwrap();
     let ctx = demo.ctx();
-    let stream = CudaStream::new(ctx).unwrap();
+    let mut stream = CudaStream::new(ctx).unwrap();
     let (transform, axpy) = (TRANSFORM.get(&model_a).unwrap(), AXPY.get(&demo).unwrap());
     let mut rng = Rng::new();
     let (x_host, y0) = (rng.vec(n), rng.vec(n));
@@ -662,26 +664,26 @@ fn replay_a_graph_that_allocates_its_temporary(n: usize) {
     let mut y = DeviceBuffer::from_slice(ctx, &stream, &y0).unwrap();
     let cfg = LaunchConfig::for_elements(n as u32, 256);
 
-    stream.begin_capture().unwrap();
+    let capture = stream.begin_capture().unwrap();
     // SAFETY: allocated and freed in this capture, on `stream`, which outlives the graph; used
     // only by the two kernels captured on `stream` between.
-    let mut temp = unsafe { DeviceBuffer::<f32>::alloc_async(ctx, &stream, n) }.unwrap();
+    let mut temp = unsafe { DeviceBuffer::<f32>::alloc_async(ctx, &capture, n) }.unwrap();
     // SAFETY: captured, not run: at each replay `x`, `temp` and `y` hold the `n` floats the
     // kernels touch (`temp` allocated by the graph itself, not held again; `x` and `y` kept by
     // the graph).
     unsafe {
         transform
-            .launch(&stream, &cfg, (&x, &mut temp, n as u32))
+            .launch(&capture, &cfg, (&x, &mut temp, n as u32))
             .unwrap();
-        axpy.launch(&stream, &cfg, (&temp, &mut y, a, n as u32))
+        axpy.launch(&capture, &cfg, (&temp, &mut y, a, n as u32))
             .unwrap();
     }
     drop(temp);
     assert!(
-        stream.is_capturing().unwrap(),
+        capture.is_capturing().unwrap(),
         "the free is the graph's free node"
     );
-    let graph = stream.end_capture().unwrap();
+    let graph = capture.end().unwrap();
     assert_eq!(
         memory_nodes(graph.raw()),
         (1, 1),
@@ -725,7 +727,7 @@ fn stream_memory_gpu_release_threshold_round_trips() {
 fn stream_memory_gpu_a_buffer_dropped_during_capture_keeps_the_capture() {
     let registry = demo();
     let ctx = registry.ctx();
-    let stream = CudaStream::new(ctx).unwrap();
+    let mut stream = CudaStream::new(ctx).unwrap();
     let scale = SCALE.get(&registry).unwrap();
     let mut rng = Rng::new();
     let n = 10_000 + rng.index(50_000);
@@ -736,13 +738,16 @@ fn stream_memory_gpu_a_buffer_dropped_during_capture_keeps_the_capture() {
     let freed = DeviceBuffer::<f32>::alloc(ctx, n).unwrap();
     let cfg = LaunchConfig::for_elements(n as u32, 256);
 
-    stream.begin_capture().unwrap();
+    let capture = stream.begin_capture().unwrap();
     // SAFETY: captured, not run: at each replay `x` holds the `n` floats; it outlives `exec`.
-    unsafe { scale.launch(&stream, &cfg, (&mut x, factor, n as u32)) }.unwrap();
+    unsafe { scale.launch(&capture, &cfg, (&mut x, factor, n as u32)) }.unwrap();
     drop(temporary);
     freed.free().unwrap();
-    assert!(stream.is_capturing().unwrap(), "the capture is still valid");
-    let exec = stream.end_capture().unwrap().instantiate().unwrap();
+    assert!(
+        capture.is_capturing().unwrap(),
+        "the capture is still valid"
+    );
+    let exec = capture.end().unwrap().instantiate().unwrap();
     // SAFETY: `x`, the only memory the graph uses, is alive.
     unsafe { exec.launch(&stream) }.unwrap();
     let want: Vec<f32> = input.iter().map(|v| v * factor).collect();
@@ -754,7 +759,7 @@ fn stream_memory_gpu_a_buffer_dropped_during_capture_keeps_the_capture() {
 fn stream_memory_gpu_synchronize_refused_during_capture_graph_replays() {
     let registry = demo();
     let ctx = registry.ctx();
-    let stream = CudaStream::new(ctx).unwrap();
+    let mut stream = CudaStream::new(ctx).unwrap();
     let scale = SCALE.get(&registry).unwrap();
     let mut rng = Rng::new();
     let n = 20_000 + rng.index(50_000);
@@ -763,15 +768,15 @@ fn stream_memory_gpu_synchronize_refused_during_capture_graph_replays() {
     let mut x = DeviceBuffer::from_slice(ctx, &stream, &input).unwrap();
     let cfg = LaunchConfig::for_elements(n as u32, 256);
 
-    stream.begin_capture().unwrap();
+    let capture = stream.begin_capture().unwrap();
     // SAFETY: captured, not run: at each replay `x` holds the `n` floats; it outlives `exec`.
-    unsafe { scale.launch(&stream, &cfg, (&mut x, factor, n as u32)) }.unwrap();
+    unsafe { scale.launch(&capture, &cfg, (&mut x, factor, n as u32)) }.unwrap();
     assert_eq!(
-        capture_misuse(stream.synchronize()),
+        capture_misuse(capture.synchronize()),
         CaptureMisuse::SynchronizeWhileCapturing
     );
     assert_eq!(
-        capture_misuse(registry.stream_synchronize(&stream)),
+        capture_misuse(registry.stream_synchronize(&capture)),
         CaptureMisuse::SynchronizeWhileCapturing
     );
     assert_eq!(
@@ -779,16 +784,16 @@ fn stream_memory_gpu_synchronize_refused_during_capture_graph_replays() {
         CaptureMisuse::AllocateWhileCapturing
     );
     assert_eq!(
-        capture_misuse(x.to_vec(&stream)),
+        capture_misuse(x.to_vec(&capture)),
         CaptureMisuse::WaitingCopyWhileCapturing
     );
     assert!(
-        stream.is_capturing().unwrap(),
+        capture.is_capturing().unwrap(),
         "the capture is still active"
     );
     // SAFETY: as above.
-    unsafe { scale.launch(&stream, &cfg, (&mut x, factor, n as u32)) }.unwrap();
-    let exec = stream.end_capture().unwrap().instantiate().unwrap();
+    unsafe { scale.launch(&capture, &cfg, (&mut x, factor, n as u32)) }.unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
     assert_eq!(exec.kernel_count(), 2);
     stream.synchronize().unwrap();
 

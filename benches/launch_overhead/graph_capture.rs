@@ -42,6 +42,10 @@ struct Capture<'a> {
 pub(crate) fn graph_capture(c: &mut Criterion, pairs: &mut PairedCriterion, env: &Env) {
     let registry = &env.registry;
     let stream = ok(CudaStream::new(registry.ctx()), "creating a stream");
+    // Atlas captures on streams of its own, each used by one case: a capture borrows its stream
+    // mutably. The raw side captures on `stream`.
+    let new_stream = || ok(CudaStream::new(registry.ctx()), "creating a stream");
+    let (mut noop_stream, mut scale_stream) = (new_stream(), new_stream());
     let mut x = ok(
         DeviceBuffer::from_slice(registry.ctx(), &stream, &vec![1.0f32; SCALE_N as usize]),
         "uploading scale's data",
@@ -107,12 +111,12 @@ pub(crate) fn graph_capture(c: &mut Criterion, pairs: &mut PairedCriterion, env:
             raw: Box::new(move || raw_capture(noop_raw, std::ptr::null_mut(), 1, 1)),
             atlas: Box::new(move || {
                 let start = Instant::now();
-                ok(stream.begin_capture(), "begin_capture");
+                let capture = ok(noop_stream.begin_capture(), "begin_capture");
                 for _ in 0..LAUNCHES {
                     // SAFETY: captured, never run: noop takes no arguments.
-                    ok(unsafe { noop.launch(stream, &one, ()) }, "capturing noop");
+                    ok(unsafe { noop.launch(&capture, &one, ()) }, "capturing noop");
                 }
-                drop(ok(stream.end_capture(), "end_capture"));
+                drop(ok(capture.end(), "end_capture"));
                 start.elapsed()
             }),
         },
@@ -121,15 +125,15 @@ pub(crate) fn graph_capture(c: &mut Criterion, pairs: &mut PairedCriterion, env:
             raw: Box::new(move || raw_capture(scale_raw, scale_params, SCALE_N / 256, 256)),
             atlas: Box::new(|| {
                 let start = Instant::now();
-                ok(stream.begin_capture(), "begin_capture");
+                let capture = ok(scale_stream.begin_capture(), "begin_capture");
                 for _ in 0..LAUNCHES {
                     // SAFETY: captured, never run (the graph is dropped): `x` holds the `n` floats.
                     ok(
-                        unsafe { scale.launch(stream, &scale_cfg, (&mut x, 1.0f32, SCALE_N)) },
+                        unsafe { scale.launch(&capture, &scale_cfg, (&mut x, 1.0f32, SCALE_N)) },
                         "capturing scale",
                     );
                 }
-                drop(ok(stream.end_capture(), "end_capture"));
+                drop(ok(capture.end(), "end_capture"));
                 start.elapsed()
             }),
         },
@@ -168,13 +172,14 @@ pub(crate) fn graph_capture(c: &mut Criterion, pairs: &mut PairedCriterion, env:
     drop(cases);
 
     // Replays of one executable graph, enqueued: Atlas's door against the driver's.
-    ok(stream.begin_capture(), "begin_capture");
+    let mut capture_stream = ok(CudaStream::new(registry.ctx()), "creating a stream");
+    let capture = ok(capture_stream.begin_capture(), "begin_capture");
     for _ in 0..LAUNCHES {
         // SAFETY: noop takes no arguments and touches no memory.
-        ok(unsafe { noop.launch(stream, &one, ()) }, "capturing noop");
+        ok(unsafe { noop.launch(&capture, &one, ()) }, "capturing noop");
     }
     let exec = ok(
-        ok(stream.end_capture(), "end_capture").instantiate(),
+        ok(capture.end(), "end_capture").instantiate(),
         "instantiate",
     );
     let sync = || ok(stream.synchronize(), "synchronize");

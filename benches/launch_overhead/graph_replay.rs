@@ -15,16 +15,16 @@ const GRAPH_KERNELS: u64 = 256;
 /// is one kernel.
 pub(crate) fn graph_replay(c: &mut Criterion, env: &Env) {
     let registry = &env.registry;
-    let stream = ok(CudaStream::new(registry.ctx()), "creating a stream");
+    let mut stream = ok(CudaStream::new(registry.ctx()), "creating a stream");
     let one = LaunchConfig::for_elements(1, 1);
     let noop = ok(NOOP.get(registry), "FunctionCache::get noop");
-    ok(stream.begin_capture(), "begin_capture");
+    let capture = ok(stream.begin_capture(), "begin_capture");
     for _ in 0..GRAPH_KERNELS {
         // SAFETY: noop takes no arguments and touches no memory.
-        ok(unsafe { noop.launch(&stream, &one, ()) }, "capturing noop");
+        ok(unsafe { noop.launch(&capture, &one, ()) }, "capturing noop");
     }
     let exec = ok(
-        ok(stream.end_capture(), "end_capture").instantiate(),
+        ok(capture.end(), "end_capture").instantiate(),
         "instantiate",
     );
     let per_kernel = |iters: u64, run_batch: &dyn Fn()| {

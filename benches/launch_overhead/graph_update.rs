@@ -65,8 +65,10 @@ enum Shape {
     Layers(usize),
 }
 
-/// What the captures use: the kernels, their buffers, the stream they are captured on.
+/// What the captures use: the kernels, their buffers, the stream they are captured on (taken out
+/// while a capture borrows it) and the one their graphs are uploaded on.
 struct Captures<'a> {
+    capture_stream: Option<CudaStream>,
     stream: &'a CudaStream,
     env_registry: &'a AtlasRegistry,
     scale: CudaFunction,
@@ -93,8 +95,9 @@ impl Captures<'_> {
     /// A capture of `shape`, version `version`.
     fn capture(&mut self, shape: &Shape, version: u64, only_one: Option<usize>) -> CudaGraph {
         let cfg = LaunchConfig::for_elements(ELEMENTS, 256);
-        let stream = self.stream;
-        ok(stream.begin_capture(), "begin_capture");
+        let mut capture_stream = self.capture_stream.take().expect("one capture at a time");
+        let mut capture = ok(capture_stream.begin_capture(), "begin_capture");
+        let stream = &capture;
         match *shape {
             Shape::Chain(n) => {
                 for i in 0..n {
@@ -106,11 +109,12 @@ impl Captures<'_> {
                 // SAFETY: captured, not run: at a replay it writes the int of `counter`, which
                 // outlives every executable graph of this bench (none is replayed).
                 ok(
-                    unsafe { self.reset.launch(stream, &one, (&mut self.counter,)) },
+                    unsafe { self.reset.launch(&capture, &one, (&mut self.counter,)) },
                     "capturing reset_counter",
                 );
-                let cond = ok(stream.conditional_handle(true), "conditional_handle");
-                let captured = stream.capture_while(cond, |inner| {
+                let cond = ok(capture.conditional_handle(true), "conditional_handle");
+                let captured = capture.capture_while(cond, |inner| {
+                    let inner = &*inner;
                     for i in 0..body - 1 {
                         self.capture_scale(inner, &cfg, Self::factor(version, i, only_one));
                     }
@@ -157,7 +161,9 @@ impl Captures<'_> {
                 }
             }
         }
-        ok(stream.end_capture(), "end_capture")
+        let graph = ok(capture.end(), "end_capture");
+        self.capture_stream = Some(capture_stream);
+        graph
     }
 
     fn capture_scale(&self, stream: &CudaStream, cfg: &LaunchConfig, factor: f32) {
@@ -176,6 +182,7 @@ fn update_vs_reinstantiate(c: &mut Criterion, env: &Env) {
     let function =
         |registry: &AtlasRegistry, module, name| ok(registry.function(module, name), name);
     let mut captures = Captures {
+        capture_stream: Some(ok(CudaStream::new(env.registry.ctx()), "creating a stream")),
         stream: &stream,
         env_registry: &env.registry,
         scale: function(&env.registry, "elementwise", "scale"),
@@ -390,12 +397,9 @@ fn timed_change(
 
 fn while_loop(c: &mut Criterion, env: &Env) {
     let registry = conditional_model(env);
-    let stream = ok(CudaStream::new(registry.ctx()), "creating a stream");
-    // Outside a capture a driver with conditional nodes answers "not capturing"; one without
-    // them names what it lacks, and the loop is not benched.
-    if let Err(e) = stream.conditional_handle(true)
-        && !matches!(e, atlas_registry::AtlasError::Capture(_))
-    {
+    let mut stream = ok(CudaStream::new(registry.ctx()), "creating a stream");
+    // A driver without conditional nodes names what it lacks, and the loop is not benched.
+    if let Err(e) = ok(stream.begin_capture(), "begin_capture").conditional_handle(true) {
         println!("while_loop: not run: {e}");
         return;
     }
@@ -415,20 +419,20 @@ fn while_loop(c: &mut Criterion, env: &Env) {
     );
     let cfg = LaunchConfig::for_elements(ELEMENTS, 256);
     let one = LaunchConfig::for_elements(1, 1);
-    ok(stream.begin_capture(), "begin_capture");
+    let mut capture = ok(stream.begin_capture(), "begin_capture");
     // SAFETY: captured, not run: at a replay it writes the int of `counter`, which outlives `exec`.
     ok(
-        unsafe { reset.launch(&stream, &one, (&mut counter,)) },
+        unsafe { reset.launch(&capture, &one, (&mut counter,)) },
         "capturing reset_counter",
     );
-    let cond = ok(stream.conditional_handle(true), "conditional_handle");
+    let cond = ok(capture.conditional_handle(true), "conditional_handle");
     ok(
-        stream.capture_while(cond, |body| {
+        capture.capture_while(cond, |body| {
             // SAFETY: captured, not run: each iteration touches the ELEMENTS floats of `x` and the
             // int of `counter` (both outlive `exec`) and sets `cond`, a handle of this graph.
             unsafe {
                 step.launch(
-                    body,
+                    &*body,
                     &cfg,
                     (&mut x, ELEMENTS, cond, &mut counter, LOOP_STEPS),
                 )
@@ -437,7 +441,7 @@ fn while_loop(c: &mut Criterion, env: &Env) {
         "capture_while",
     );
     let exec = ok(
-        ok(stream.end_capture(), "end_capture").instantiate(),
+        ok(capture.end(), "end_capture").instantiate(),
         "instantiate",
     );
     ok(exec.upload(&stream), "upload");

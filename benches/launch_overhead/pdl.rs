@@ -35,14 +35,14 @@ pub(crate) fn pdl(c: &mut Criterion, paired: &mut PairedCriterion, env: &Env) {
     let blobs = atlas_kernels::blobs_for_device("launch", host.compute_capability())
         .expect("launch is a model of atlas-kernels");
     let registry = ok(AtlasRegistry::load(0, blobs), "loading the launch model");
-    let stream = ok(CudaStream::new(registry.ctx()), "creating a stream");
+    let mut stream = ok(CudaStream::new(registry.ctx()), "creating a stream");
     let step = ok(registry.function_cached("pdl", "pdl_step"), "pdl::pdl_step");
     // x = x * 1 + 0 keeps the data as it is, however many steps run.
     let mut x = ok(
         DeviceBuffer::from_slice(registry.ctx(), &stream, &[1.0f32; N as usize]),
         "uploading the chain's data",
     );
-    chain(c, &stream, &step, &mut x);
+    chain(c, &mut stream, &step, &mut x);
     launch_ex_paired(paired, env, &registry, &stream, &step, &mut x);
     ok(stream.synchronize(), "synchronize");
 }
@@ -68,27 +68,33 @@ fn launch_step(
 
 /// One chain captured into a graph.
 fn capture(
-    stream: &CudaStream,
+    stream: &mut CudaStream,
     step: &CudaFunction,
     x: &mut DeviceBuffer<f32>,
     attrs: Option<&LaunchAttributes>,
 ) -> GraphExec {
-    ok(stream.begin_capture(), "begin_capture");
+    let capture = ok(stream.begin_capture(), "begin_capture");
     for _ in 0..CHAIN {
-        launch_step(step, stream, x, attrs);
+        launch_step(step, &capture, x, attrs);
     }
     ok(
-        ok(stream.end_capture(), "end_capture").instantiate(),
+        ok(capture.end(), "end_capture").instantiate(),
         "instantiate",
     )
 }
 
 /// The time per kernel of a chain of [`CHAIN`] dependent steps, synchronize included: one
 /// criterion iteration is one kernel.
-fn chain(c: &mut Criterion, stream: &CudaStream, step: &CudaFunction, x: &mut DeviceBuffer<f32>) {
+fn chain(
+    c: &mut Criterion,
+    stream: &mut CudaStream,
+    step: &CudaFunction,
+    x: &mut DeviceBuffer<f32>,
+) {
     let pdl = LaunchAttributes::new().programmatic_stream_serialization(true);
     let graph = capture(stream, step, x, None);
     let graph_pdl = capture(stream, step, x, Some(&pdl));
+    let stream = &*stream;
     let per_kernel = |iters: u64, run_chain: &mut dyn FnMut()| {
         let chains = iters.div_ceil(CHAIN);
         let start = Instant::now();

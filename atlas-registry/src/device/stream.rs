@@ -105,6 +105,10 @@ impl CudaStream {
     ///
     /// 1. `raw` is a live stream, or a default stream handle.
     /// 2. It stays valid for as long as the returned value (and anything enqueued through it) is used.
+    /// 3. While a capture of it begins or ends through the returned value
+    ///    ([`begin_capture`](Self::begin_capture), [`Capture::end`]), nothing else enqueues work
+    ///    into `raw` (another `CudaStream` wrapping it, or a raw call): the driver crashes when it
+    ///    does. Atlas keeps this for its own references, not for other handles of the stream.
     ///
     /// # Examples
     ///
@@ -229,9 +233,10 @@ impl Drop for CudaStream {
         let raw = self.raw;
         let bound = ensure_bound(self.context);
         if bound.is_ok() && capture::is_begun(raw) {
-            // A capture Atlas began on it ends with it, in the driver first: until then the
-            // thread counts as capturing, and the frees that waited for the capture would be
-            // refused again. Its graph, which nothing can use, is destroyed.
+            // A capture Atlas began on it whose `Capture` was forgotten ends with it, in the
+            // driver first: until then the thread counts as capturing, and the frees that waited
+            // for the capture would be refused again. Its graph, which nothing can use, is
+            // destroyed.
             // SAFETY: the stream is live and its context current (above).
             if let Ok(graph) = unsafe { calls::end_capture(raw) } {
                 // SAFETY: the graph was just handed over by the driver, and is destroyed once.
@@ -249,13 +254,15 @@ impl Drop for CudaStream {
     }
 }
 
-/// A stream as the launches and the registry's copies take it: a [`&CudaStream`](CudaStream), or
-/// the raw `CUstream` the original registry took (null: the legacy default stream). Sealed:
-/// Atlas implements it for those two alone.
+/// A stream as the launches and the registry's copies take it: a [`&CudaStream`](CudaStream), a
+/// [`&Capture`](crate::Capture) (the stream it captures), or the raw `CUstream` the original registry
+/// took (null: the legacy default stream). Sealed: Atlas implements it for those three alone.
 ///
-/// A `&CudaStream` names its context, and the call checks it against its own (the function's,
-/// the graph's, the registry's). A raw `CUstream` names none: it is taken to be of the call's
-/// context, which the caller vouches for, so only `unsafe` calls take one. Safe calls
+/// A `&CudaStream` or `&Capture` names its context, and the call checks it against its own (the
+/// function's, the graph's, the registry's); no capture of it begins or ends while the reference
+/// lives, since that takes `&mut CudaStream`. A raw `CUstream` names none: it is taken to be of
+/// the call's context, and to begin or end no capture during the call, which the caller vouches
+/// for, so only `unsafe` calls take one. Safe calls
 /// ([`synchronize`](CudaStream::synchronize), [`DeviceBuffer::to_vec`](crate::DeviceBuffer::to_vec),
 /// ...) take a `&CudaStream`; [`CudaStream::wrap`] makes one of a raw stream, once.
 pub trait StreamArg: sealed::Sealed + Copy {
@@ -264,8 +271,9 @@ pub trait StreamArg: sealed::Sealed + Copy {
     fn stream_in(self, call: CUcontext) -> (CUstream, CUcontext);
 }
 
-mod sealed {
-    /// Implemented by Atlas for the stream forms only.
+/// The seal of [`StreamArg`]: public only to the crate, so that no other crate implements it.
+pub(crate) mod sealed {
+    /// Implemented by Atlas for the stream forms only (`&Capture` in `graph::capture`).
     pub trait Sealed {}
     impl Sealed for &super::CudaStream {}
     impl Sealed for atlas_sys::CUstream {}

@@ -598,6 +598,10 @@ pub(crate) unsafe fn graph_nodes(graph: CUgraph) -> Result<Vec<CUgraphNode>> {
     let mut count = 0usize;
     // SAFETY: duty 1; a null node array asks for the count only.
     unsafe { call!(cuGraphGetNodes(graph, std::ptr::null_mut(), &mut count)) }?;
+    if count == 0 {
+        // Asking for zero nodes is an error to the driver (`CUDA_ERROR_INVALID_VALUE`).
+        return Ok(Vec::new());
+    }
     let mut nodes: Vec<CUgraphNode> = vec![std::ptr::null_mut(); count];
     // SAFETY: duty 1; the array has room for `count` nodes.
     unsafe { call!(cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut count)) }?;

@@ -1,27 +1,26 @@
-//! Stream capture: [`CudaStream::begin_capture`] and [`CudaStream::end_capture`], and the captured
-//! [`CudaGraph`], which owns what its launches need.
+//! Stream capture: [`CudaStream::begin_capture`] and the [`Capture`] it returns, which borrows
+//! the stream mutably until the capture ends, and the captured [`CudaGraph`], which owns what its
+//! launches need.
+//!
+//! The driver does not support work enqueued into a stream while another thread begins or ends
+//! its capture (it crashes, in every capture mode). So a capture begins through `&mut CudaStream`
+//! and ends by consuming the [`Capture`]: while either happens, nobody else can hold a reference
+//! to the stream to launch with. In between, the capture is `Sync`, and other threads may launch
+//! into it through `&Capture`. Adding a conditional node changes the capture's graph outside the
+//! stream's order, and takes `&mut Capture` for the same reason.
 
 use std::fmt;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::sync::MutexGuard;
 
-use atlas_sys::{CUcontext, CUgraph, CUgraphNode, CUgraphNodeType, CUstreamCaptureMode};
+use atlas_sys::{CUcontext, CUgraph, CUgraphNode, CUgraphNodeType, CUstream, CUstreamCaptureMode};
 
 use crate::device::capture::{self, Keep};
 use crate::device::context::ensure_bound;
-use crate::device::stream::CudaStream;
+use crate::device::stream::{CudaStream, StreamArg, sealed};
 use crate::driver::calls;
 use crate::error::{AtlasError, CaptureMisuse, Result, report_cleanup};
-
-/// Serializes the calls that change a capture's graph outside the stream's own order (conditional
-/// handles and nodes, and the capture of a node's body) with each other and with the end of the
-/// capture, after which the graph may be dropped: the driver does not synchronize calls on one
-/// graph object, and [`CudaStream`] is shared between threads.
-static EDITS: Mutex<()> = Mutex::new(());
-
-/// Holds the graph-edit lock for the guard's life.
-pub(crate) fn edits() -> MutexGuard<'static, ()> {
-    EDITS.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// A captured graph, not yet instantiated.
 ///
@@ -44,30 +43,82 @@ unsafe impl Send for CudaGraph {}
 // SAFETY: shared references only read the graph (node lists, instantiation).
 unsafe impl Sync for CudaGraph {}
 
+/// A capture in progress on a stream: everything enqueued on the stream (by any thread, through
+/// this value) becomes a node of a graph instead of running, until [`end`](Self::end) returns
+/// the graph. Made by [`CudaStream::begin_capture`], in `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`.
+///
+/// It borrows the stream mutably, so the stream is used only through the capture while it lasts,
+/// and the capture ends only when nothing else uses it: the driver crashes when work is enqueued
+/// into a stream while another thread begins or ends its capture, and the borrow makes that
+/// impossible to write. Launches and copies take `&Capture` as their stream (it dereferences to
+/// the [`CudaStream`]), from any thread:
+///
+/// ```compile_fail
+/// # fn f(registry: &atlas_registry::AtlasRegistry, x: &mut atlas_registry::DeviceBuffer<f32>) -> atlas_registry::Result<()> {
+/// let mut stream = atlas_registry::CudaStream::new(registry.ctx())?;
+/// let scale = registry.function_cached("elementwise", "scale")?;
+/// let cfg = atlas_registry::LaunchConfig::for_elements(16, 16);
+/// std::thread::scope(|s| {
+///     s.spawn(|| {
+///         // SAFETY: `x` holds 16 floats.
+///         unsafe { scale.launch(&stream, &cfg, (&mut *x, 2.0f32, 16u32)) }
+///     });
+///     // Refused by the compiler: `stream` is borrowed by the launching thread.
+///     let capture = stream.begin_capture();
+/// });
+/// # Ok(()) }
+/// ```
+///
+/// It is `!Send`: the thread that began the capture ends it, as the driver's thread-local mode
+/// requires.
+///
+/// ```compile_fail
+/// fn send<T: Send>(_: T) {}
+/// fn f(stream: &mut atlas_registry::CudaStream) {
+///     send(stream.begin_capture().unwrap());
+/// }
+/// ```
+///
+/// Dropped without [`end`](Self::end) (or after a failing body), the capture is ended and its
+/// graph destroyed. Streams joined into the capture with raw driver calls (`cuStreamWaitEvent` on
+/// an event recorded in it) are part of it: the driver crashes when such a stream is enqueued into
+/// while the capture ends, so until `end` returns they are the caller's to keep from other
+/// threads.
+#[must_use = "dropping a capture ends it and discards its graph"]
+pub struct Capture<'s> {
+    stream: &'s mut CudaStream,
+    /// A conditional node's body: ended by Atlas when the body closure returns, never by `end` or
+    /// the drop.
+    body: bool,
+    /// Whether the capture still has to be ended (by the drop, if not by `end`).
+    open: bool,
+    /// `!Send` (ended on the thread that began it) but `Sync`; invariant in `'s`, so that a body
+    /// closure cannot swap the body it is given with a capture of its own.
+    _marks: PhantomData<(MutexGuard<'static, ()>, fn(&'s ()) -> &'s ())>,
+}
+
 impl CudaStream {
-    /// Starts capturing the work enqueued on this stream by this thread into a graph
-    /// (`CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`). Nothing runs until the graph is replayed.
-    /// The legacy default stream cannot be captured ([`AtlasError::Capture`]).
+    /// Starts capturing the work enqueued on this stream into a graph
+    /// (`CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`); nothing runs until the graph is replayed. The
+    /// stream is used through the returned [`Capture`] until [`Capture::end`] returns the graph.
+    /// The legacy default stream cannot be captured ([`CaptureMisuse::LegacyDefaultStream`]).
     ///
     /// Every launch of Atlas captured into the graph leaves it what the kernel needs (see
-    /// [`CudaGraph`]): also a launch on another stream that joins the capture (by waiting for an
-    /// event recorded on this one), and a launch made by another thread on this stream while the
-    /// capture begins or ends, unless the capture both begins and ends while that one launch is
-    /// being enqueued.
+    /// [`CudaGraph`]), whichever thread made it through the capture.
     ///
     /// ```no_run
     /// # fn f(registry: &atlas_registry::AtlasRegistry, x: &mut atlas_registry::DeviceBuffer<f32>) -> atlas_registry::Result<()> {
     /// use atlas_registry::{CudaStream, LaunchConfig};
-    /// let stream = CudaStream::new(registry.ctx())?;
+    /// let mut stream = CudaStream::new(registry.ctx())?;
     /// let scale = registry.function_cached("elementwise", "scale")?; // looked up before capturing
     /// let (n, cfg) = (x.len() as u32, LaunchConfig::for_elements(x.len() as u32, 256));
-    /// stream.begin_capture()?;
+    /// let capture = stream.begin_capture()?;
     /// for factor in [2.0f32, 0.5, 3.0] {
     ///     // SAFETY: captured, not run: each replay touches the `n` floats of `x`, which outlives
     ///     // the graph.
-    ///     unsafe { scale.launch(&stream, &cfg, (&mut *x, factor, n))? };
+    ///     unsafe { scale.launch(&capture, &cfg, (&mut *x, factor, n))? };
     /// }
-    /// let mut exec = stream.end_capture()?.instantiate()?;
+    /// let mut exec = capture.end()?.instantiate()?;
     /// assert_eq!(exec.kernel_count(), 3);
     /// for _ in 0..10 {
     ///     // SAFETY: `x` and the registry (so the module) outlive the replays.
@@ -79,65 +130,141 @@ impl CudaStream {
     /// # Ok(()) }
     /// ```
     #[doc(alias = "cuStreamBeginCapture_v2")]
-    pub fn begin_capture(&self) -> Result<()> {
+    pub fn begin_capture(&mut self) -> Result<Capture<'_>> {
         if self.raw().is_null() {
             return Err(AtlasError::Capture(CaptureMisuse::LegacyDefaultStream));
         }
         ensure_bound(self.context())?;
+        let raw = self.raw();
         let mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-        capture::began(self.raw());
-        // SAFETY: the stream is live and not the legacy default stream; its context is current.
-        if let Err(e) = unsafe { calls::begin_capture(self.raw(), mode) } {
-            drop(capture::ended(self.raw()));
+        capture::began(raw, self.context());
+        // SAFETY: the stream is live and not the legacy default stream; its context is current;
+        // nothing else enqueues into it: `&mut self`, and for a wrapped stream duty 3 of
+        // `CudaStream::wrap`.
+        if let Err(e) = unsafe { calls::begin_capture(raw, mode) } {
+            drop(capture::ended(raw));
             return Err(e.into());
         }
         // SAFETY: the stream is live, not null, and capturing (just begun).
-        if let Ok(Some(id)) = unsafe { calls::capture_id(self.raw()) } {
-            capture::set_id(self.raw(), id);
+        if let Ok(Some(id)) = unsafe { calls::capture_id(raw) } {
+            capture::set_id(raw, id);
         }
-        Ok(())
+        Ok(Capture::new(self, false))
+    }
+}
+
+impl<'s> Capture<'s> {
+    /// The capture of `stream`, just begun.
+    pub(crate) fn new(stream: &'s mut CudaStream, body: bool) -> Self {
+        Self {
+            stream,
+            body,
+            open: true,
+            _marks: PhantomData,
+        }
     }
 
-    /// Ends the capture begun by [`begin_capture`](Self::begin_capture) and returns the graph,
-    /// which owns what its launches need.
+    /// The stream being captured.
+    pub fn stream(&self) -> &CudaStream {
+        self.stream
+    }
+
+    /// Ends the capture and returns the graph, which owns what its launches need.
     ///
-    /// Until then, calls that would break the capture are refused with [`AtlasError::Capture`]
-    /// and leave it intact: [`synchronize`](CudaStream::synchronize) of this stream (from any
-    /// thread), and from this thread [`DeviceBuffer::alloc`](crate::DeviceBuffer::alloc),
-    /// `from_slice` and the copies that wait for their stream. Stream-ordered allocations
+    /// While the capture lasts, calls that would break it are refused with
+    /// [`AtlasError::Capture`] and leave it intact: [`synchronize`](CudaStream::synchronize) of
+    /// the stream (from any thread), and from the capturing thread
+    /// [`DeviceBuffer::alloc`](crate::DeviceBuffer::alloc), `from_slice` and the copies that wait
+    /// for their stream. Stream-ordered allocations
     /// ([`DeviceBuffer::alloc_async`](crate::DeviceBuffer::alloc_async)) are captured as graph
     /// nodes. A free that would break the capture waits for it to end.
     ///
-    /// Refused ([`CaptureMisuse::NotBegun`]) for a stream whose capture `begin_capture` did not
-    /// begin, and ([`CaptureMisuse::ConditionalBody`]) while a conditional node's body is being
-    /// captured into it.
+    /// An invalidated capture (the driver's `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`, after a call
+    /// outside Atlas that broke it) ends with that error, and the stream is capturing no more.
+    ///
+    /// Whatever the driver answers, the stream is not capturing afterwards: a capture that a
+    /// failed end left going is ended again, and its graph destroyed, as a dropped capture is.
     #[doc(alias = "cuStreamEndCapture")]
-    pub fn end_capture(&self) -> Result<CudaGraph> {
-        let _edits = edits();
-        if capture::has_open_body(self.raw()) {
-            return Err(AtlasError::Capture(CaptureMisuse::ConditionalBody));
-        }
-        if !capture::is_begun(self.raw()) {
-            return Err(AtlasError::Capture(CaptureMisuse::NotBegun));
-        }
-        ensure_bound(self.context())?;
-        // SAFETY: the stream is live; its context is current.
-        match unsafe { calls::end_capture(self.raw()) } {
-            Ok(raw) => Ok(CudaGraph {
-                raw,
-                context: self.context(),
-                keep: capture::ended(self.raw()),
-            }),
+    pub fn end(mut self) -> Result<CudaGraph> {
+        let raw = self.stream.raw();
+        ensure_bound(self.stream.context())?;
+        // SAFETY: the stream is live; its context is current; nothing else enqueues into it: the
+        // capture is consumed, so no reference to the stream remains (for a wrapped stream, duty
+        // 3 of `CudaStream::wrap`).
+        match unsafe { calls::end_capture(raw) } {
+            Ok(graph) => {
+                self.open = false;
+                Ok(CudaGraph {
+                    raw: graph,
+                    context: self.stream.context(),
+                    keep: capture::ended(raw),
+                })
+            }
             Err(e) => {
-                // A failed end (an invalidated capture) usually ends the capture too: ask the
-                // driver.
+                // An invalidated capture ends with the failure: ask the driver. One still going
+                // is ended by the drop.
                 // SAFETY: the stream is live; its context is current.
-                if !unsafe { calls::stream_is_capturing(self.raw()) }.unwrap_or(false) {
-                    drop(capture::ended(self.raw()));
+                if !unsafe { calls::stream_is_capturing(raw) }.unwrap_or(true) {
+                    self.open = false;
+                    drop(capture::ended(raw));
                 }
                 Err(e.into())
             }
         }
+    }
+
+    /// The context of the stream being captured.
+    pub(crate) fn context(&self) -> CUcontext {
+        self.stream.context()
+    }
+}
+
+impl Deref for Capture<'_> {
+    type Target = CudaStream;
+
+    fn deref(&self) -> &CudaStream {
+        self.stream
+    }
+}
+
+impl fmt::Debug for Capture<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Capture")
+            .field("stream", &self.stream.raw())
+            .field("body", &self.body)
+            .finish()
+    }
+}
+
+impl Drop for Capture<'_> {
+    fn drop(&mut self) {
+        if !self.open || self.body {
+            return;
+        }
+        let raw = self.stream.raw();
+        let bound = ensure_bound(self.stream.context());
+        if bound.is_ok() {
+            // SAFETY: the stream is live and capturing (begun by this value), its context current;
+            // nothing else enqueues into it (the capture is being dropped).
+            if let Ok(graph) = unsafe { calls::end_capture(raw) } {
+                // SAFETY: the graph was just handed over by the driver, and is destroyed once.
+                let destroyed = unsafe { calls::graph_destroy(graph) }.map_err(AtlasError::from);
+                report_cleanup(
+                    "destroying the graph of a capture dropped unended",
+                    destroyed,
+                );
+            }
+        }
+        drop(capture::ended(raw));
+    }
+}
+
+impl sealed::Sealed for &Capture<'_> {}
+
+impl StreamArg for &Capture<'_> {
+    #[inline]
+    fn stream_in(self, _call: CUcontext) -> (CUstream, CUcontext) {
+        (self.stream.raw(), self.stream.context())
     }
 }
 

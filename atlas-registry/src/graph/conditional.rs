@@ -1,27 +1,26 @@
 //! Conditional graph nodes (CUDA 12.3+): an IF or WHILE node whose body graph runs, once or over
 //! and over, as long as a value on the device says so, with no host in the loop.
 //!
-//! A conditional node is added to the graph a stream is capturing into, where the capture stands:
+//! A conditional node is added to the graph of a [`Capture`], where the capture stands:
 //!
-//! 1. [`CudaStream::conditional_handle`] makes the node's [`ConditionalHandle`] in that graph,
-//!    with the value every replay starts with.
-//! 2. [`CudaStream::capture_while`] / [`CudaStream::capture_if`] add the node and capture its body:
-//!    the closure's launches, on the body stream it is given, become the body graph.
+//! 1. [`Capture::conditional_handle`] makes the node's [`ConditionalHandle`] in that graph, with
+//!    the value every replay starts with.
+//! 2. [`Capture::capture_while`] / [`Capture::capture_if`] add the node and capture its body: the
+//!    closure's launches, on the body capture it is given, become the body graph.
 //! 3. A kernel given the handle as an argument sets the value with the CUDA device function
 //!    `cudaGraphSetConditional(handle, value)` (see `kernels/conditional.cu`): 0 ends a WHILE loop
 //!    after the current iteration, or skips an IF body.
 //!
 //! The body graph belongs to its node, and so to the captured graph: the driver destroys it with
-//! that graph. Atlas never wraps it in a [`CudaGraph`](crate::CudaGraph), and refuses
-//! [`end_capture`](CudaStream::end_capture) on the body stream and on the capturing stream while
-//! the body is being captured (either would hand out a graph that is not the caller's to own).
-//! What the body's launches need alive (their registries and buffers) goes to the captured graph,
-//! as for its other launches.
+//! that graph. Atlas never wraps it in a [`CudaGraph`](crate::CudaGraph), and the body's capture
+//! ends when its closure returns (the closure gets `&mut Capture`, which cannot be ended). What the
+//! body's launches need alive (their registries and buffers) goes to the captured graph, as for
+//! its other launches.
 //!
-//! Adding a handle or a node, and beginning and ending the capture of a body, change the capture's
-//! graph outside the stream's order; they hold the graph-edit lock that `end_capture` holds too,
-//! so that no other thread ends the capture (and drops the graph) in between, nor edits the same
-//! graph at once (the driver does not synchronize calls on one graph object).
+//! Adding a handle or a node changes the capture's graph outside the stream's order, and the
+//! driver does not synchronize calls on one graph object: each takes `&mut Capture`, so no launch
+//! into the capture (through `&Capture`, from any thread) and no other edit of its graph runs at
+//! the same time, and the capture cannot end meanwhile.
 
 use atlas_sys::{CUgraphConditionalHandle, CUgraphConditionalNodeType, CUstreamCaptureMode};
 
@@ -31,14 +30,14 @@ use crate::device::host::{host, ordinal_of};
 use crate::device::stream::CudaStream;
 use crate::driver::calls;
 use crate::error::{AtlasError, CaptureMisuse, GraphFeature, Result};
-use crate::graph::capture::edits;
+use crate::graph::capture::Capture;
 use crate::graph::features::require;
 use crate::launch::args::KernelParam;
 
 /// The value of a conditional node, set on the device by `cudaGraphSetConditional`. Passed to a
 /// kernel as an argument (8 bytes, the CUDA type `cudaGraphConditionalHandle`).
 ///
-/// Made by [`CudaStream::conditional_handle`] for the graph that stream is capturing into, and
+/// Made by [`Capture::conditional_handle`] for the graph being captured, and
 /// valid for one conditional node of that graph. A kernel may set it only while it runs inside a
 /// replay of that graph (that is part of the launch contract of the kernel it is given to).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,21 +67,20 @@ unsafe impl KernelParam for ConditionalHandle {
     }
 }
 
-impl CudaStream {
-    /// Makes a conditional handle in the graph this stream is capturing into; every replay of that
-    /// graph starts with the handle's value set to `initial` (1 for `true`, 0 for `false`).
+impl Capture<'_> {
+    /// Makes a conditional handle in the graph being captured; every replay of that graph starts
+    /// with the handle's value set to `initial` (1 for `true`, 0 for `false`).
     ///
     /// # Errors
     ///
     /// [`AtlasError::GraphFeatureUnavailable`] on a driver without conditional nodes (older than
     /// CUDA 12.3), naming the entry points it lacks; [`CaptureMisuse::NotCapturing`] when the
-    /// stream is not capturing.
+    /// stream's capture was ended outside Atlas.
     #[doc(alias = "cuGraphConditionalHandleCreate")]
-    pub fn conditional_handle(&self, initial: bool) -> Result<ConditionalHandle> {
-        let _edits = edits();
+    pub fn conditional_handle(&mut self, initial: bool) -> Result<ConditionalHandle> {
         let capture = self.capture_for_conditional()?;
-        // SAFETY: the capture's graph is live while the stream captures into it; the stream's
-        // context is its context.
+        // SAFETY: the capture's graph is live while the stream captures into it, and nothing else
+        // uses it now (`&mut self`); the stream's context is its context.
         let raw = unsafe {
             calls::conditional_handle_create(capture.graph, self.context(), u32::from(initial))
         }?;
@@ -92,11 +90,11 @@ impl CudaStream {
         })
     }
 
-    /// Adds a WHILE node where this stream's capture stands and captures its body: `body` is given
-    /// a stream capturing into the body graph, and the launches it makes there run, at every
-    /// replay, for as long as `handle`'s value is not 0 when an iteration ends (and not at all
-    /// when it is 0 as the node is reached). A kernel of the body sets the value to 0 to stop.
-    /// Work captured on this stream afterwards runs after the loop.
+    /// Adds a WHILE node where this capture stands and captures its body: `body` is given a
+    /// capture of the body graph, and the launches it makes there run, at every replay, for as
+    /// long as `handle`'s value is not 0 when an iteration ends (and not at all when it is 0 as
+    /// the node is reached). A kernel of the body sets the value to 0 to stop. Work captured here
+    /// afterwards runs after the loop.
     ///
     /// # Errors
     ///
@@ -105,63 +103,59 @@ impl CudaStream {
     /// error `body` returns (the body's capture is ended first).
     #[doc(alias = "CU_GRAPH_COND_TYPE_WHILE")]
     pub fn capture_while(
-        &self,
+        &mut self,
         handle: ConditionalHandle,
-        body: impl FnOnce(&CudaStream) -> Result<()>,
+        body: impl FnOnce(&mut Capture<'_>) -> Result<()>,
     ) -> Result<()> {
         let kind = CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE;
         self.capture_conditional(handle, kind, body)
     }
 
-    /// Adds an IF node where this stream's capture stands and captures its body: `body` is given a
-    /// stream capturing into the body graph, whose launches run at a replay when `handle`'s value
-    /// is not 0 as the node is reached, and are skipped otherwise. Work captured on this stream
-    /// afterwards runs after the node.
+    /// Adds an IF node where this capture stands and captures its body: `body` is given a
+    /// capture of the body graph, whose launches run at a replay when `handle`'s value is not 0
+    /// as the node is reached, and are skipped otherwise. Work captured here afterwards runs
+    /// after the node.
     ///
     /// # Errors
     ///
     /// As [`capture_while`](Self::capture_while).
     #[doc(alias = "CU_GRAPH_COND_TYPE_IF")]
     pub fn capture_if(
-        &self,
+        &mut self,
         handle: ConditionalHandle,
-        body: impl FnOnce(&CudaStream) -> Result<()>,
+        body: impl FnOnce(&mut Capture<'_>) -> Result<()>,
     ) -> Result<()> {
         let kind = CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF;
         self.capture_conditional(handle, kind, body)
     }
 
     fn capture_conditional(
-        &self,
+        &mut self,
         handle: ConditionalHandle,
         kind: CUgraphConditionalNodeType,
-        body: impl FnOnce(&CudaStream) -> Result<()>,
+        body: impl FnOnce(&mut Capture<'_>) -> Result<()>,
     ) -> Result<()> {
-        let body_stream = self.begin_body(handle, kind)?;
-        let captured = body(&body_stream);
-        let ended = {
-            let _edits = edits();
-            // The graph the end returns is the body graph, owned by the node: it is dropped here
-            // as a raw handle, never destroyed. `ensure_bound` undoes any context change `body`
-            // made.
-            // SAFETY: the body stream is live and capturing (begun above); its context is current.
-            let ended = ensure_bound(self.context())
-                .and_then(|()| Ok(unsafe { calls::end_capture(body_stream.raw()) }?));
-            drop(capture::ended(body_stream.raw()));
-            ended
-        };
+        let mut body_stream = self.begin_body(handle, kind)?;
+        let raw = body_stream.raw();
+        let captured = body(&mut Capture::new(&mut body_stream, true));
+        // The graph the end returns is the body graph, owned by the node: it is dropped here as a
+        // raw handle, never destroyed. `ensure_bound` undoes any context change `body` made.
+        // SAFETY: the body stream is live and capturing (begun above); its context is current;
+        // nothing else enqueues into it (the body's capture, the only reference, is gone).
+        let ended =
+            ensure_bound(self.context()).and_then(|()| Ok(unsafe { calls::end_capture(raw) }?));
+        drop(capture::ended(raw));
         captured?;
         ended.map(|_body_graph| ())
     }
 
-    /// Adds the conditional node where this stream's capture stands, and begins capturing its
-    /// body on a new stream, which it returns.
+    /// Adds the conditional node where this capture stands, and begins capturing its body on a
+    /// new stream, which it returns.
     fn begin_body(
-        &self,
+        &mut self,
         handle: ConditionalHandle,
         kind: CUgraphConditionalNodeType,
     ) -> Result<CudaStream> {
-        let _edits = edits();
         let capture = self.capture_for_conditional()?;
         if capture.id != handle.capture {
             return Err(AtlasError::Capture(CaptureMisuse::ForeignConditionalHandle));
@@ -175,9 +169,8 @@ impl CudaStream {
             });
         };
         let body_stream = CudaStream::new(host(ordinal)?.context())?;
-        // No other thread ends the capture while this holds the graph-edit lock; the stream's
-        // context is current (`capture_for_conditional`); the handle is this capture's (above).
-        // SAFETY: as just said, the capture's graph is live and of the stream's context, and the
+        // SAFETY: the capture's graph is live and of the stream's context, which is current
+        // (`capture_for_conditional`), and nothing else uses it now (`&mut self`); the
         // dependencies are the capture's own, just read.
         let (node, body_graph) = unsafe {
             calls::add_conditional_node(
@@ -189,12 +182,14 @@ impl CudaStream {
                 self.context(),
             )
         }?;
-        // SAFETY: the stream is live and capturing into the graph `node` was just added to.
+        // SAFETY: the stream is live and capturing into the graph `node` was just added to;
+        // nothing else enqueues into it now (`&mut self`).
         unsafe { calls::set_capture_dependency(self.raw(), node) }?;
-        capture::began_body(body_stream.raw(), self.raw());
+        capture::began_body(body_stream.raw(), self.context(), self.raw());
         let mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-        // SAFETY: the body stream was just created (live, not null, not capturing) in the graph's
-        // context, which is current; the body graph lives as long as its node's graph.
+        // SAFETY: the body stream was just created (live, not null, not capturing, used by no
+        // one else) in the graph's context, which is current; the body graph lives as long as
+        // its node's graph.
         let begun = unsafe { calls::begin_capture_to_graph(body_stream.raw(), body_graph, mode) };
         if let Err(e) = begun {
             drop(capture::ended(body_stream.raw()));
@@ -203,14 +198,11 @@ impl CudaStream {
         Ok(body_stream)
     }
 
-    /// The capture this stream is in, checked to be one a conditional node can be added to.
+    /// The capture's state, checked to be one a conditional node can be added to.
     fn capture_for_conditional(&self) -> Result<calls::CaptureState> {
         require(GraphFeature::Conditional)?;
-        if self.raw().is_null() {
-            return Err(AtlasError::Capture(CaptureMisuse::LegacyDefaultStream));
-        }
         ensure_bound(self.context())?;
-        // SAFETY: the stream is live and not null; its context is current.
+        // SAFETY: the stream is live and not null (a capture); its context is current.
         let state = unsafe { calls::capture_state(self.raw()) }?;
         state.ok_or(AtlasError::Capture(CaptureMisuse::NotCapturing))
     }

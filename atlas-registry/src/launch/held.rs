@@ -1,7 +1,7 @@
 //! What a launch captured into a graph leaves the graph to keep alive ([`GraphHolds`]), and the
 //! check around every launch that finds out whether it is captured.
 //!
-//! Outside a capture this costs two atomic loads per launch and nothing else: no lock, no
+//! Outside a capture this costs one atomic load per launch and nothing else: no lock, no
 //! reference count, no allocation, no driver call. Only while Atlas captures somewhere in the
 //! process does a launch look for the capture its stream belongs to, and only a captured launch
 //! takes references for the graph.
@@ -60,9 +60,9 @@ impl GraphHolds {
 
 /// Enqueues a launch (`launch`) on `stream` and, when a capture Atlas began takes it in, leaves
 /// the graph what `gather` finds (`attributed`: a launch with cluster dimensions or a cooperative
-/// one). Looked for before the launch, and again after it when a capture began or ended
-/// meanwhile (another thread's), so that a launch that a capture takes in is held by its graph
-/// unless that capture also ended while the launch was enqueued.
+/// one). Looked for once, before the launch: a capture of `stream` begins and ends only through
+/// `&mut CudaStream` (a raw stream's caller vouches for as much), so none begins or ends while
+/// this launch is enqueued.
 #[inline(always)]
 pub(crate) fn enqueue(
     stream: CUstream,
@@ -70,15 +70,10 @@ pub(crate) fn enqueue(
     gather: impl Fn(&mut GraphHolds),
     launch: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
-    let watch = capture::watch();
-    if watch.capturing() {
+    if capture::watch().capturing() {
         hold_for_capture(stream, attributed, &gather);
     }
-    launch()?;
-    if watch.changed() {
-        hold_for_capture(stream, attributed, &gather);
-    }
-    Ok(())
+    launch()
 }
 
 /// When `stream` is captured by a capture Atlas began, leaves its graph what `gather` finds.

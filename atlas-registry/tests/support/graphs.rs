@@ -38,7 +38,7 @@ pub fn node_types(graph: CUgraph) -> Vec<CUgraphNodeType> {
 /// `counter` reaches `limit`. The graph keeps `x`, `counter` and the registry.
 pub fn capture_counted_loop(
     registry: &AtlasRegistry,
-    stream: &CudaStream,
+    stream: &mut CudaStream,
     x: &mut DeviceBuffer<f32>,
     counter: &mut DeviceBuffer<i32>,
     limit: i32,
@@ -51,20 +51,27 @@ pub fn capture_counted_loop(
         .unwrap();
     let n = x.len() as u32;
     let cfg = LaunchConfig::for_elements(n, 256);
-    stream.begin_capture().unwrap();
+    let mut capture = stream.begin_capture().unwrap();
     // SAFETY: captured, not run: at each replay it writes the one int of `counter`, which the
     // graph keeps.
-    unsafe { reset.launch(stream, &LaunchConfig::for_elements(1, 1), (&mut *counter,)) }.unwrap();
-    let cond = stream.conditional_handle(true).unwrap();
-    stream
+    unsafe {
+        reset.launch(
+            &capture,
+            &LaunchConfig::for_elements(1, 1),
+            (&mut *counter,),
+        )
+    }
+    .unwrap();
+    let cond = capture.conditional_handle(true).unwrap();
+    capture
         .capture_while(cond, |body| {
             // SAFETY: captured, not run: each iteration touches the `n` floats of `x` and the int
             // of `counter` (the graph keeps both) and sets `cond`, a handle of this graph, while
             // running in it.
-            unsafe { step.launch(body, &cfg, (&mut *x, n, cond, &mut *counter, limit)) }
+            unsafe { step.launch(&*body, &cfg, (&mut *x, n, cond, &mut *counter, limit)) }
         })
         .unwrap();
-    stream.end_capture().unwrap()
+    capture.end().unwrap()
 }
 
 /// Asserts that `e` refuses `what` of device `given` where device `expected`'s was needed.
@@ -84,12 +91,12 @@ pub fn assert_wrong_context(e: AtlasError, what: &str, expected: usize, given: u
 /// instantiates the graph and replays it three times, synchronized. The stream and the executable
 /// graph, which holds the registry's modules loaded.
 pub fn replay_noop_after_release(registry: AtlasRegistry) -> (CudaStream, GraphExec) {
-    let stream = CudaStream::new(registry.ctx()).unwrap();
+    let mut stream = CudaStream::new(registry.ctx()).unwrap();
     let noop = registry.function("noop", "noop").unwrap();
-    stream.begin_capture().unwrap();
+    let capture = stream.begin_capture().unwrap();
     // SAFETY: captured, not run: noop takes no arguments and touches no memory.
-    unsafe { noop.launch(&stream, &LaunchConfig::for_elements(1, 1), ()) }.unwrap();
-    let graph = stream.end_capture().unwrap();
+    unsafe { noop.launch(&capture, &LaunchConfig::for_elements(1, 1), ()) }.unwrap();
+    let graph = capture.end().unwrap();
     drop(noop);
     let e = release(registry).unwrap_err();
     assert!(

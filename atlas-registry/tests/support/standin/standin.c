@@ -23,8 +23,11 @@
  * the capture: cuStreamSynchronize of the capturing stream, cuCtxSynchronize of its context,
  * cuMemAlloc_v2 and cuMemFree_v2 from the capturing thread, cuMemFreeAsync in a capture of memory
  * that is not one of its graph's allocations. Copies during a capture still run at once. What the
- * driver does not synchronize is watched: two calls on one graph at once count "graph_race", and
- * each such call sleeps 300 us (lock released) so that racing callers overlap. Graph memory nodes
+ * driver does not synchronize is watched: two calls on one graph at once (a node captured into a
+ * graph another call is using included) count "graph_race", and each such call sleeps 300 us (lock
+ * released) so that racing callers overlap; a launch into a stream whose capture is beginning or
+ * ending counts "capture_race" (the driver crashes), the transition sleeping 300 us likewise.
+ * cuGraphGetNodes asked for zero nodes is refused, as the driver refuses it. Graph memory nodes
  * follow the driver's rules: only the graph frees what it frees itself, a graph with memory nodes
  * has one executable graph at a time, and a replay is refused while an allocation the last one
  * left unfreed is still live.
@@ -187,7 +190,7 @@ static CUresult status_string(CUresult error, const char **out, int want_name) {
     X(cuModuleGetFunctionCount) X(cuModuleEnumerateFunctions) X(cuFuncGetName) X(cuFuncLoad)
 
 /* Things that happen inside calls, counted for tests. */
-#define EVENTS(X) X(stale_handle) X(context_mismatch) X(fault) X(graph_race)
+#define EVENTS(X) X(stale_handle) X(context_mismatch) X(fault) X(graph_race) X(capture_race)
 
 #define AS_ENUM(n) E_##n,
 enum entry { ENTRY_POINTS(AS_ENUM) ENTRY_COUNT };
@@ -580,6 +583,7 @@ struct object {
             int into_existing;            /* begun with cuStreamBeginCaptureToGraph */
             unsigned long long capture_id;
             const void *capture_thread;   /* the thread that began it (thread-local mode) */
+            int transition;               /* a capture of it is beginning or ending now */
             struct object *dependency;    /* the node the next captured work depends on */
         } stream;
         struct {
@@ -1528,6 +1532,10 @@ static CUresult launch(const char *call, void *function, const unsigned grid[3],
     if (status == SUCCESS && k->param_count > 0 && params == NULL) status = INVALID_VALUE;
     if (status != SUCCESS) return status;
     struct object *s = as(stream, K_STREAM);
+    if (s != NULL && s->u.stream.transition != 0) {
+        note(E_capture_race);
+        fprintf(stderr, "standin: %s enqueued into a stream whose capture began or ended\n", call);
+    }
     if (s != NULL && s->u.stream.capture != 0) {
         struct node_data d;
         memset(&d, 0, sizeof d);
@@ -1905,6 +1913,17 @@ static CUresult graph_busy(struct object *g, const char *call) {
 
 static void graph_done(struct object *g) { g->u.graph.busy--; }
 
+/* A capture of stream `s` begins or ends: the driver crashes when work is enqueued into the stream
+ * meanwhile (counted as "capture_race" by the launch). The call sleeps with the lock released so
+ * that racing launches overlap. Called with the lock held; returns with it held. */
+static void capture_transition(struct object *s) {
+    s->u.stream.transition++;
+    pthread_mutex_unlock(&lock);
+    usleep(300);
+    pthread_mutex_lock(&lock);
+    s->u.stream.transition--;
+}
+
 /* Appends a node doing `d` to `g`. Called with the lock held. */
 static struct object *graph_add(struct object *g, const struct node_data *d) {
     if (g->u.graph.count == g->u.graph.capacity) {
@@ -1926,6 +1945,10 @@ static struct object *graph_add(struct object *g, const struct node_data *d) {
 /* Records `d` where the capture of `s` stands. Called with the lock held. */
 static CUresult capture_node(struct object *s, const struct node_data *d) {
     if (s->u.stream.capture == 2) return STREAM_CAPTURE_INVALIDATED;
+    if (s->u.stream.graph->u.graph.busy != 0) {
+        note(E_graph_race);
+        fprintf(stderr, "standin: a node was captured into a graph that another call was using\n");
+    }
     struct object *n = graph_add(s->u.stream.graph, d);
     if (n == NULL) return OUT_OF_MEMORY;
     s->u.stream.dependency = n;
@@ -2063,6 +2086,7 @@ CUresult cuStreamBeginCapture_v2(void *stream, int mode) {
     struct object *s = as(stream, K_STREAM), *g = NULL;
     CUresult status = (uintptr_t)stream <= 2 ? NOT_SUPPORTED : live(s, "cuStreamBeginCapture_v2");
     if (status == SUCCESS) status = usable(s->u.stream.ctx);
+    if (status == SUCCESS) capture_transition(s);
     if (status == SUCCESS && s->u.stream.capture != 0) status = ILLEGAL_STATE;
     if (status == SUCCESS && thread_capture_count == THREAD_CAPTURES) status = OUT_OF_MEMORY;
     if (status == SUCCESS && (g = new_graph(NULL)) == NULL) status = OUT_OF_MEMORY;
@@ -2126,7 +2150,9 @@ CUresult cuStreamEndCapture(void *stream, void **graph) {
     if (status == SUCCESS && s->u.stream.capture_thread != thread_token())
         status = STREAM_CAPTURE_WRONG_THREAD;
     struct object *g = status == SUCCESS ? s->u.stream.graph : NULL;
+    if (status == SUCCESS) s->u.stream.transition++;
     if (status == SUCCESS) status = graph_busy(g, "cuStreamEndCapture");
+    if (g != NULL) s->u.stream.transition--;
     if (status == SUCCESS && (s->dead || s->u.stream.capture == 0)) status = ILLEGAL_STATE;
     if (status == SUCCESS) {
         int invalidated = s->u.stream.capture == 2;
@@ -2269,6 +2295,8 @@ CUresult cuGraphGetNodes(void *graph, void **nodes, size_t *count) {
     pthread_mutex_lock(&lock);
     struct object *g = as(graph, K_GRAPH);
     CUresult status = live(g, "cuGraphGetNodes");
+    /* The driver: "Requesting zero nodes is not supported". */
+    if (status == SUCCESS && nodes != NULL && *count == 0) status = INVALID_VALUE;
     if (status == SUCCESS) {
         if (nodes != NULL) {
             size_t n = *count < g->u.graph.count ? *count : g->u.graph.count;

@@ -1,0 +1,251 @@
+//! Atlas's record of the stream captures it began: the calls that would break them (refused
+//! beforehand), what the graphs they build must keep alive, and the frees that wait for them.
+//!
+//! Some calls break a capture in progress: synchronizing a stream that is being captured
+//! invalidates its capture, and `cuMemAlloc` (or a copy that waits for its stream) from a thread
+//! that is capturing in `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL` is refused by the driver and
+//! invalidates that capture too, so the whole sequence is lost at its end. Atlas refuses them
+//! beforehand, with a typed error, and the capture goes on.
+//!
+//! A free cannot be refused (a buffer's drop returns nothing), so a free that would break a
+//! capture waits for it instead ([`free`]): `cuMemFree` from a capturing thread, and the free of
+//! memory that graphs used (which synchronizes the context first), wait for that thread's
+//! captures to end; `cuMemFreeAsync` on a stream being captured (of memory allocated before the
+//! capture) waits for that capture to end. In thread-local mode a capture is not disturbed by
+//! what other threads call, so a free from a thread that is not capturing is made at once, and
+//! never under the record's lock.
+//!
+//! A launch captured into a graph leaves the graph something to keep alive: the registry of the
+//! kernel (so its module stays loaded) and the allocations of its buffer arguments. The record
+//! gathers them per capture ([`hold`]) and hands them to the graph when the capture ends
+//! ([`ended`]). A conditional node's body is captured on a stream of its own, recorded with the
+//! capture it belongs to, so what its launches leave goes to the same graph.
+//!
+//! The record, not the driver, answers: asking the driver (`cuStreamIsCapturing`) would add a
+//! driver call to every synchronize and every launch. With no capture in progress, a check is one
+//! atomic load; while Atlas captures somewhere in the process, it is a short lock of a list that
+//! holds one entry per capture in progress ([`record`] holds the protocol, and no driver call is
+//! ever made under its lock). Captures begun outside Atlas (raw `cuStreamBeginCapture`) are not
+//! in the record: the driver keeps refusing what breaks them, and what their graphs launch is
+//! theirs to keep alive.
+
+mod record;
+mod sync;
+
+use record::{Captures, Conflict, Lookup, Record, StreamKey};
+pub(crate) use record::{Hold, Keep, Watch};
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Condvar, Mutex};
+
+use atlas_sys::{CUcontext, CUdeviceptr, CUstream};
+
+use crate::device::context::ensure_bound;
+use crate::driver::calls;
+use crate::error::{AtlasError, CaptureMisuse, Result, report_cleanup};
+
+/// The record's word: captures in progress and begun, read by every launch.
+static STATE: AtomicU64 = AtomicU64::new(0);
+/// The captures in progress, what their graphs will keep, and the frees that wait for them.
+static RECORD: Mutex<Record<Free>> = Mutex::new(Record::new());
+/// Signalled when a free's synchronization of a context is over.
+static SYNCED: Condvar = Condvar::new();
+
+/// The process-wide record.
+#[inline(always)]
+fn captures() -> Captures<'static, Free> {
+    Captures::new(&STATE, &RECORD, &SYNCED)
+}
+
+impl From<CUstream> for StreamKey {
+    fn from(stream: CUstream) -> Self {
+        Self(stream.addr())
+    }
+}
+
+/// A free of device memory, and how it is made.
+pub(crate) struct Free {
+    /// The allocation's context, as an address (a handle, never dereferenced here).
+    context: usize,
+    ptr: CUdeviceptr,
+    how: How,
+}
+
+/// How a [`Free`] is made.
+#[derive(Clone, Copy)]
+pub(crate) enum How {
+    /// `cuMemFree` of a `cuMemAlloc` allocation, under the buffer's contract that no enqueued
+    /// work still uses it.
+    Plain,
+    /// `cuMemFreeAsync` on the stream (as an address) the allocation was made on, in its order.
+    OnStream(usize),
+    /// `cuMemFreeAsync` of an allocation made while its stream (as an address) was being
+    /// captured, at once: in that capture, it is the graph's free node.
+    InCapture(usize),
+    /// `cuCtxSynchronize`, then `cuMemFree`: memory graphs used, whose replays may still run.
+    AfterDevice,
+}
+
+// SAFETY: a Free holds a device address and handle addresses, never dereferenced by Rust; the
+// driver takes them from any thread.
+unsafe impl Send for Free {}
+
+impl Free {
+    /// The free of `ptr`, an allocation of `context`, made `how`.
+    pub(crate) fn new(context: CUcontext, ptr: CUdeviceptr, how: How) -> Self {
+        Self {
+            context: context as usize,
+            ptr,
+            how,
+        }
+    }
+
+    /// What the free would break while a capture is in progress.
+    fn conflict(&self) -> Conflict {
+        match self.how {
+            How::Plain => Conflict::ThisThread,
+            How::AfterDevice => Conflict::Context(self.context),
+            How::OnStream(stream) => Conflict::Stream(StreamKey(stream)),
+            How::InCapture(_) => Conflict::Nothing,
+        }
+    }
+
+    /// Makes the free now (once: the allocation is gone after it).
+    fn run(&self) -> Result<()> {
+        ensure_bound(self.context as CUcontext)?;
+        match self.how {
+            // SAFETY: a `cuMemAlloc` allocation of this context (now current), freed once: its
+            // buffer cleared its pointer before handing it over; no enqueued work uses it (the
+            // buffer's contract).
+            How::Plain => unsafe { calls::mem_free(self.ptr) }?,
+            How::OnStream(stream) | How::InCapture(stream) => {
+                // SAFETY: a `cuMemAllocAsync` allocation made on `stream`, which its buffer's
+                // caller keeps alive until it is freed, with every other use ordered before this
+                // point (`alloc_async`'s duties); freed once, as above.
+                unsafe { calls::mem_free_async(self.ptr, stream as CUstream) }?
+            }
+            How::AfterDevice => {
+                calls::context_synchronize()?;
+                // SAFETY: an allocation of this context freed once, as above; every kernel and
+                // replay that used it has finished (the context was synchronized just now).
+                unsafe { calls::mem_free(self.ptr) }?
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Notes that the calling thread is about to begin capturing `stream` with `begin_capture`:
+/// recorded before the driver begins.
+/// Waits while a free synchronizes the stream's context, which would invalidate the capture.
+pub(crate) fn began(stream: CUstream, context: CUcontext) {
+    captures().began(stream.into(), context.addr(), None);
+}
+
+/// Notes that the calling thread is about to capture a conditional node's body on
+/// `body_stream`, into the graph `parent` is capturing.
+pub(crate) fn began_body(body_stream: CUstream, context: CUcontext, parent: CUstream) {
+    captures().began(body_stream.into(), context.addr(), Some(parent.into()));
+}
+
+/// Remembers the driver's id of the capture of `stream`, for the streams that join it.
+pub(crate) fn set_id(stream: CUstream, id: u64) {
+    captures().set_id(stream.into(), id);
+}
+
+/// Notes that the capture of `stream` ended (or never began, or the stream is gone), and returns
+/// what its graph keeps; nothing when Atlas did not begin one. Frees that waited for it are made,
+/// after the record's lock.
+pub(crate) fn ended(stream: CUstream) -> Keep {
+    let (keep, ready) = captures().ended(stream.into());
+    for waiting in ready {
+        // `waiting` is dropped after the free: no capture of a context being synchronized
+        // begins until then.
+        report_cleanup(
+            "freeing device memory after the capture it waited for",
+            waiting.free.run(),
+        );
+    }
+    keep
+}
+
+/// Makes `free` now, or, when it would break a capture Atlas began, when that capture has ended
+/// (then `Ok`).
+pub(crate) fn free(free: Free) -> Result<()> {
+    let conflict = free.conflict();
+    match captures().free(free, conflict) {
+        // The `Ready` goes after the free: no capture of a context being synchronized begins
+        // until then.
+        Some(now) => now.free.run(),
+        None => Ok(()),
+    }
+}
+
+/// The capture state now: one atomic load.
+#[inline(always)]
+pub(crate) fn watch() -> Watch {
+    captures().watch()
+}
+
+/// The number of the graph that work enqueued on `stream` is captured into by a capture Atlas
+/// began, if any: the stream's own capture, a conditional body's, or one the stream joined (asked
+/// of the driver, only for a stream not in the record; a driver that cannot tell, lacking
+/// `cuStreamGetCaptureInfo_v2`, gave no capture an id either).
+pub(crate) fn graph_of(stream: CUstream) -> Option<u64> {
+    match captures().recorded_graph(stream.into()) {
+        Lookup::NoCapture => None,
+        Lookup::Graph(graph) => Some(graph),
+        Lookup::NotRecorded if stream.addr() <= 2 => None, // a default stream joins no capture
+        Lookup::NotRecorded => {
+            // SAFETY: a live stream, not a default one (above): the caller's launch uses it.
+            let id = unsafe { calls::capture_id(stream) }.ok().flatten()?;
+            captures().graph_with_id(id)
+        }
+    }
+}
+
+/// Adds `holds` to what graph `graph` keeps (`attributed`: they come from a launch with cluster
+/// dimensions or a cooperative one). Nothing when the capture is over: its graph has what it had.
+pub(crate) fn hold(graph: u64, holds: Vec<Hold>, attributed: bool) {
+    // Dropped after the lock: a hold dropped last frees what it holds, which takes the lock.
+    drop(captures().hold(graph, holds, attributed));
+}
+
+/// Whether Atlas began the capture of `stream` with `begin_capture` (not a body's).
+pub(crate) fn is_begun(stream: CUstream) -> bool {
+    captures().is_begun(stream.into())
+}
+
+/// Refuses synchronizing `stream` while Atlas captures it.
+#[inline]
+pub(crate) fn refuse_synchronize(stream: CUstream) -> Result<()> {
+    if captures().is_recorded(stream.into()) {
+        return Err(AtlasError::Capture(
+            CaptureMisuse::SynchronizeWhileCapturing,
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a `cuMemAlloc` while the calling thread captures.
+#[inline]
+pub(crate) fn refuse_allocation() -> Result<()> {
+    if captures().thread_is_capturing() {
+        return Err(AtlasError::Capture(CaptureMisuse::AllocateWhileCapturing));
+    }
+    Ok(())
+}
+
+/// Refuses a copy that waits for `stream` while Atlas captures `stream` or the calling thread
+/// captures: checked before the copy is enqueued, so that no copy from host memory that is about
+/// to be released ends up in a graph.
+#[inline]
+pub(crate) fn refuse_waiting_copy(stream: CUstream) -> Result<()> {
+    let captures = captures();
+    if captures.is_recorded(stream.into()) || captures.thread_is_capturing() {
+        return Err(AtlasError::Capture(
+            CaptureMisuse::WaitingCopyWhileCapturing,
+        ));
+    }
+    Ok(())
+}
