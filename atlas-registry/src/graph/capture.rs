@@ -92,9 +92,11 @@ pub struct Capture<'s> {
     body: bool,
     /// Whether the capture still has to be ended (by the drop, if not by `end`).
     open: bool,
-    /// `!Send` (ended on the thread that began it) but `Sync`; invariant in `'s`, so that a body
-    /// closure cannot swap the body it is given with a capture of its own.
-    _marks: PhantomData<(MutexGuard<'static, ()>, fn(&'s ()) -> &'s ())>,
+    /// `!Send` (ended on the thread that began it) but `Sync`.
+    _thread: PhantomData<MutexGuard<'static, ()>>,
+    /// Invariant in `'s`, so that a body closure cannot swap the body it is given with a capture
+    /// of its own.
+    _invariant: PhantomData<fn(&'s ()) -> &'s ()>,
 }
 
 impl CudaStream {
@@ -160,7 +162,8 @@ impl<'s> Capture<'s> {
             stream,
             body,
             open: true,
-            _marks: PhantomData,
+            _thread: PhantomData,
+            _invariant: PhantomData,
         }
     }
 
@@ -272,6 +275,13 @@ impl CudaGraph {
     /// The raw handle.
     pub fn raw(&self) -> CUgraph {
         self.raw
+    }
+
+    /// How many things the graph keeps alive for its launches: the registries of its kernels
+    /// and the allocations of its typed launches' buffer arguments, each counted once however many
+    /// launches use it.
+    pub fn kept_count(&self) -> usize {
+        self.keep.len()
     }
 
     /// The context the graph was captured in.

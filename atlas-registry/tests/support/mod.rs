@@ -16,6 +16,7 @@
 //! - [`pool`]: many crash-prone tasks in a pool of child processes that outlives the crashes.
 //! - [`raw`]: the driver without Atlas (plain loads, the driver's view of kernels).
 //! - [`nvrtc`]: the NVRTC the compile tests use, and children that compile with it.
+//! - [`spin`]: a kernel that keeps the device busy for a number of clock cycles.
 
 #![allow(dead_code, unreachable_pub, unused_imports, unused_macros)]
 
@@ -32,4 +33,5 @@ pub mod raw;
 pub mod reference;
 pub mod rng;
 pub mod shim;
+pub mod spin;
 pub mod standin;

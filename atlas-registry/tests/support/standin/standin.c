@@ -38,6 +38,10 @@
  *   STANDIN_CC1=N            device 1's compute capability as 10 * major + minor (default: that
  *                            of the others), for a machine with GPUs of two architectures.
  *   STANDIN_NO_COOPERATIVE   the devices cannot make cooperative launches.
+ *   STANDIN_SLOW_SYNC        cuCtxSynchronize waits (lock released) for a launch from another
+ *                            thread, or 2 s ("sync_waited_out"): device work that waits for a
+ *                            host thread. A capture begun in a context being synchronized counts
+ *                            "capture_during_sync" (the driver would invalidate it).
  *   STANDIN_NO_CONDITIONAL   no conditional-node exports (cuGraphConditionalHandleCreate,
  *                            cuGraphAddNode_v2, cuStreamGetCaptureInfo_v3,
  *                            cuStreamUpdateCaptureDependencies_v2, cuStreamBeginCaptureToGraph:
@@ -190,7 +194,9 @@ static CUresult status_string(CUresult error, const char **out, int want_name) {
     X(cuModuleGetFunctionCount) X(cuModuleEnumerateFunctions) X(cuFuncGetName) X(cuFuncLoad)
 
 /* Things that happen inside calls, counted for tests. */
-#define EVENTS(X) X(stale_handle) X(context_mismatch) X(fault) X(graph_race) X(capture_race)
+#define EVENTS(X)                                                                               \
+    X(stale_handle) X(context_mismatch) X(fault) X(graph_race) X(capture_race)                 \
+    X(capture_during_sync) X(sync_waited_out)
 
 #define AS_ENUM(n) E_##n,
 enum entry { ENTRY_POINTS(AS_ENUM) ENTRY_COUNT };
@@ -574,6 +580,7 @@ struct object {
             int device;
             int primary;
             CUresult lost; /* the sticky fault, once a kernel faulted */
+            int syncing;   /* cuCtxSynchronize calls in progress */
         } ctx;
         struct {
             struct object *ctx;
@@ -1502,6 +1509,9 @@ static void pack_params(const struct kernel *k, void **params, unsigned char out
     for (unsigned i = 0; i < k->param_count; i++) memcpy(out + k->offsets[i], params[i], k->sizes[i]);
 }
 
+/* Launches made so far (every stream, every thread): what a slow synchronize waits for. */
+static unsigned long long launch_total;
+
 /* Checks a launch of `function` on `stream` and runs it there, or, on a capturing stream, records
  * it into the capture's graph (with its attributes: cluster dimensions, cooperative). Called with
  * the lock held. */
@@ -1531,6 +1541,7 @@ static CUresult launch(const char *call, void *function, const unsigned grid[3],
     if (status == SUCCESS && extra != NULL) status = NOT_SUPPORTED;
     if (status == SUCCESS && k->param_count > 0 && params == NULL) status = INVALID_VALUE;
     if (status != SUCCESS) return status;
+    launch_total++;
     struct object *s = as(stream, K_STREAM);
     if (s != NULL && s->u.stream.transition != 0) {
         note(E_capture_race);
@@ -2087,6 +2098,11 @@ CUresult cuStreamBeginCapture_v2(void *stream, int mode) {
     CUresult status = (uintptr_t)stream <= 2 ? NOT_SUPPORTED : live(s, "cuStreamBeginCapture_v2");
     if (status == SUCCESS) status = usable(s->u.stream.ctx);
     if (status == SUCCESS) capture_transition(s);
+    if (status == SUCCESS && s->u.stream.ctx->u.ctx.syncing != 0) {
+        /* The real driver's synchronize invalidates it, or fails: either way it is lost. */
+        note(E_capture_during_sync);
+        fprintf(stderr, "standin: a capture began while its context was being synchronized\n");
+    }
     if (status == SUCCESS && s->u.stream.capture != 0) status = ILLEGAL_STATE;
     if (status == SUCCESS && thread_capture_count == THREAD_CAPTURES) status = OUT_OF_MEMORY;
     if (status == SUCCESS && (g = new_graph(NULL)) == NULL) status = OUT_OF_MEMORY;
@@ -2270,6 +2286,24 @@ CUresult cuCtxSynchronize(void) {
             status = STREAM_CAPTURE_UNSUPPORTED;
         }
     }
+#ifdef STANDIN_SLOW_SYNC
+    /* The device is busy with work that another thread's launch lets finish (as device work that
+     * waits for a host thread would): the synchronize waits, the lock released, for a launch made
+     * after it began, or 2 s ("sync_waited_out"). */
+    if (status == SUCCESS) {
+        ctx->u.ctx.syncing++;
+        unsigned long long seen = launch_total;
+        int waited = 0;
+        while (launch_total == seen && waited < 2000) {
+            pthread_mutex_unlock(&lock);
+            usleep(1000);
+            waited++;
+            pthread_mutex_lock(&lock);
+        }
+        if (launch_total == seen) note(E_sync_waited_out);
+        ctx->u.ctx.syncing--;
+    }
+#endif
     pthread_mutex_unlock(&lock);
     return status;
 }
