@@ -48,7 +48,7 @@ use read::Check;
 
 #[cfg(test)]
 pub(crate) use compressed::DECOMPRESSIONS;
-pub(crate) use elf::cuda::sm_arch;
+pub(crate) use elf::cuda::{cubin_arch, sm_arch};
 
 /// The formats Atlas takes, for refusals of anything else.
 const FORMATS: &str = "PTX, NVIDIA ELF cubins, AMD GPU ELF code objects, NVIDIA fatbins and clang \
@@ -284,8 +284,8 @@ pub(crate) fn check_for_device<'i>(
 /// for a fatbin, `compute_75 PTX (ISA 8.0)` for PTX. Reads only what is there; never fails.
 pub(crate) fn code_targets(blob: &[u8]) -> String {
     match sniff(blob) {
-        BlobKind::Cubin => match sm_arch(blob) {
-            Some(sm) => format!("sm_{sm} SASS"),
+        BlobKind::Cubin => match cubin_arch(blob) {
+            Some(arch) => format!("sm_{arch} SASS"),
             None if read::u16_at(blob, 18) == Some(object::elf::EM_AMDGPU) => {
                 "an AMD GPU code object".into()
             }
@@ -297,8 +297,8 @@ pub(crate) fn code_targets(blob: &[u8]) -> String {
                 .flatten()
                 .map_while(|entry| entry.ok())
                 .map(|entry| match entry.code() {
-                    Some(Code::Ptx(sm)) => format!("compute_{sm} PTX"),
-                    Some(Code::Sass(sm)) => format!("sm_{sm} SASS"),
+                    Some(Code::Ptx(arch)) => format!("compute_{arch} PTX"),
+                    Some(Code::Sass(arch)) => format!("sm_{arch} SASS"),
                     None => format!("an entry of kind {}", entry.kind),
                 })
                 .collect();
@@ -315,7 +315,7 @@ pub(crate) fn code_targets(blob: &[u8]) -> String {
                 .map(|(major, minor)| format!(" (ISA {major}.{minor})"))
                 .unwrap_or_default();
             match header.target {
-                Some(sm) => format!("compute_{sm} PTX{isa}"),
+                Some(arch) => format!("compute_{arch} PTX{isa}"),
                 None => format!("PTX{isa} without a readable .target"),
             }
         }
