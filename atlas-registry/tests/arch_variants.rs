@@ -42,25 +42,72 @@ macro_rules! fixtures {
 }
 
 fixtures!(
-    "k.sm_90.cubin", "k.sm_90a.cubin", "k.sm_100.cubin", "k.sm_100a.cubin", "k.sm_100f.cubin",
-    "k.sm_103.cubin", "k.sm_103a.cubin", "k.sm_103f.cubin", "k.sm_110.cubin", "k.sm_110f.cubin",
-    "k.sm_120.cubin", "k.sm_120a.cubin", "k.sm_120f.cubin", "k.sm_121.cubin", "k.sm_121a.cubin",
+    "k.sm_90.cubin",
+    "k.sm_90a.cubin",
+    "k.sm_100.cubin",
+    "k.sm_100a.cubin",
+    "k.sm_100f.cubin",
+    "k.sm_103.cubin",
+    "k.sm_103a.cubin",
+    "k.sm_103f.cubin",
+    "k.sm_110.cubin",
+    "k.sm_110f.cubin",
+    "k.sm_120.cubin",
+    "k.sm_120a.cubin",
+    "k.sm_120f.cubin",
+    "k.sm_121.cubin",
+    "k.sm_121a.cubin",
     "k.sm_121f.cubin",
-    "k.sm_90.fatbin", "k.sm_90a.fatbin", "k.sm_100.fatbin", "k.sm_100a.fatbin", "k.sm_100f.fatbin",
-    "k.sm_103.fatbin", "k.sm_103a.fatbin", "k.sm_103f.fatbin", "k.sm_110.fatbin",
-    "k.sm_110f.fatbin", "k.sm_120.fatbin", "k.sm_120a.fatbin", "k.sm_120f.fatbin",
-    "k.sm_121.fatbin", "k.sm_121a.fatbin", "k.sm_121f.fatbin",
-    "k.compute_90.fatbin", "k.compute_90a.fatbin", "k.compute_100.fatbin",
-    "k.compute_100a.fatbin", "k.compute_100f.fatbin", "k.compute_103.fatbin",
-    "k.compute_103a.fatbin", "k.compute_103f.fatbin", "k.compute_110.fatbin",
-    "k.compute_110f.fatbin", "k.compute_120.fatbin", "k.compute_120a.fatbin",
-    "k.compute_120f.fatbin", "k.compute_121.fatbin", "k.compute_121a.fatbin",
+    "k.sm_90.fatbin",
+    "k.sm_90a.fatbin",
+    "k.sm_100.fatbin",
+    "k.sm_100a.fatbin",
+    "k.sm_100f.fatbin",
+    "k.sm_103.fatbin",
+    "k.sm_103a.fatbin",
+    "k.sm_103f.fatbin",
+    "k.sm_110.fatbin",
+    "k.sm_110f.fatbin",
+    "k.sm_120.fatbin",
+    "k.sm_120a.fatbin",
+    "k.sm_120f.fatbin",
+    "k.sm_121.fatbin",
+    "k.sm_121a.fatbin",
+    "k.sm_121f.fatbin",
+    "k.compute_90.fatbin",
+    "k.compute_90a.fatbin",
+    "k.compute_100.fatbin",
+    "k.compute_100a.fatbin",
+    "k.compute_100f.fatbin",
+    "k.compute_103.fatbin",
+    "k.compute_103a.fatbin",
+    "k.compute_103f.fatbin",
+    "k.compute_110.fatbin",
+    "k.compute_110f.fatbin",
+    "k.compute_120.fatbin",
+    "k.compute_120a.fatbin",
+    "k.compute_120f.fatbin",
+    "k.compute_121.fatbin",
+    "k.compute_121a.fatbin",
     "k.compute_121f.fatbin",
-    "k.compute_90.ptx", "k.compute_90a.ptx", "k.compute_100.ptx", "k.compute_100a.ptx",
-    "k.compute_100f.ptx", "k.compute_103.ptx", "k.compute_103a.ptx", "k.compute_103f.ptx",
-    "k.compute_110.ptx", "k.compute_110f.ptx", "k.compute_120.ptx", "k.compute_120a.ptx",
-    "k.compute_120f.ptx", "k.compute_121.ptx", "k.compute_121a.ptx", "k.compute_121f.ptx",
-    "k.mixed.fatbin", "k.sm_90a+compute_90.fatbin",
+    "k.compute_90.ptx",
+    "k.compute_90a.ptx",
+    "k.compute_100.ptx",
+    "k.compute_100a.ptx",
+    "k.compute_100f.ptx",
+    "k.compute_103.ptx",
+    "k.compute_103a.ptx",
+    "k.compute_103f.ptx",
+    "k.compute_110.ptx",
+    "k.compute_110f.ptx",
+    "k.compute_120.ptx",
+    "k.compute_120a.ptx",
+    "k.compute_120f.ptx",
+    "k.compute_121.ptx",
+    "k.compute_121a.ptx",
+    "k.compute_121f.ptx",
+    "k.mixed.fatbin",
+    "k.sm_90a+compute_90.fatbin",
 );
 
 /// What the plain driver answered for each fixture on the H200: file, status code, status name.
@@ -156,7 +203,10 @@ const RUNS_ON: &[(&str, &[Cc])] = &[
     ("k.compute_121a.ptx", &[(12, 1)]),
     ("k.compute_121f.ptx", &[(12, 1)]),
     // sm_100a, sm_100f, sm_120f, sm_90a SASS: no 11.x code.
-    ("k.mixed.fatbin", &[(9, 0), (10, 0), (10, 3), (12, 0), (12, 1)]),
+    (
+        "k.mixed.fatbin",
+        &[(9, 0), (10, 0), (10, 3), (12, 0), (12, 1)],
+    ),
     // The SASS on 9.0, the compute_90 PTX everywhere else.
     ("k.sm_90a+compute_90.fatbin", from(9, 0)),
 ];
@@ -172,7 +222,9 @@ fn handed_entry(name: &str, cc: Cc) -> Option<usize> {
         ("k.sm_90a+compute_90.fatbin", (9, 0)) => Some(0),
         _ if name.starts_with("k.sm_") && name.ends_with(".fatbin") => {
             let own = format!("k.sm_{}{}", cc.0, cc.1);
-            let sm = name.trim_end_matches(".fatbin").trim_end_matches(['a', 'f']);
+            let sm = name
+                .trim_end_matches(".fatbin")
+                .trim_end_matches(['a', 'f']);
             (sm == own).then_some(0)
         }
         _ => None,
@@ -360,7 +412,10 @@ fn each_fixture_loads_where_it_runs() {
             let index = handed.unwrap_or_else(|| panic!("sm_100a + sm_103 loaded on {cc:?}"));
             let want = a_and_103[payload_at(&a_and_103, index)..].as_ptr();
             let image = p.module_image(registry.raw_module("k").unwrap());
-            assert_eq!(image, want, "sm_100a + sm_103 on {cc:?}: what the driver was handed");
+            assert_eq!(
+                image, want,
+                "sm_100a + sm_103 on {cc:?}: what the driver was handed"
+            );
         }
         Err(e) => assert!(
             handed.is_none() && matches!(e, AtlasError::NoBinaryForDevice { .. }),
@@ -453,10 +508,16 @@ fn gpu_loads_what_the_h200_loads() {
     for (name, code, status) in h200_verdicts() {
         let bytes = fixture(name);
         let plain = raw.load_and_unload(&support::raw::as_image(bytes.to_vec()));
-        assert_eq!(plain, code, "{name}: the plain driver, against the H200's {status}");
+        assert_eq!(
+            plain, code,
+            "{name}: the plain driver, against the H200's {status}"
+        );
         match AtlasRegistry::load(0, &[("k", bytes)]) {
             Ok(registry) => {
-                assert_eq!(code, 0, "{name}: Atlas loaded what the driver refused ({status})");
+                assert_eq!(
+                    code, 0,
+                    "{name}: Atlas loaded what the driver refused ({status})"
+                );
                 add_one_and_check(&registry, &mut rng, name);
                 ran.push(name);
             }
@@ -501,7 +562,11 @@ fn add_one_and_check(registry: &AtlasRegistry, rng: &mut Rng, what: &str) {
     .unwrap();
     let got = x.to_vec(stream).unwrap();
     for (i, (&g, &v)) in got.iter().zip(&input).enumerate() {
-        assert_eq!(g.to_bits(), (v + 1.0).to_bits(), "{what}: element {i}: {v} + 1");
+        assert_eq!(
+            g.to_bits(),
+            (v + 1.0).to_bits(),
+            "{what}: element {i}: {v} + 1"
+        );
     }
     assert!(
         got[n..].iter().all(|v| v.is_nan()),

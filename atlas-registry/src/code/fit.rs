@@ -2,8 +2,9 @@
 //! older minor version of its architecture, or PTX the driver JIT-compiles. Told before the driver
 //! sees the blob, so that the two loading errors users meet most, PTX newer than the driver
 //! (`CUDA_ERROR_UNSUPPORTED_PTX_VERSION`) and code for other architectures only
-//! (`CUDA_ERROR_NO_BINARY_FOR_GPU`), are refused naming the module, what it holds, the device and
-//! the driver ([`Unfit`]); and blob sets load the best fit of their blobs ([`best`]).
+//! (`CUDA_ERROR_NO_BINARY_FOR_GPU`: "a" code of another compute capability, "f" code of another
+//! family, included), are refused naming the module, what it holds, the device and the driver
+//! ([`Unfit`]); and blob sets load the best fit of their blobs ([`best`]).
 //!
 //! Atlas refuses only what the driver would refuse: which SASS and PTX a device may load is
 //! [`target`](crate::code::target)'s rule, a superset of what the driver picks, and whether the
@@ -482,5 +483,90 @@ mod tests {
             "the first of equals"
         );
         assert_eq!(pick(vec![]), None);
+    }
+
+    /// `tests/fixtures/arch_variants/`'s file `name` (nvcc 13.0).
+    macro_rules! arch_variant {
+        ($name:literal) => {
+            include_bytes!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/arch_variants/",
+                $name
+            ))
+        };
+    }
+
+    #[test]
+    fn a_code_fits_its_own_compute_capability_f_code_its_family() {
+        use crate::code::target::Features::{Family, Specific};
+        let arch = |sm, features| Arch { sm, features };
+        let no_code = |holds: &str| {
+            Err(Unfit::NoCode {
+                holds: holds.into(),
+            })
+        };
+        let driver = Some((13, 0));
+        // sm_100a, sm_100f, sm_120f, sm_90a SASS: of one SM, "a" ranks over "f".
+        let mixed = arch_variant!("k.mixed.fatbin");
+        for (cc, want) in [
+            ((9, 0), Ok(Runs::Sass(arch(90, Specific)))),
+            ((10, 0), Ok(Runs::Sass(arch(100, Specific)))),
+            ((10, 3), Ok(Runs::Sass(arch(100, Family)))),
+            ((12, 0), Ok(Runs::Sass(arch(120, Family)))),
+            ((12, 1), Ok(Runs::Sass(arch(120, Family)))),
+            (
+                (11, 0),
+                no_code("sm_100a SASS, sm_100f SASS, sm_120f SASS, sm_90a SASS"),
+            ),
+        ] {
+            assert_eq!(fit(BlobKind::Fatbin, mixed, cc, driver), want, "{cc:?}");
+        }
+        let sm_100a = arch_variant!("k.sm_100a.cubin");
+        assert_eq!(
+            fit(BlobKind::Cubin, sm_100a, (10, 0), driver),
+            Ok(Runs::Sass(arch(100, Specific)))
+        );
+        assert_eq!(
+            fit(BlobKind::Cubin, sm_100a, (10, 3), driver),
+            no_code("sm_100a SASS")
+        );
+        // PTX: compute_90a is JIT-compiled for 9.0 alone, compute_100f within its family.
+        let compute_90a = arch_variant!("k.compute_90a.ptx");
+        assert_eq!(
+            fit(BlobKind::Ptx, compute_90a, (9, 0), driver),
+            Ok(Runs::Ptx {
+                target: Some(arch(90, Specific)),
+                isa: Some((9, 0))
+            })
+        );
+        assert_eq!(
+            fit(BlobKind::Ptx, compute_90a, (10, 0), driver),
+            no_code("compute_90a PTX (ISA 9.0)")
+        );
+        let compute_100f = arch_variant!("k.compute_100f.fatbin");
+        assert_eq!(
+            fit(BlobKind::Fatbin, compute_100f, (10, 3), driver),
+            Ok(Runs::Ptx {
+                target: Some(arch(100, Family)),
+                isa: Some((9, 0))
+            })
+        );
+        assert_eq!(
+            fit(BlobKind::Fatbin, compute_100f, (12, 0), driver),
+            no_code("compute_100f PTX")
+        );
+        // sm_90a SASS beside compute_90 PTX: the SASS on 9.0, the PTX on the others.
+        let both = arch_variant!("k.sm_90a+compute_90.fatbin");
+        assert_eq!(
+            fit(BlobKind::Fatbin, both, (9, 0), driver),
+            Ok(Runs::Sass(arch(90, Specific)))
+        );
+        assert_eq!(
+            fit(BlobKind::Fatbin, both, (10, 3), driver),
+            Ok(Runs::Ptx {
+                target: Some(Arch::baseline(90)),
+                isa: Some((9, 0))
+            })
+        );
     }
 }

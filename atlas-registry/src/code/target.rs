@@ -158,8 +158,7 @@ impl Devices {
         match self {
             Self::Every => false,
             Self::Sm(device) => {
-                arch.sm == device
-                    || (self.may_load(Code::Sass(arch)) && !TEGRA.contains(&device))
+                arch.sm == device || (self.may_load(Code::Sass(arch)) && !TEGRA.contains(&device))
             }
         }
     }
@@ -241,14 +240,19 @@ mod tests {
     #[test]
     fn desktop_gpus_surely_run_older_minors_sass_tegra_only_their_own() {
         let (a10, orin, l4) = (Devices::Sm(86), Devices::Sm(87), Devices::Sm(89));
-        assert!(a10.runs_sass(arch("86")) && a10.runs_sass(arch("80")) && !a10.runs_sass(arch("89")));
-        assert!(l4.runs_sass(arch("86")) && l4.runs_sass(arch("80")));
-        assert!(orin.runs_sass(arch("87")) && !orin.runs_sass(arch("86")) && !orin.runs_sass(arch("80")));
         assert!(
-            orin.may_load(sass(86)),
-            "the driver's choice is its own"
+            a10.runs_sass(arch("86")) && a10.runs_sass(arch("80")) && !a10.runs_sass(arch("89"))
         );
-        assert!(Devices::Sm(110).runs_sass(arch("110")) && !Devices::Sm(110).runs_sass(arch("100")));
+        assert!(l4.runs_sass(arch("86")) && l4.runs_sass(arch("80")));
+        assert!(
+            orin.runs_sass(arch("87"))
+                && !orin.runs_sass(arch("86"))
+                && !orin.runs_sass(arch("80"))
+        );
+        assert!(orin.may_load(sass(86)), "the driver's choice is its own");
+        assert!(
+            Devices::Sm(110).runs_sass(arch("110")) && !Devices::Sm(110).runs_sass(arch("100"))
+        );
         assert!(!Devices::Every.runs_sass(arch("90")));
     }
 
@@ -292,7 +296,11 @@ mod tests {
                 let ptx = device_sm.may_load(Code::Ptx(arch));
                 assert_eq!(sass, sass_on.contains(&device), "sm_{name} on {device}");
                 assert_eq!(ptx, ptx_on.contains(&device), "compute_{name} on {device}");
-                assert_eq!(device_sm.runs_sass(arch), sass, "sm_{name} runs on {device}");
+                assert_eq!(
+                    device_sm.runs_sass(arch),
+                    sass,
+                    "sm_{name} runs on {device}"
+                );
             }
             assert!(Devices::Every.may_load(Code::Sass(arch)), "sm_{name}");
             assert!(Devices::Every.may_load(Code::Ptx(arch)), "compute_{name}");

@@ -312,9 +312,9 @@ pub(in crate::code) fn check_picked(
 /// (plain, "f" or "a": each runs there), an executable cubin (not a relocatable one, which needs
 /// a link), no other entry holds SASS the device may load (an older minor version's, plain or
 /// "f"; never "a" SASS of another compute capability, which the driver does not load there), and
-/// every entry is of a kind Atlas knows. The driver takes SASS built for
-/// the device over any PTX (the caller has seen that no environment variable makes it JIT the
-/// PTX: [`jit_forced`](crate::code::target::jit_forced)), so that cubin is what it would load.
+/// every entry is of a kind Atlas knows. The driver takes SASS built for the device over any PTX
+/// (the caller has seen that no environment variable makes it JIT the PTX:
+/// [`jit_forced`](crate::code::target::jit_forced)), so that cubin is what it would load.
 ///
 /// Every entry's header is checked, and that entry's code, decompressed, as [`check_picked`]
 /// checks it; the cubin is borrowed from `b` when stored plain. `None` when the choice is not

@@ -133,10 +133,13 @@ pub fn validate_blob(module: &str, blob: &[u8]) -> Result<BlobKind> {
 /// [`validate_blob`], except that of a fatbin's entries only those the driver may pick for that
 /// device have their code checked: SASS of the device's major version and the same or an older
 /// minor one, and PTX for it or an older architecture (whichever the driver prefers, and under
-/// `CUDA_FORCE_PTX_JIT`). So a load's refusal is reproduced here, on any machine.
+/// `CUDA_FORCE_PTX_JIT`), but architecture-specific ("a") code only of exactly that compute
+/// capability and family ("f") PTX only of its major version, as the entries' flags say. So a
+/// load's refusal is reproduced here, on any machine.
 ///
 /// When the fatbin holds SASS of exactly the device's architecture in one entry (an executable
-/// cubin, no other SASS the device may load, every entry of a kind Atlas knows) and neither
+/// cubin, no other SASS the device may load, "a" SASS of another compute capability being none
+/// it may load; every entry of a kind Atlas knows) and neither
 /// `CUDA_FORCE_PTX_JIT` nor `CUDA_FORCE_JIT` is set, that SASS is what the driver loads: only its
 /// code is checked, and [`AtlasRegistry::load`] hands the driver that cubin in place of the
 /// fatbin, so the driver parses nothing else of it (and decompresses nothing twice).

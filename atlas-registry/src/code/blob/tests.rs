@@ -2555,10 +2555,7 @@ fn a_cubin_says_a_by_its_flags_or_its_compat_record() {
     // The record says it: set to 0, the cubin is plain sm_90; the section gone, too.
     let record = a.record(".nv.compat", 0x09);
     assert_eq!(a.b[record..record + 4], [2, 0x09, 1, 0]);
-    assert_eq!(
-        arch_of(&a.with(record + 2, &[0])).as_deref(),
-        Some("90")
-    );
+    assert_eq!(arch_of(&a.with(record + 2, &[0])).as_deref(), Some("90"));
     let retyped = a.with_field(".nv.compat", SH_TYPE, &SHT_CUDA_INFO.to_le_bytes());
     assert_eq!(arch_of(&retyped).as_deref(), Some("90"));
     // CUDA 12.9's mark in ABI version 8's layout, CUDA 12's in version 7's (NVRTC 12.0's cubin).

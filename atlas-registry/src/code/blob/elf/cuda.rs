@@ -221,8 +221,9 @@ const COMPAT_ARCH_SPECIFIC: u8 = 0x09;
 /// sm_120 and sm_120a, 0 for the others). What the other attributes mean is not known here.
 ///
 /// "f" (family) code is not marked in a cubin (nvcc's sm_100 and sm_100f cubins differ only in
-/// the options its toolkit note records, `-arch sm_100f`): only a fatbin entry's flags say "f". A cubin of "f" code is plain SASS of
-/// its SM, which runs within its family as "f" code does.
+/// the options their toolkit note records, `-arch sm_100f`): only a fatbin entry's flags say
+/// "f". A cubin of "f" code is plain SASS of its SM, which runs within its family as "f" code
+/// does.
 pub(crate) fn cubin_arch(blob: &[u8]) -> Option<Arch> {
     let sm = sm_arch(blob)?;
     let flags = u32_at(blob, 48)?;
