@@ -19,7 +19,7 @@ mod support;
 
 use atlas_registry::{
     AtlasError, AtlasLibrary, AtlasRegistry, BlobKind, BlobSet, DeviceBuffer, LaunchConfig, Model,
-    host,
+    host, validate_blob_for_device,
 };
 use support::child::{self, Ending};
 use support::fatbin::Fatbin;
@@ -336,6 +336,42 @@ fn blob_sets_choose_code_only_for_the_devices_that_run_it() {
     assert_eq!(set.choose((10, 3), driver), Some(ptx100f));
     assert_eq!(set.choose((12, 0), driver), Some(ptx90));
     assert_eq!(set.choose((11, 0), driver), Some(ptx90));
+}
+
+/// A fatbin's check for a device reads the code of the entries the device may load: "a" code of
+/// its own compute capability alone, "f" code of its family. A broken sm_100a entry sinks the
+/// mixed fatbin on 10.0, not on 10.3 (which loads its sm_100f entry), nor on 12.0; a broken
+/// sm_100f one sinks it on both 10.x devices.
+#[test]
+fn a_fatbin_is_checked_for_a_device_by_the_entries_it_may_load() {
+    let broken = |index: usize| {
+        let mut parsed = Fatbin::parse(fixture("k.mixed.fatbin")).unwrap();
+        // e_shoff past the end of the cubin.
+        parsed.entries[index].payload[40..48].copy_from_slice(&u64::MAX.to_le_bytes());
+        parsed.bytes()
+    };
+    let (a, f) = (broken(0), broken(1));
+    for (cc, a_refused, f_refused) in [
+        ((9, 0), false, false),
+        ((10, 0), true, true),
+        ((10, 3), false, true),
+        ((12, 0), false, false),
+    ] {
+        for (bytes, refused, entry) in [(&a, a_refused, 0), (&f, f_refused, 1)] {
+            match validate_blob_for_device("k", bytes, cc) {
+                Ok(kind) => {
+                    assert!(!refused, "entry {entry} broken, on {cc:?}: passed");
+                    assert_eq!(kind, BlobKind::Fatbin);
+                }
+                Err(e) => {
+                    assert!(refused, "entry {entry} broken, on {cc:?}: {e}");
+                    let says = format!("fatbin entry {entry} (ELF sm_100");
+                    assert!(e.to_string().contains(&says), "{e}");
+                }
+            }
+        }
+    }
+    assert!(atlas_registry::validate_blob("k", &a).is_err());
 }
 
 #[test]
