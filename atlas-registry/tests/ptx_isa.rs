@@ -259,7 +259,7 @@ fn code_for_other_architectures_is_refused_naming_what_it_holds() {
     let sm100 = b".version 8.7\n.target sm_100a\n.address_size 64\n";
     let e = AtlasRegistry::load(0, &[("future", sm100)]).unwrap_err();
     assert!(
-        matches!(&e, AtlasError::NoBinaryForDevice { holds, .. } if holds == "compute_100 PTX (ISA 8.7)"),
+        matches!(&e, AtlasError::NoBinaryForDevice { holds, .. } if holds == "compute_100a PTX (ISA 8.7)"),
         "{e:?}"
     );
     let library = AtlasLibrary::load(sm80).unwrap();

@@ -14,6 +14,15 @@ use crate::error::{AtlasError, Result};
 /// as Orin, which run SASS of their own compute capability only), else PTX that its driver
 /// JIT-compiles (an ISA version the driver takes, for the newest architecture the device runs).
 ///
+/// Architecture-specific ("a") code runs on its own compute capability only: an `sm_100a` cubin,
+/// or `compute_100a` PTX, on 10.0 and not on 10.3; of two cubins for the device's own SM, the
+/// "a" one is chosen (built for everything that device has). The cubin says it is "a" code
+/// (CUDA 12 and 12.9 in `e_flags`, CUDA 13 in its `.nv.compat` section) and is given with its SM
+/// number (`cubin(100, sm_100a)`). Family ("f") PTX (`compute_100f`) is JIT-compiled only within
+/// its family, its major version's devices of the same or a newer minor one (10.0 and 10.3, not
+/// 12.0). An "f" cubin (`sm_100f`) says nothing of it: it is taken as plain SASS of its SM, which
+/// runs on the same devices, those of its family.
+///
 /// Added to a [`Model`](crate::Model) with [`Model::blob_set`](crate::Model::blob_set):
 /// [`AtlasRegistry::load_model`](crate::AtlasRegistry::load_model) chooses for its device, and
 /// [`AtlasLibrary::load_model`](crate::AtlasLibrary::load_model) for each device present (each
@@ -38,6 +47,29 @@ use crate::error::{AtlasError, Result};
 /// assert_eq!(set.choose((12, 0), Some((12, 4))), Some(ptx));
 /// assert_eq!(set.choose((12, 0), Some((11, 8))), None); // PTX ISA 8.0 needs CUDA 12.0
 /// assert_eq!(set.choose((7, 0), None), None); // older than everything in it
+/// ```
+///
+/// "a" code, for one compute capability, and "f" code, for a family (nvcc 13.0's cubins of the
+/// same kernel for `-arch=sm_100a` and `-arch=sm_100f`):
+///
+/// ```
+/// use atlas_registry::BlobSet;
+///
+/// # macro_rules! fixture {
+/// #     ($name:literal) => {
+/// #         include_bytes!(concat!(
+/// #             env!("CARGO_MANIFEST_DIR"),
+/// #             "/tests/fixtures/arch_variants/",
+/// #             $name
+/// #         ))
+/// #     };
+/// # }
+/// let sm_100a: &[u8] = fixture!("k.sm_100a.cubin");
+/// let sm_100f: &[u8] = fixture!("k.sm_100f.cubin");
+/// let set = BlobSet::new().cubin(100, sm_100f).cubin(100, sm_100a);
+/// assert_eq!(set.choose((10, 0), None), Some(sm_100a)); // B200: built for exactly it
+/// assert_eq!(set.choose((10, 3), None), Some(sm_100f)); // B300: sm_100a does not run there
+/// assert_eq!(set.choose((12, 0), None), None); // another family
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct BlobSet<'a> {
@@ -68,7 +100,7 @@ impl<'a> BlobSet<'a> {
     }
 
     /// Adds `cubin`, an ELF cubin built for SM `sm` (`10 * major + minor` of the compute
-    /// capability: 90 for `sm_90`); checked at load to be one.
+    /// capability: 90 for `sm_90` and `sm_90a`, 100 for `sm_100f`); checked at load to be one.
     pub fn cubin(mut self, sm: u32, cubin: &'a [u8]) -> Self {
         self.offered.push(Offered::Cubin(sm, cubin));
         self

@@ -2,8 +2,9 @@
 //! older minor version of its architecture, or PTX the driver JIT-compiles. Told before the driver
 //! sees the blob, so that the two loading errors users meet most, PTX newer than the driver
 //! (`CUDA_ERROR_UNSUPPORTED_PTX_VERSION`) and code for other architectures only
-//! (`CUDA_ERROR_NO_BINARY_FOR_GPU`), are refused naming the module, what it holds, the device and
-//! the driver ([`Unfit`]); and blob sets load the best fit of their blobs ([`best`]).
+//! (`CUDA_ERROR_NO_BINARY_FOR_GPU`: "a" code of another compute capability, "f" code of another
+//! family, included), are refused naming the module, what it holds, the device and the driver
+//! ([`Unfit`]); and blob sets load the best fit of their blobs ([`best`]).
 //!
 //! Atlas refuses only what the driver would refuse: which SASS and PTX a device may load is
 //! [`target`](crate::code::target)'s rule, a superset of what the driver picks, and whether the
@@ -15,9 +16,9 @@
 
 use atlas_sys::CUresult;
 
-use crate::code::blob::{BlobKind, code_targets, fatbin, ptx, sm_arch};
+use crate::code::blob::{BlobKind, code_targets, cubin_arch, fatbin, ptx};
 use crate::code::isa::{self, Verdict};
-use crate::code::target::{Code, Devices};
+use crate::code::target::{Arch, Code, Devices};
 use crate::device::host::CudaHost;
 use crate::driver::calls;
 use crate::error::AtlasError;
@@ -25,13 +26,14 @@ use crate::error::AtlasError;
 /// What of a blob a device runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Runs {
-    /// SASS for this SM: the device's own, or that of an older minor version of its architecture.
-    Sass(u32),
+    /// SASS for this architecture: the device's own, or that of an older minor version of its
+    /// architecture (plain or "f").
+    Sass(Arch),
     /// PTX that the driver JIT-compiles (or that only the driver can judge), for the virtual
     /// architecture `target` of ISA version `isa` (`None`: the text does not say).
     Ptx {
-        /// The SM number of its `.target`.
-        target: Option<u32>,
+        /// The architecture of its `.target` (of a fatbin entry, the one its header names).
+        target: Option<Arch>,
         /// Its `.version`.
         isa: Option<(u32, u32)>,
     },
@@ -41,13 +43,14 @@ pub(crate) enum Runs {
 
 impl Runs {
     /// How good a choice it is, higher better: SASS over PTX (no JIT at load, code built for the
-    /// device), SASS of a newer minor version and PTX of a newer architecture over older ones,
-    /// code Atlas cannot judge last.
-    fn rank(self) -> (u8, u32) {
+    /// device), SASS of a newer minor version and PTX of a newer architecture over older ones, of
+    /// one SM "a" code over "f" code over plain (built for more of what the device has), code
+    /// Atlas cannot judge last.
+    fn rank(self) -> (u8, Option<Arch>) {
         match self {
-            Self::Sass(sm) => (2, sm),
-            Self::Ptx { target, .. } => (1, target.unwrap_or(0)),
-            Self::Unread => (0, 0),
+            Self::Sass(arch) => (2, Some(arch)),
+            Self::Ptx { target, .. } => (1, target),
+            Self::Unread => (0, None),
         }
     }
 
@@ -120,10 +123,10 @@ pub(crate) fn fit_checked(
         holds: code_targets(image),
     };
     match kind {
-        BlobKind::Cubin => match sm_arch(image) {
-            Some(sm) if device.runs_sass(sm) => Ok(Runs::Sass(sm)),
+        BlobKind::Cubin => match cubin_arch(image) {
+            Some(arch) if device.runs_sass(arch) => Ok(Runs::Sass(arch)),
             // SASS of an older minor version on a Tegra GPU: the driver's to judge.
-            Some(sm) if device.may_load(Code::Sass(sm)) => Ok(Runs::Unread),
+            Some(arch) if device.may_load(Code::Sass(arch)) => Ok(Runs::Unread),
             Some(_) => Err(no_code()),
             None => Ok(Runs::Unread),
         },
@@ -171,13 +174,13 @@ fn fatbin_fit(
         match code {
             None => unknown = true,
             Some(code) if !device.may_load(code) => {}
-            Some(Code::Sass(sm)) if device.runs_sass(sm) => sass = sass.max(Some(sm)),
+            Some(Code::Sass(arch)) if device.runs_sass(arch) => sass = sass.max(Some(arch)),
             Some(Code::Sass(_)) => unknown = true,
             Some(Code::Ptx(_)) => ptx = true,
         }
     }
-    if let Some(sm) = sass {
-        return Some(Ok(Runs::Sass(sm)));
+    if let Some(arch) = sass {
+        return Some(Ok(Runs::Sass(arch)));
     }
     let read;
     let entries = match fatbin_ptx {
@@ -210,10 +213,10 @@ pub(crate) struct FatbinPtx(Vec<ptx::Header>);
 impl FatbinPtx {
     /// Takes a checked entry's `code` and its `bytes` (decompressed): of PTX, its header.
     pub(crate) fn add(&mut self, code: Code, bytes: &[u8]) {
-        if let Code::Ptx(sm) = code {
+        if let Code::Ptx(arch) = code {
             let header = ptx::header(bytes);
             self.0.push(ptx::Header {
-                target: Some(sm),
+                target: Some(arch),
                 ..header
             });
         }
@@ -238,16 +241,14 @@ pub(crate) fn best<T>(
     fits: impl IntoIterator<Item = (T, Result<Runs, Unfit>)>,
 ) -> Option<(T, Result<Runs, Unfit>)> {
     let order = |fit: &Result<Runs, Unfit>| match fit {
-        Ok(runs) => (2, runs.rank()),
+        Ok(runs) => (2, runs.rank(), 0),
         // The oldest release needed ranks highest.
         Err(Unfit::PtxTooNew { needs, .. }) => (
             1,
-            (
-                0,
-                u32::MAX - needs.0.saturating_mul(100).saturating_add(needs.1),
-            ),
+            (0, None),
+            u32::MAX - needs.0.saturating_mul(100).saturating_add(needs.1),
         ),
-        Err(Unfit::NoCode { .. }) => (0, (0, 0)),
+        Err(Unfit::NoCode { .. }) => (0, (0, None), 0),
     };
     fits.into_iter().fold(
         None,
@@ -334,11 +335,11 @@ mod tests {
     fn a_cubin_runs_on_its_architecture_and_newer_minors_only() {
         assert_eq!(
             fit(BlobKind::Cubin, cubin(80), (8, 0), None),
-            Ok(Runs::Sass(80))
+            Ok(Runs::Sass(Arch::baseline(80)))
         );
         assert_eq!(
             fit(BlobKind::Cubin, cubin(80), (8, 9), None),
-            Ok(Runs::Sass(80))
+            Ok(Runs::Sass(Arch::baseline(80)))
         );
         // On Tegra (Orin) only its own SASS surely runs; the driver judges the rest.
         assert_eq!(
@@ -361,7 +362,7 @@ mod tests {
     fn ptx_runs_on_its_target_and_newer_under_a_driver_of_its_isa() {
         let ptx = ptx_for_model("demo").unwrap()[1].1; // ISA 8.0, sm_75
         let runs = Ok(Runs::Ptx {
-            target: Some(75),
+            target: Some(Arch::baseline(75)),
             isa: Some((8, 0)),
         });
         for cc in [(7, 5), (9, 0), (12, 1)] {
@@ -391,12 +392,12 @@ mod tests {
     fn a_fatbin_runs_its_best_sass_else_its_ptx_else_is_refused() {
         let fatbin = ELEMENTWISE_FATBIN; // compute_75 PTX (ISA 8.0), sm_75 to sm_90 SASS
         let ptx = Ok(Runs::Ptx {
-            target: Some(75),
+            target: Some(Arch::baseline(75)),
             isa: Some((8, 0)),
         });
         for (cc, driver, want) in [
-            ((9, 0), (11, 8), Ok(Runs::Sass(90))),
-            ((8, 9), (11, 8), Ok(Runs::Sass(89))),
+            ((9, 0), (11, 8), Ok(Runs::Sass(Arch::baseline(90)))),
+            ((8, 9), (11, 8), Ok(Runs::Sass(Arch::baseline(89)))),
             // Orin runs the PTX; whether it runs the sm_86 SASS is the driver's to say.
             ((8, 7), (12, 0), ptx.clone()),
             ((8, 7), (11, 8), Ok(Runs::Unread)),
@@ -420,7 +421,7 @@ mod tests {
         // CUDA 13's nvFatbin: compute_75 PTX beside sm_75, sm_90 and sm_100 SASS.
         assert_eq!(
             fit(BlobKind::Fatbin, CUDA13, (10, 3), Some((12, 0))),
-            Ok(Runs::Sass(100))
+            Ok(Runs::Sass(Arch::baseline(100)))
         );
     }
 
@@ -430,7 +431,7 @@ mod tests {
         for fatbin in [NVCC13_LZ4, NVCC13_ZSTD] {
             assert_eq!(
                 fit(BlobKind::Fatbin, fatbin, (9, 0), Some((12, 4))),
-                Ok(Runs::Sass(90))
+                Ok(Runs::Sass(Arch::baseline(90)))
             );
             assert_eq!(
                 fit(BlobKind::Fatbin, fatbin, (10, 0), Some((12, 4))),
@@ -439,7 +440,7 @@ mod tests {
             assert_eq!(
                 fit(BlobKind::Fatbin, fatbin, (10, 0), Some((13, 0))),
                 Ok(Runs::Ptx {
-                    target: Some(90),
+                    target: Some(Arch::baseline(90)),
                     isa: Some((9, 0))
                 })
             );
@@ -448,10 +449,10 @@ mod tests {
 
     #[test]
     fn the_best_fit_runs_and_ranks_highest_else_needs_the_oldest_driver() {
-        let sass = |sm| Ok(Runs::Sass(sm));
+        let sass = |sm| Ok(Runs::Sass(Arch::baseline(sm)));
         let ptx = |target| {
             Ok(Runs::Ptx {
-                target: Some(target),
+                target: Some(Arch::baseline(target)),
                 isa: Some((8, 0)),
             })
         };
@@ -482,5 +483,90 @@ mod tests {
             "the first of equals"
         );
         assert_eq!(pick(vec![]), None);
+    }
+
+    /// `tests/fixtures/arch_variants/`'s file `name` (nvcc 13.0).
+    macro_rules! arch_variant {
+        ($name:literal) => {
+            include_bytes!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/arch_variants/",
+                $name
+            ))
+        };
+    }
+
+    #[test]
+    fn a_code_fits_its_own_compute_capability_f_code_its_family() {
+        use crate::code::target::Features::{Family, Specific};
+        let arch = |sm, features| Arch { sm, features };
+        let no_code = |holds: &str| {
+            Err(Unfit::NoCode {
+                holds: holds.into(),
+            })
+        };
+        let driver = Some((13, 0));
+        // sm_100a, sm_100f, sm_120f, sm_90a SASS: of one SM, "a" ranks over "f".
+        let mixed = arch_variant!("k.mixed.fatbin");
+        for (cc, want) in [
+            ((9, 0), Ok(Runs::Sass(arch(90, Specific)))),
+            ((10, 0), Ok(Runs::Sass(arch(100, Specific)))),
+            ((10, 3), Ok(Runs::Sass(arch(100, Family)))),
+            ((12, 0), Ok(Runs::Sass(arch(120, Family)))),
+            ((12, 1), Ok(Runs::Sass(arch(120, Family)))),
+            (
+                (11, 0),
+                no_code("sm_100a SASS, sm_100f SASS, sm_120f SASS, sm_90a SASS"),
+            ),
+        ] {
+            assert_eq!(fit(BlobKind::Fatbin, mixed, cc, driver), want, "{cc:?}");
+        }
+        let sm_100a = arch_variant!("k.sm_100a.cubin");
+        assert_eq!(
+            fit(BlobKind::Cubin, sm_100a, (10, 0), driver),
+            Ok(Runs::Sass(arch(100, Specific)))
+        );
+        assert_eq!(
+            fit(BlobKind::Cubin, sm_100a, (10, 3), driver),
+            no_code("sm_100a SASS")
+        );
+        // PTX: compute_90a is JIT-compiled for 9.0 alone, compute_100f within its family.
+        let compute_90a = arch_variant!("k.compute_90a.ptx");
+        assert_eq!(
+            fit(BlobKind::Ptx, compute_90a, (9, 0), driver),
+            Ok(Runs::Ptx {
+                target: Some(arch(90, Specific)),
+                isa: Some((9, 0))
+            })
+        );
+        assert_eq!(
+            fit(BlobKind::Ptx, compute_90a, (10, 0), driver),
+            no_code("compute_90a PTX (ISA 9.0)")
+        );
+        let compute_100f = arch_variant!("k.compute_100f.fatbin");
+        assert_eq!(
+            fit(BlobKind::Fatbin, compute_100f, (10, 3), driver),
+            Ok(Runs::Ptx {
+                target: Some(arch(100, Family)),
+                isa: Some((9, 0))
+            })
+        );
+        assert_eq!(
+            fit(BlobKind::Fatbin, compute_100f, (12, 0), driver),
+            no_code("compute_100f PTX")
+        );
+        // sm_90a SASS beside compute_90 PTX: the SASS on 9.0, the PTX on the others.
+        let both = arch_variant!("k.sm_90a+compute_90.fatbin");
+        assert_eq!(
+            fit(BlobKind::Fatbin, both, (9, 0), driver),
+            Ok(Runs::Sass(arch(90, Specific)))
+        );
+        assert_eq!(
+            fit(BlobKind::Fatbin, both, (10, 3), driver),
+            Ok(Runs::Ptx {
+                target: Some(Arch::baseline(90)),
+                isa: Some((9, 0))
+            })
+        );
     }
 }

@@ -555,8 +555,8 @@ fn merge(pieces: Vec<Piece>, devices: Devices) -> DeviceLayouts {
     let mut read = pieces.into_iter().map(|piece| {
         let what = match piece.code {
             None => "the blob".to_owned(),
-            Some(Code::Sass(sm)) => format!("its sm_{sm} SASS"),
-            Some(Code::Ptx(sm)) => format!("its compute_{sm} PTX"),
+            Some(Code::Sass(arch)) => format!("its sm_{arch} SASS"),
+            Some(Code::Ptx(arch)) => format!("its compute_{arch} PTX"),
         };
         let layouts = match piece.layouts {
             Pending::Read(layouts) => layouts,

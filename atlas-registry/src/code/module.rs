@@ -308,6 +308,7 @@ impl Drop for Module {
 mod tests {
     use super::*;
     use crate::code::blob::DECOMPRESSIONS;
+    use crate::code::target::Arch;
     use crate::registry::model::Model;
 
     /// nvcc 13.0's `-arch=sm_90` fatbin of `kernels/elementwise.cu` as it writes it (the PTX
@@ -388,7 +389,7 @@ mod tests {
             (zstd.kind, zstd.image_kind),
             (BlobKind::Fatbin, BlobKind::Cubin)
         );
-        assert_eq!(zstd.runs, Runs::Sass(90));
+        assert_eq!(zstd.runs, Runs::Sass(Arch::baseline(90)));
         assert!(matches!(zstd.image, Cow::Owned(_)) && zstd.image.starts_with(b"\x7fELF"));
         assert!(zstd.entries.is_none());
         let zstd = zstd.into_layouts((9, 0)).1;
@@ -418,7 +419,7 @@ mod tests {
             ([code], None) => assert_eq!(
                 code.runs,
                 Runs::Ptx {
-                    target: Some(90),
+                    target: Some(Arch::baseline(90)),
                     isa: Some((9, 0))
                 }
             ),

@@ -23,7 +23,9 @@
 //!     name) in the header, NUL-terminated;
 //!   - `u64 flags` at 40: `0x1` 64-bit, `0x2` debug, `0x4` CUDA, `0x8` OpenCL, `0x10` Linux, `0x20`
 //!     Mac, `0x40` Windows, `0x2000` NVIDIA's LZ4 compression, `0x8000` zstd; nvcc 12.9 and 13
-//!     also set `0x10_0000`, `0x20_0000` and `0x100_0000` on entries of newer architectures;
+//!     also set `0x10_0000` on entries of "a" code (`sm_90a`, `compute_100a`), `0x20_0000` on
+//!     those of "f" code (`sm_100f`, `compute_120f`: nothing else says "f"), and `0x100_0000` on
+//!     every ELF entry from sm_100 on;
 //!   - `u64` at 48 (0 in all of them), `u64 uncompressed size` at 56 (0 uncompressed).
 //!
 //!   The payload follows the header.
@@ -58,7 +60,7 @@ use super::elf::{self, Machines};
 use super::ptx;
 use super::read::{Check, Size, bytes_at, field, u16_at, u32_at, u64_at};
 use super::sm_arch;
-use crate::code::target::{Code, Devices};
+use crate::code::target::{Arch, Code, Devices, Features};
 
 /// The fatbin magic, `0xBA55ED50`, as it is stored.
 pub(super) const MAGIC: [u8; 4] = 0xBA55_ED50u32.to_le_bytes();
@@ -79,6 +81,10 @@ const KIND_ELF: u16 = 2;
 const FLAGS_COMPRESSED: u64 = 0x1000 | FLAG_LZ4 | FLAG_ZSTD;
 const FLAG_LZ4: u64 = 0x2000;
 const FLAG_ZSTD: u64 = 0x8000;
+/// The flags of an entry of code for a feature set beyond the baseline: "a" (architecture-specific)
+/// and "f" (family).
+const FLAG_ARCH_SPECIFIC: u64 = 0x10_0000;
+const FLAG_FAMILY: u64 = 0x20_0000;
 
 /// An entry header, as read.
 #[derive(Debug, Clone, Copy)]
@@ -115,10 +121,23 @@ impl Entry {
     }
 
     /// What code the entry holds, for the driver's choice; `None` for a kind Atlas does not know.
+    /// Its feature set is what its flags say (with both flags, which no toolchain writes, the
+    /// family's, which more devices run), not what its code says: the driver picks by the header.
     pub(super) fn code(&self) -> Option<Code> {
+        let features = if self.flags & FLAG_FAMILY != 0 {
+            Features::Family
+        } else if self.flags & FLAG_ARCH_SPECIFIC != 0 {
+            Features::Specific
+        } else {
+            Features::Baseline
+        };
+        let arch = Arch {
+            sm: self.arch,
+            features,
+        };
         match self.kind {
-            KIND_PTX => Some(Code::Ptx(self.arch)),
-            KIND_ELF => Some(Code::Sass(self.arch)),
+            KIND_PTX => Some(Code::Ptx(arch)),
+            KIND_ELF => Some(Code::Sass(arch)),
             _ => None,
         }
     }
@@ -289,11 +308,13 @@ pub(in crate::code) fn check_picked(
 }
 
 /// The cubin a load on a device of SM number `device` hands the driver in place of fatbin `b`,
-/// when what the driver loads of it is settled: one entry holds SASS of exactly the device's SM,
-/// an executable cubin (not a relocatable one, which needs a link), no other entry holds SASS the
-/// device may load, and every entry is of a kind Atlas knows. The driver takes SASS built for
-/// the device over any PTX (the caller has seen that no environment variable makes it JIT the
-/// PTX: [`jit_forced`](crate::code::target::jit_forced)), so that cubin is what it would load.
+/// when what the driver loads of it is settled: one entry holds SASS of exactly the device's SM
+/// (plain, "f" or "a": each runs there), an executable cubin (not a relocatable one, which needs
+/// a link), no other entry holds SASS the device may load (an older minor version's, plain or
+/// "f"; never "a" SASS of another compute capability, which the driver does not load there), and
+/// every entry is of a kind Atlas knows. The driver takes SASS built for the device over any PTX
+/// (the caller has seen that no environment variable makes it JIT the PTX:
+/// [`jit_forced`](crate::code::target::jit_forced)), so that cubin is what it would load.
 ///
 /// Every entry's header is checked, and that entry's code, decompressed, as [`check_picked`]
 /// checks it; the cubin is borrowed from `b` when stored plain. `None` when the choice is not
@@ -307,8 +328,8 @@ pub(in crate::code) fn sole_sass(b: &[u8], device: u32) -> Check<Option<Cow<'_, 
         check_header(header, &entry).map_err(|e| format!("{}: {e}", entry.label(index)))?;
         match entry.code() {
             None => settled = false,
-            Some(code @ Code::Sass(sm)) if devices.may_load(code) => {
-                if sm == device && sole.is_none() {
+            Some(code @ Code::Sass(arch)) if devices.may_load(code) => {
+                if arch.sm == device && sole.is_none() {
                     sole = Some((index, entry));
                 } else {
                     settled = false;

@@ -48,7 +48,7 @@ use read::Check;
 
 #[cfg(test)]
 pub(crate) use compressed::DECOMPRESSIONS;
-pub(crate) use elf::cuda::sm_arch;
+pub(crate) use elf::cuda::{cubin_arch, sm_arch};
 
 /// The formats Atlas takes, for refusals of anything else.
 const FORMATS: &str = "PTX, NVIDIA ELF cubins, AMD GPU ELF code objects, NVIDIA fatbins and clang \
@@ -133,10 +133,13 @@ pub fn validate_blob(module: &str, blob: &[u8]) -> Result<BlobKind> {
 /// [`validate_blob`], except that of a fatbin's entries only those the driver may pick for that
 /// device have their code checked: SASS of the device's major version and the same or an older
 /// minor one, and PTX for it or an older architecture (whichever the driver prefers, and under
-/// `CUDA_FORCE_PTX_JIT`). So a load's refusal is reproduced here, on any machine.
+/// `CUDA_FORCE_PTX_JIT`), but architecture-specific ("a") code only of exactly that compute
+/// capability and family ("f") PTX only of its major version, as the entries' flags say. So a
+/// load's refusal is reproduced here, on any machine.
 ///
 /// When the fatbin holds SASS of exactly the device's architecture in one entry (an executable
-/// cubin, no other SASS the device may load, every entry of a kind Atlas knows) and neither
+/// cubin, no other SASS the device may load, "a" SASS of another compute capability being none
+/// it may load; every entry of a kind Atlas knows) and neither
 /// `CUDA_FORCE_PTX_JIT` nor `CUDA_FORCE_JIT` is set, that SASS is what the driver loads: only its
 /// code is checked, and [`AtlasRegistry::load`] hands the driver that cubin in place of the
 /// fatbin, so the driver parses nothing else of it (and decompresses nothing twice).
@@ -284,8 +287,8 @@ pub(crate) fn check_for_device<'i>(
 /// for a fatbin, `compute_75 PTX (ISA 8.0)` for PTX. Reads only what is there; never fails.
 pub(crate) fn code_targets(blob: &[u8]) -> String {
     match sniff(blob) {
-        BlobKind::Cubin => match sm_arch(blob) {
-            Some(sm) => format!("sm_{sm} SASS"),
+        BlobKind::Cubin => match cubin_arch(blob) {
+            Some(arch) => format!("sm_{arch} SASS"),
             None if read::u16_at(blob, 18) == Some(object::elf::EM_AMDGPU) => {
                 "an AMD GPU code object".into()
             }
@@ -297,8 +300,8 @@ pub(crate) fn code_targets(blob: &[u8]) -> String {
                 .flatten()
                 .map_while(|entry| entry.ok())
                 .map(|entry| match entry.code() {
-                    Some(Code::Ptx(sm)) => format!("compute_{sm} PTX"),
-                    Some(Code::Sass(sm)) => format!("sm_{sm} SASS"),
+                    Some(Code::Ptx(arch)) => format!("compute_{arch} PTX"),
+                    Some(Code::Sass(arch)) => format!("sm_{arch} SASS"),
                     None => format!("an entry of kind {}", entry.kind),
                 })
                 .collect();
@@ -315,7 +318,7 @@ pub(crate) fn code_targets(blob: &[u8]) -> String {
                 .map(|(major, minor)| format!(" (ISA {major}.{minor})"))
                 .unwrap_or_default();
             match header.target {
-                Some(sm) => format!("compute_{sm} PTX{isa}"),
+                Some(arch) => format!("compute_{arch} PTX{isa}"),
                 None => format!("PTX{isa} without a readable .target"),
             }
         }

@@ -1729,7 +1729,7 @@ fn nvcc_13_compressed_fatbins_pass_and_decompress_to_their_cubins() {
     let cubin_of = |fatbin| {
         let mut cubin = None;
         fatbin::check_picked(fatbin, Some(Devices::Sm(90)), |code, bytes, _| {
-            if code == crate::code::target::Code::Sass(90) {
+            if code == crate::code::target::Code::Sass(crate::code::target::Arch::baseline(90)) {
                 cubin = Some(bytes.to_vec());
             }
         })
@@ -2495,4 +2495,174 @@ fn fatbin_entry_options_lie_in_their_header() {
         &cuda13.with(options + 21, b"X"),
         &["fatbin entry 0 (PTX sm_75 at offset 16): its options at offset 88 + size 21"],
     );
+}
+
+/// A file of `tests/fixtures/arch_variants/`: `k.cu` built by nvcc 13.0.
+macro_rules! arch_variant {
+    ($name:literal) => {
+        include_bytes!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/arch_variants/",
+            $name
+        ))
+    };
+}
+
+/// The architecture a cubin says it is built for, as `sm_` or `compute_` would follow it.
+fn arch_of(cubin: &[u8]) -> Option<String> {
+    cubin_arch(cubin).map(|arch| arch.to_string())
+}
+
+/// "a" code is marked in a cubin by `e_flags` (CUDA 12: 0x800 in ABI version 7's layout; CUDA
+/// 12.9: 0x8 in version 8's) or, from CUDA 13, by `.nv.compat` attribute 0x09 = 1; "f" code not at
+/// all.
+#[test]
+fn a_cubin_says_a_by_its_flags_or_its_compat_record() {
+    for (cubin, want) in [
+        (&arch_variant!("k.sm_90.cubin")[..], "90"),
+        (arch_variant!("k.sm_90a.cubin"), "90a"),
+        (arch_variant!("k.sm_100.cubin"), "100"),
+        (arch_variant!("k.sm_100a.cubin"), "100a"),
+        (arch_variant!("k.sm_100f.cubin"), "100"),
+        (arch_variant!("k.sm_103a.cubin"), "103a"),
+        (arch_variant!("k.sm_110f.cubin"), "110"),
+        (arch_variant!("k.sm_120a.cubin"), "120a"),
+        (arch_variant!("k.sm_120f.cubin"), "120"),
+        (arch_variant!("k.sm_121a.cubin"), "121a"),
+    ] {
+        assert_eq!(arch_of(cubin).as_deref(), Some(want), "sm_{want}");
+        assert_eq!(code_targets(cubin), format!("sm_{want} SASS"));
+    }
+    // CUDA 13: the same e_flags for sm_90 and sm_90a; sm_100 and sm_100f cubins differ only in
+    // the options the toolkit note records (`-arch sm_100f`), not in e_flags or `.nv.compat`.
+    let (plain, a) = (
+        Image::new(arch_variant!("k.sm_90.cubin")),
+        Image::new(arch_variant!("k.sm_90a.cubin")),
+    );
+    assert_eq!((plain.b[8], plain.u32(48)), (8, 0x0600_5a04));
+    assert_eq!(a.u32(48), plain.u32(48));
+    let (sm100, sm100f) = (
+        Image::new(arch_variant!("k.sm_100.cubin")),
+        Image::new(arch_variant!("k.sm_100f.cubin")),
+    );
+    assert_eq!(sm100.u32(48), sm100f.u32(48));
+    let compat = |image: &Image| {
+        let at = image.data(".nv.compat");
+        image.b[at..at + image.size(".nv.compat") as usize].to_vec()
+    };
+    assert_eq!(compat(&sm100), compat(&sm100f));
+    assert_eq!(compat(&sm100).len(), 36);
+    // The record says it: set to 0, the cubin is plain sm_90; the section gone, too.
+    let record = a.record(".nv.compat", 0x09);
+    assert_eq!(a.b[record..record + 4], [2, 0x09, 1, 0]);
+    assert_eq!(arch_of(&a.with(record + 2, &[0])).as_deref(), Some("90"));
+    let retyped = a.with_field(".nv.compat", SH_TYPE, &SHT_CUDA_INFO.to_le_bytes());
+    assert_eq!(arch_of(&retyped).as_deref(), Some("90"));
+    // CUDA 12.9's mark in ABI version 8's layout, CUDA 12's in version 7's (NVRTC 12.0's cubin).
+    assert_eq!(
+        arch_of(&plain.with(48, &0x0600_5a0cu32.to_le_bytes())).as_deref(),
+        Some("90a")
+    );
+    let nvrtc = Image::new(demo_cubin("noop"));
+    assert_eq!(arch_of(&nvrtc.b).as_deref(), Some("90"));
+    let marked = nvrtc.with(48, &(nvrtc.u32(48) | 0x800).to_le_bytes());
+    assert_eq!(arch_of(&marked).as_deref(), Some("90a"));
+    // Whatever the bytes, an answer and no panic: a section table or records cut short.
+    for len in [0, 8, 52, 64, a.len() / 2, a.len() - 1] {
+        let _ = cubin_arch(&a.b[..len]);
+    }
+    let past = a.with_field(".nv.compat", SH_SIZE, &u64::MAX.to_le_bytes());
+    assert_eq!(arch_of(&past).as_deref(), Some("90"));
+    let mut sized = a.clone();
+    sized.set(record, &[4, 0x0b, 0xff, 0xff]);
+    assert_eq!(arch_of(&sized.b).as_deref(), Some("90"));
+}
+
+/// A fatbin entry's flags say "a" (0x10_0000) and "f" (0x20_0000), for SASS and PTX alike;
+/// 0x100_0000, on every ELF entry from sm_100 on, says neither.
+#[test]
+fn a_fatbin_entry_says_a_or_f_by_its_flags() {
+    let codes = |fatbin: &[u8]| {
+        fatbin::codes(fatbin)
+            .map(|code| match code {
+                Some(Code::Sass(arch)) => format!("sm_{arch}"),
+                Some(Code::Ptx(arch)) => format!("compute_{arch}"),
+                None => "unknown".into(),
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        codes(arch_variant!("k.mixed.fatbin")),
+        ["sm_100a", "sm_100f", "sm_120f", "sm_90a"]
+    );
+    assert_eq!(
+        code_targets(arch_variant!("k.mixed.fatbin")),
+        "sm_100a SASS, sm_100f SASS, sm_120f SASS, sm_90a SASS"
+    );
+    for (fatbin, want) in [
+        (&arch_variant!("k.sm_100.fatbin")[..], "sm_100"),
+        (arch_variant!("k.sm_103a.fatbin"), "sm_103a"),
+        (arch_variant!("k.sm_121f.fatbin"), "sm_121f"),
+        (arch_variant!("k.compute_90a.fatbin"), "compute_90a"),
+        (arch_variant!("k.compute_110f.fatbin"), "compute_110f"),
+        (arch_variant!("k.compute_120.fatbin"), "compute_120"),
+    ] {
+        assert_eq!(codes(fatbin), [want]);
+    }
+    assert_eq!(
+        codes(arch_variant!("k.sm_90a+compute_90.fatbin")),
+        ["sm_90a", "compute_90"]
+    );
+    assert_eq!(
+        code_targets(arch_variant!("k.compute_100f.ptx")),
+        "compute_100f PTX (ISA 9.0)"
+    );
+}
+
+/// What is handed over of the mixed fatbin (sm_100a, sm_100f, sm_120f, sm_90a SASS): the one
+/// entry of exactly the device's SM when no other SASS it may load is there; "a" SASS of another
+/// compute capability is none it may load.
+#[test]
+fn the_handover_counts_only_sass_the_device_may_load() {
+    use super::fatbin::sole_sass;
+    let mixed = arch_variant!("k.mixed.fatbin");
+    let entries = fatbin_entries(mixed);
+    let handed = |b: &[u8], sm| {
+        sole_sass(b, sm)
+            .unwrap()
+            .map(|cubin| (cubin.as_ptr(), cubin.len()))
+    };
+    let entry = |b: &[u8], i: usize| {
+        let entry = fatbin_entries(b)[i];
+        let at = entry.payload_at();
+        Some((b[at..].as_ptr(), entry.payload))
+    };
+    assert_eq!(entries.len(), 4);
+    assert_eq!(handed(mixed, 90), entry(mixed, 3));
+    assert_eq!(handed(mixed, 120), entry(mixed, 2));
+    // 10.0: sm_100a and sm_100f, both its own (the driver chooses); 10.3 and 12.1: none their own.
+    for sm in [100, 103, 121, 110] {
+        assert_eq!(handed(mixed, sm), None, "sm_{sm}");
+    }
+    // sm_100a beside sm_103 SASS: on 10.3 the sm_103 entry settles it, the sm_100a one is none
+    // it may load; its plain twin is, and then the driver chooses.
+    let both = |first: &[u8], second: &[u8]| {
+        let mut b = first.to_vec();
+        b.extend_from_slice(&second[16..]);
+        let body = (b.len() - 16) as u64;
+        b[8..16].copy_from_slice(&body.to_le_bytes());
+        b
+    };
+    let a_and_103 = both(
+        arch_variant!("k.sm_100a.fatbin"),
+        arch_variant!("k.sm_103.fatbin"),
+    );
+    assert_eq!(handed(&a_and_103, 103), entry(&a_and_103, 1));
+    let plain_and_103 = both(
+        arch_variant!("k.sm_100.fatbin"),
+        arch_variant!("k.sm_103.fatbin"),
+    );
+    assert_eq!(handed(&plain_and_103, 103), None);
+    // A fatbin of "a" code for another compute capability only: nothing to hand over.
+    assert_eq!(handed(arch_variant!("k.sm_100a.fatbin"), 103), None);
 }

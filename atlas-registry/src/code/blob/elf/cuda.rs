@@ -1,6 +1,6 @@
 //! NVIDIA's own parts of a cubin: the `.nv.info` attribute records, the call graph, the toolkit
-//! note, the links from a kernel's sections to its symbol and code, relocation types, and the SM
-//! architecture in `e_flags`.
+//! note, the links from a kernel's sections to its symbol and code, relocation types, and the
+//! architecture a cubin is built for (`e_flags`, and `.nv.compat` for "a" code: [`cubin_arch`]).
 //!
 //! What these look like was read from cubins of two toolchains, nvcc 13.0 (the sm_90 cubins once
 //! committed) and NVRTC 12.0 (the committed sm_75 to sm_90 ones), and checked against public
@@ -58,8 +58,8 @@ use object::elf::{
 };
 
 use super::{Elf, MAGIC, Section, Symbols, c_string};
-use crate::code::blob::read::{Check, Size, fits, u8_at, u16_at, u32_at};
-use crate::code::target::SM_NUMBERS;
+use crate::code::blob::read::{Check, Size, bytes_at, fits, u8_at, u16_at, u32_at, u64_at};
+use crate::code::target::{Arch, Features, SM_NUMBERS};
 
 const SHT_CUDA_INFO: u32 = SHT_LOPROC;
 const SHT_CUDA_CALLGRAPH: u32 = SHT_LOPROC + 1;
@@ -193,6 +193,84 @@ pub(crate) fn sm_arch(blob: &[u8]) -> Option<u32> {
     }
     let (sm, _) = decode_flags(u8_at(blob, 8)?, u32_at(blob, 48)?)?;
     (sm != 0).then_some(sm)
+}
+
+/// `e_flags`' mark of "a" (architecture-specific) code in the layout of ABI version 7
+/// (`EF_CUDA_ACCELERATORS_V1`: CUDA 12's `sm_90a`).
+const EF_ARCH_SPECIFIC_V1: u32 = 0x800;
+/// `e_flags`' mark of "a" code in the layout of ABI version 8 (`EF_CUDA_ACCELERATORS`: CUDA
+/// 12.9's `sm_100a` and `sm_120a`; CUDA 13 leaves it clear).
+const EF_ARCH_SPECIFIC_V2: u32 = 0x8;
+/// The `.nv.compat` attribute whose byte value 1 marks "a" code in CUDA 13's cubins.
+const COMPAT_ARCH_SPECIFIC: u8 = 0x09;
+
+/// The architecture an NVIDIA cubin was built for, with its feature set: [`sm_arch`]'s SM number,
+/// "a" ([`Features::Specific`]) when the cubin marks it so, else the baseline. `None` where
+/// `sm_arch` has none. Reads only what is there; never fails, on any bytes.
+///
+/// Where "a" is marked: CUDA 12 sets bit `0x800` of `e_flags` in the layout of ABI version 7
+/// (`sm_90a`), CUDA 12.9 bit `0x8` in that of version 8 (`sm_100a`, `sm_120a`); CUDA 13 sets
+/// neither (its `sm_90` and `sm_90a` cubins have the same `e_flags`) and writes a `.nv.compat`
+/// record of attribute 0x09 with the byte value 1 instead (0 in its other cubins).
+///
+/// `.nv.compat` (type 0x7000_0086), as nvcc 13.0 writes it for `k.cu` from sm_90 to sm_121f
+/// (`tests/fixtures/arch_variants/`): 36 bytes of `.nv.info`-style records, `u8 format, u8
+/// attribute, u16 value-or-size`: `02 09 vv 00` (attribute 0x09, byte `vv`: 1 for "a" code, 0
+/// else), `02 02 01 00`, `02 05 05 00`, `03 07 01 01` (a half word, 0x0101), `02 03 00 00`,
+/// `02 06 01 00`, then `04 0b 08 00` and 8 bytes of value (`09` for sm_100 and sm_100a, `50` for
+/// sm_120 and sm_120a, 0 for the others). What the other attributes mean is not known here.
+///
+/// "f" (family) code is not marked in a cubin (nvcc's sm_100 and sm_100f cubins differ only in
+/// the options their toolkit note records, `-arch sm_100f`): only a fatbin entry's flags say
+/// "f". A cubin of "f" code is plain SASS of its SM, which runs within its family as "f" code
+/// does.
+pub(crate) fn cubin_arch(blob: &[u8]) -> Option<Arch> {
+    let sm = sm_arch(blob)?;
+    let flags = u32_at(blob, 48)?;
+    let marked = match u8_at(blob, 8)? {
+        ABI_VERSION_7 => flags & EF_ARCH_SPECIFIC_V1 != 0,
+        ABI_VERSION_8 => flags & EF_ARCH_SPECIFIC_V2 != 0,
+        _ => false,
+    } || compat_says_arch_specific(blob);
+    let features = if marked {
+        Features::Specific
+    } else {
+        Features::Baseline
+    };
+    Some(Arch { sm, features })
+}
+
+/// Whether a 64-bit ELF file's `.nv.compat` section holds the record of attribute
+/// [`COMPAT_ARCH_SPECIFIC`] with the byte value 1. Reads the section table and the records with
+/// checked reads, stopping at the first that is not there.
+fn compat_says_arch_specific(blob: &[u8]) -> bool {
+    const SECTION_HEADER_SIZE: u64 = 64;
+    let (Some(2), Some(table), Some(count)) = (u8_at(blob, 4), u64_at(blob, 40), u16_at(blob, 60))
+    else {
+        return false;
+    };
+    let compat = (0..u64::from(count)).find_map(|i| {
+        let at = table.checked_add(i.checked_mul(SECTION_HEADER_SIZE)?)?;
+        let header = bytes_at(blob, at, SECTION_HEADER_SIZE)?;
+        (u32_at(header, 4)? == SHT_CUDA_COMPAT)
+            .then(|| bytes_at(blob, u64_at(header, 24)?, u64_at(header, 32)?))
+            .flatten()
+    });
+    let Some(mut records) = compat else {
+        return false;
+    };
+    while let Some(&[format, attribute, h0, h1]) = records.first_chunk() {
+        if (format, attribute) == (EIFMT_BVAL, COMPAT_ARCH_SPECIFIC) {
+            return h0 == 1;
+        }
+        let size = match format {
+            EIFMT_NVAL | EIFMT_BVAL | EIFMT_HVAL => 4,
+            EIFMT_SVAL => (4 + usize::from(u16::from_le_bytes([h0, h1])) + 3) & !3,
+            _ => return false,
+        };
+        records = records.get(size..).unwrap_or_default();
+    }
+    false
 }
 
 /// Checks a cubin's `e_flags` (`flags`) for its ABI version `abi`: the SM number is one of
