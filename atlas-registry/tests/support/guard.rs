@@ -171,7 +171,8 @@ impl Drop for Guarded {
 
 /// Reports the fault of a reader in a guard of the blob placed last by exiting with
 /// [`EXIT_PAST_END`] or [`EXIT_BEFORE_START`]; any other `SIGSEGV` or `SIGBUS` is left to kill
-/// the process as it would have. Call once per process, before the faults it is to report.
+/// the process as it would have. Call before the loads whose faults it is to report (again
+/// after anything that may set handlers of its own).
 pub fn catch_guard_faults() {
     let action = SigAction {
         handler: on_fault as *const () as usize,

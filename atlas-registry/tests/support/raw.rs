@@ -179,10 +179,8 @@ pub fn driver_version() -> Result<i32, String> {
     let cuda = atlas_sys::driver().map_err(|e| e.to_string())?;
     let mut version = 0;
     // SAFETY: `version` is a live out-pointer; the call needs no initialisation.
-    check(
-        unsafe { cuda.cuDriverGetVersion(&mut version) },
-        "cuDriverGetVersion",
-    )?;
+    let status = unsafe { cuda.cuDriverGetVersion(&mut version) };
+    check(status, "cuDriverGetVersion")?;
     Ok(version)
 }
 
