@@ -22,9 +22,11 @@
 //!   where it would otherwise go unnoticed. Prints a line per rule (mutants, loaded, clean error,
 //!   crashed, faulted in a guard, hung, and the verdict) and writes every mutant's outcome to
 //!   the file `ATLAS_STRUCTURAL_VERDICTS` names (default `target/structural_verdicts.tsv`,
-//!   from the working directory); the file of the last run on the H200 is committed as
+//!   from the working directory); a run on the H200 is recorded by committing that file as
 //!   `tests/fixtures/structural_verdicts.tsv`. It fails only when a control or an accepted
-//!   layout does not load in both places (the sweep would prove nothing), not on a verdict.
+//!   layout does not load in both places (the sweep would prove nothing) or when Atlas passes a
+//!   blob the driver crashes on, not on a verdict. RELIABILITY.md ("The sweep of structural
+//!   rules") says how to apply a verdict.
 //! - The two layouts accepted after such a measurement (a `PT_LOAD` whose file size exceeds its
 //!   memory size, `SHF_INFO_LINK` with `sh_info` 0) are committed as cubins under
 //!   `fixtures/accepted/` (`accepted_fixtures_are_the_mutants_they_say` makes them again;
