@@ -45,9 +45,9 @@ use atlas_registry::{
 use support::blobs::NEEDS_GPU;
 use support::child;
 use support::cubin::{
-    Cubin, PT_LOAD, SH_ALIGN, SH_ENTSIZE, SH_FLAGS, SH_INFO, SH_LINK, SH_NAME, SH_OFFSET, SH_SIZE,
-    SH_SIZE_FIELD, SH_TYPE, SHF_COMPRESSED, SHF_INFO_LINK, SHT_CUDA_CALLGRAPH, SHT_DYNSYM,
-    SHT_NOBITS, SYM_SIZE,
+    Cubin, PT_LOAD, SECTION_HEADER_SIZE, SH_ALIGN, SH_ENTSIZE, SH_FLAGS, SH_INFO, SH_LINK, SH_NAME,
+    SH_OFFSET, SH_SIZE, SH_TYPE, SHF_COMPRESSED, SHF_INFO_LINK, SHT_CUDA_CALLGRAPH, SHT_DYNSYM,
+    SHT_NOBITS, SYMBOL_SIZE,
 };
 use support::fatbin::{Fatbin, KIND_ELF, KIND_PTX, Scheme};
 use support::guard::{self, EXIT_BEFORE_START, EXIT_PAST_END, Guarded, Place};
@@ -665,7 +665,7 @@ fn rules() -> Vec<Rule> {
                 // is wrong.
                 let mut c = headers_at_end(&cubin(s));
                 let more = 0xff00 - c.shnum();
-                c.b.resize(c.len() + more * SH_SIZE, 0);
+                c.b.resize(c.len() + more * SECTION_HEADER_SIZE, 0);
                 c.put(60, 2, 0xff00);
                 vec![one(
                     "e_shnum 0xff00, the table padded with null sections to match",
@@ -696,7 +696,7 @@ fn rules() -> Vec<Rule> {
             |s| {
                 let c = cubin(s);
                 let end = headers_at_end(&c);
-                let bytes = (SH_SIZE * c.shnum()) as u64;
+                let bytes = (SECTION_HEADER_SIZE * c.shnum()) as u64;
                 vec![
                     one(
                         "the table at the end, e_shnum one more",
@@ -774,7 +774,7 @@ fn rules() -> Vec<Rule> {
                 let mut made = with_moved(&c, "the section name table", |c, i| {
                     vec![one(
                         "at the end, sh_size one more",
-                        c.with_field(i, SH_SIZE_FIELD, c.size(i) as u64 + 1),
+                        c.with_field(i, SH_SIZE, c.size(i) as u64 + 1),
                     )]
                 });
                 let i = c.get(62, 2) as usize;
@@ -794,7 +794,7 @@ fn rules() -> Vec<Rule> {
             |s| {
                 with_moved(&cubin(s), "the section name table", |mut c, i| {
                     let size = c.size(i) - 1;
-                    c.set(i, SH_SIZE_FIELD, size as u64);
+                    c.set(i, SH_SIZE, size as u64);
                     vec![one(
                         "at the end without its last NUL: the last name runs to the end of the blob",
                         c.truncated(c.offset(i) + size),
@@ -996,18 +996,18 @@ fn rules() -> Vec<Rule> {
                     ),
                     one(
                         "the kernel's constant bank: sh_size 1 TiB",
-                        c.with_field(bank, SH_SIZE_FIELD, 1 << 40),
+                        c.with_field(bank, SH_SIZE, 1 << 40),
                     ),
                 ];
                 for (what, more) in [
                     (".debug_frame", 1),
-                    ("the symbol table", SYM_SIZE),
+                    ("the symbol table", SYMBOL_SIZE),
                     ("the kernel's .nv.info", 4),
                 ] {
                     made.extend(with_moved(&c, what, |c, i| {
                         vec![one(
                             format!("{what} at the end, {more} byte(s) longer"),
-                            c.with_field(i, SH_SIZE_FIELD, (c.size(i) + more) as u64),
+                            c.with_field(i, SH_SIZE, (c.size(i) + more) as u64),
                         )]
                     }));
                 }
@@ -1120,7 +1120,7 @@ fn rules() -> Vec<Rule> {
             |s| {
                 with_moved(&cubin(s), "the string table", |mut c, i| {
                     let size = c.size(i) - 1;
-                    c.set(i, SH_SIZE_FIELD, size as u64);
+                    c.set(i, SH_SIZE, size as u64);
                     vec![one(
                         "at the end without its last NUL: the last name runs to the end of the blob",
                         c.truncated(c.offset(i) + size),
@@ -1202,7 +1202,7 @@ fn rules() -> Vec<Rule> {
                 ];
                 made.extend(with_moved(&c, "the symbol table", |mut c, i| {
                     let size = c.size(i) - 1;
-                    c.set(i, SH_SIZE_FIELD, size as u64);
+                    c.set(i, SH_SIZE, size as u64);
                     vec![one(
                         "at the end, its last symbol's last byte past the end of the blob",
                         c.truncated(c.offset(i) + size),
@@ -1379,7 +1379,7 @@ fn rules() -> Vec<Rule> {
                     ),
                     one(
                         "sh_size 8 less",
-                        c.with_field(rela, SH_SIZE_FIELD, c.size(rela) as u64 - 8),
+                        c.with_field(rela, SH_SIZE, c.size(rela) as u64 - 8),
                     ),
                 ]
             },
@@ -1676,7 +1676,7 @@ fn rules() -> Vec<Rule> {
                     one("sh_entsize 4", c.with_field(graph, SH_ENTSIZE, 4)),
                     one(
                         "sh_size 4 less",
-                        c.with_field(graph, SH_SIZE_FIELD, c.size(graph) as u64 - 4),
+                        c.with_field(graph, SH_SIZE, c.size(graph) as u64 - 4),
                     ),
                 ]
             },
@@ -1716,7 +1716,7 @@ fn rules() -> Vec<Rule> {
                     made.extend(with_moved(&c, what, |mut c, i| {
                         let last = *c.records(i).last().expect("records");
                         let size = last.at + 2 - c.offset(i);
-                        c.set(i, SH_SIZE_FIELD, size as u64);
+                        c.set(i, SH_SIZE, size as u64);
                         vec![one(
                             format!("{what} at the end, cut 2 bytes into its last record's header"),
                             c.truncated(last.at + 2),

@@ -8,11 +8,11 @@
 //! meant for the committed cubins it is given, and panics where they lack what is asked for.
 
 /// The size of a section header.
-pub const SH_SIZE: usize = 64;
+pub const SECTION_HEADER_SIZE: usize = 64;
 /// The size of a program header.
-pub const PH_SIZE: usize = 56;
+pub const PROGRAM_HEADER_SIZE: usize = 56;
 /// The size of a symbol.
-pub const SYM_SIZE: usize = 24;
+pub const SYMBOL_SIZE: usize = 24;
 
 /// A field of a section header: its offset in the header and its width.
 pub type Field = (usize, usize);
@@ -20,7 +20,7 @@ pub const SH_NAME: Field = (0, 4);
 pub const SH_TYPE: Field = (4, 4);
 pub const SH_FLAGS: Field = (8, 8);
 pub const SH_OFFSET: Field = (24, 8);
-pub const SH_SIZE_FIELD: Field = (32, 8);
+pub const SH_SIZE: Field = (32, 8);
 pub const SH_LINK: Field = (40, 4);
 pub const SH_INFO: Field = (44, 4);
 pub const SH_ALIGN: Field = (48, 8);
@@ -125,7 +125,7 @@ impl Cubin {
 
     /// Where section header `i` is.
     pub fn header(&self, i: usize) -> usize {
-        self.shoff() + SH_SIZE * i
+        self.shoff() + SECTION_HEADER_SIZE * i
     }
 
     /// Field `field` of section header `i`.
@@ -154,7 +154,7 @@ impl Cubin {
     }
 
     pub fn size(&self, i: usize) -> usize {
-        self.field(i, SH_SIZE_FIELD) as usize
+        self.field(i, SH_SIZE) as usize
     }
 
     /// The name of section `i`.
@@ -182,12 +182,12 @@ impl Cubin {
     }
 
     pub fn symbols(&self) -> usize {
-        self.size(self.symtab()) / SYM_SIZE
+        self.size(self.symtab()) / SYMBOL_SIZE
     }
 
     /// Where symbol `n` is.
     pub fn symbol(&self, n: usize) -> usize {
-        self.offset(self.symtab()) + SYM_SIZE * n
+        self.offset(self.symtab()) + SYMBOL_SIZE * n
     }
 
     /// The first kernel's attribute section (`.nv.info.K`: `sh_info` names its code).
@@ -274,7 +274,7 @@ impl Cubin {
 
     /// Where program header `n` is.
     pub fn program_header(&self, n: usize) -> usize {
-        self.phoff() + PH_SIZE * n
+        self.phoff() + PROGRAM_HEADER_SIZE * n
     }
 
     // -----------------------------------------------------------------------------------------
@@ -305,8 +305,9 @@ impl Cubin {
 
     /// As [`headers_to_end`](Self::headers_to_end), with `more` headers after the table's
     /// (`e_shnum` counts them).
-    fn headers_to_end_with(&mut self, more: &[[u8; SH_SIZE]]) -> &mut Self {
-        let table = self.b[self.shoff()..self.shoff() + SH_SIZE * self.shnum()].to_vec();
+    fn headers_to_end_with(&mut self, more: &[[u8; SECTION_HEADER_SIZE]]) -> &mut Self {
+        let table =
+            self.b[self.shoff()..self.shoff() + SECTION_HEADER_SIZE * self.shnum()].to_vec();
         let at = self.pad_to(8);
         self.b.extend_from_slice(&table);
         for header in more {
@@ -318,7 +319,11 @@ impl Cubin {
 
     /// Adds a section of header `header` whose bytes are `data` (appended, aligned to 8; none:
     /// the header's offset stands), with the section header table moved to the end; its index.
-    pub fn add_section(&mut self, mut header: [u8; SH_SIZE], data: Option<&[u8]>) -> usize {
+    pub fn add_section(
+        &mut self,
+        mut header: [u8; SECTION_HEADER_SIZE],
+        data: Option<&[u8]>,
+    ) -> usize {
         if let Some(data) = data {
             let at = self.pad_to(8);
             self.b.extend_from_slice(data);
@@ -331,9 +336,11 @@ impl Cubin {
     }
 
     /// Section header `i` as it is.
-    pub fn header_bytes(&self, i: usize) -> [u8; SH_SIZE] {
+    pub fn header_bytes(&self, i: usize) -> [u8; SECTION_HEADER_SIZE] {
         let at = self.header(i);
-        self.b[at..at + SH_SIZE].try_into().expect("64 bytes")
+        self.b[at..at + SECTION_HEADER_SIZE]
+            .try_into()
+            .expect("64 bytes")
     }
 
     /// The bytes of section `i`.
