@@ -2857,6 +2857,21 @@ fn gpu_structural_rules_against_the_driver() {
         let guarded = count(|s| matches!(s, Seen::PastEnd | Seen::BeforeStart));
         let hung = count(|s| *s == Seen::Hung);
         let harm = guarded + crashed + hung > 0;
+        // The driver's clean errors, by name.
+        let refusals: Vec<String> = of
+            .iter()
+            .filter_map(|(_, s)| match worst(s) {
+                Seen::Error(code) => Some(error_name(&code)),
+                _ => None,
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let refusals = if refusals.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", refusals.join(", "))
+        };
         let verdict = match rule.class {
             Class::Accepted | Class::Control => {
                 for (m, s) in &of {
@@ -2882,9 +2897,9 @@ fn gpu_structural_rules_against_the_driver() {
                 failures.push(format!("{}: blobs Atlas passes crash the driver", rule.id));
                 "ATLAS PASSES BLOBS THE DRIVER CRASHES ON".to_string()
             }
-            Class::Relaxed | Class::Foreign => {
-                format!("passes Atlas; the driver loads {loaded}, refuses {errors} cleanly")
-            }
+            Class::Relaxed | Class::Foreign => format!(
+                "passes Atlas; the driver loads {loaded}, refuses {errors} cleanly{refusals}"
+            ),
             _ if harm => {
                 let why: Vec<&str> = [
                     (guarded > 0, "reads outside the blob"),
@@ -2897,8 +2912,12 @@ fn gpu_structural_rules_against_the_driver() {
                 .collect();
                 format!("keep: the driver {}", why.join(", "))
             }
-            _ if loaded > 0 => format!("relax: the driver loads {loaded} of {}", of.len()),
-            _ => "relax: the driver refuses every mutant cleanly".to_string(),
+            _ if loaded == of.len() => format!("relax: the driver loads all {loaded}"),
+            _ if loaded > 0 => format!(
+                "relax: the driver loads {loaded} of {}, refuses the rest cleanly{refusals}",
+                of.len()
+            ),
+            _ => format!("relax: the driver refuses every mutant cleanly{refusals}"),
         };
         // Controls of both forms share an id: one line each.
         let id = if rule.id == "control" {
