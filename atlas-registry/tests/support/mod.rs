@@ -9,6 +9,8 @@
 //!   `WrongContext` refusal.
 //! - [`standin`]: the stand-in libcuda (`standin.c`) that CI tests run against without a GPU.
 //! - [`shim`]: a libcuda in front of the real one that hides entry points (GPU tests).
+//! - [`cubin`]: cubins taken apart for changes made on purpose, and laid out again.
+//! - [`guard`]: blobs placed between guard pages, and the faults of readers that stray into them.
 //! - [`mutate`]: seeded mutants of the committed blobs, for the blob fuzzer.
 //! - [`fatbin`]: fatbins taken apart and put together again, compressed entries included.
 //! - [`fixtures`]: the committed real fatbins under `tests/fixtures/`.
@@ -23,9 +25,11 @@
 pub mod blobs;
 pub mod child;
 pub mod corpus;
+pub mod cubin;
 pub mod fatbin;
 pub mod fixtures;
 pub mod graphs;
+pub mod guard;
 pub mod mutate;
 pub mod nvrtc;
 pub mod pool;

@@ -174,6 +174,16 @@ pub unsafe fn shared_bytes(function: CUfunction) -> Result<i32, String> {
     Ok(bytes)
 }
 
+/// The driver's CUDA version (`cuDriverGetVersion`: 13000 for CUDA 13.0).
+pub fn driver_version() -> Result<i32, String> {
+    let cuda = atlas_sys::driver().map_err(|e| e.to_string())?;
+    let mut version = 0;
+    // SAFETY: `version` is a live out-pointer; the call needs no initialisation.
+    let status = unsafe { cuda.cuDriverGetVersion(&mut version) };
+    check(status, "cuDriverGetVersion")?;
+    Ok(version)
+}
+
 /// `image` as `cuModuleLoadData` takes it: PTX text (neither ELF nor fatbin) ends in a NUL.
 pub fn as_image(mut blob: Vec<u8>) -> Vec<u8> {
     let binary = blob.starts_with(b"\x7fELF") || blob.starts_with(&0xBA55_ED50u32.to_le_bytes());

@@ -16,7 +16,7 @@
 //!   section says what it links to (symbol table → string table; relocations, hash tables,
 //!   groups → symbol table; dynamic section → string table; in a cubin, symbol indexes refer to
 //!   its one symbol table whatever `sh_link` says, see [`cuda`]); an `sh_info` flagged as a
-//!   section index (`SHF_INFO_LINK`) is a section;
+//!   section index (`SHF_INFO_LINK`) is 0 or a section;
 //! - symbol tables have 24-byte entries, each name inside the string table and each section index
 //!   a section (or undefined, absolute, common);
 //! - relocations have 16- or 24-byte entries, each naming a symbol of the linked table, and,
@@ -41,11 +41,11 @@ use std::borrow::Cow;
 
 use object::elf::{
     ELFCLASS64, ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD, ELFDATA2LSB, EM_AMDGPU, EM_CUDA, ET_DYN,
-    ET_EXEC, ET_REL, EV_CURRENT, PT_LOAD, SHF_COMPRESSED, SHF_INFO_LINK, SHN_ABS, SHN_COMMON,
-    SHN_HIPROC, SHN_LOPROC, SHN_LORESERVE, SHN_UNDEF, SHN_XINDEX, SHT_DYNAMIC, SHT_DYNSYM,
-    SHT_GNU_HASH, SHT_GNU_VERSYM, SHT_GROUP, SHT_HASH, SHT_NOBITS, SHT_NOTE, SHT_NULL, SHT_REL,
-    SHT_RELA, SHT_STRTAB, SHT_SYMTAB, SHT_SYMTAB_SHNDX, STB_LOOS, STB_WEAK, STT_FUNC, STT_LOOS,
-    STT_OBJECT, STT_TLS,
+    ET_EXEC, ET_REL, EV_CURRENT, SHF_COMPRESSED, SHF_INFO_LINK, SHN_ABS, SHN_COMMON, SHN_HIPROC,
+    SHN_LOPROC, SHN_LORESERVE, SHN_UNDEF, SHN_XINDEX, SHT_DYNAMIC, SHT_DYNSYM, SHT_GNU_HASH,
+    SHT_GNU_VERSYM, SHT_GROUP, SHT_HASH, SHT_NOBITS, SHT_NOTE, SHT_NULL, SHT_REL, SHT_RELA,
+    SHT_STRTAB, SHT_SYMTAB, SHT_SYMTAB_SHNDX, STB_LOOS, STB_WEAK, STT_FUNC, STT_LOOS, STT_OBJECT,
+    STT_TLS,
 };
 
 use super::read::{
@@ -552,40 +552,29 @@ impl<'a> Elf<'a> {
             u64::from(self.phnum) * PROGRAM_HEADER_SIZE,
         )
         .unwrap_or_default();
+        // A segment's file bytes lie inside the image. Its memory size is not checked against
+        // them: CUDA 11.0's ptxas pads `.nv.global.init` so that a `PT_LOAD` holds 2 bytes more
+        // in the file than in memory, and the driver loads such cubins (H200, driver 580,
+        // `tests/structural_rules.rs`).
         let (mut rest, mut i) = (table, 0u64);
         while let Some((h, tail)) = rest.split_first_chunk::<{ PROGRAM_HEADER_SIZE as usize }>() {
             rest = tail;
-            let kind = u32::from_le_bytes(field(h, 0));
             let offset = u64::from_le_bytes(field(h, 8));
-            let (file_size, memory_size) = (
-                u64::from_le_bytes(field(h, 32)),
-                u64::from_le_bytes(field(h, 40)),
-            );
-            if (file_size > 0 && !fits(offset, file_size, self.b.len() as u64))
-                || (kind == PT_LOAD && file_size > memory_size)
-            {
-                return Err(self.program_header_refusal(i, kind, offset, file_size, memory_size));
+            let file_size = u64::from_le_bytes(field(h, 32));
+            if file_size > 0 && !fits(offset, file_size, self.b.len() as u64) {
+                let kind = u32::from_le_bytes(field(h, 0));
+                return Err(self.segment_past_end(i, kind, offset, file_size));
             }
             i += 1;
         }
         Ok(())
     }
 
-    /// Why program header `i` is refused (see `check_program_headers`).
+    /// The refusal of program header `i`, whose file bytes are not inside the image.
     #[cold]
-    fn program_header_refusal(
-        &self,
-        i: u64,
-        kind: u32,
-        offset: u64,
-        file_size: u64,
-        memory_size: u64,
-    ) -> String {
+    fn segment_past_end(&self, i: u64, kind: u32, offset: u64, file_size: u64) -> String {
         let what = format!("program header {i} (type {kind:#x})");
-        if file_size > 0 && !fits(offset, file_size, self.b.len() as u64) {
-            return past_end(&what, offset, file_size, self.b.len(), self.whole);
-        }
-        format!("{what}: {file_size} bytes in the file but {memory_size} in memory")
+        past_end(&what, offset, file_size, self.b.len(), self.whole)
     }
 
     fn check_sections(&self) -> Check {
@@ -748,10 +737,13 @@ impl<'a> Elf<'a> {
     }
 
     /// What the flags `SHF_INFO_LINK` and `SHF_COMPRESSED` of section `i` promise: an `sh_info`
-    /// that is a section, a compression header (out of line: few sections have either).
+    /// that is 0 or a section, a compression header (out of line: few sections have either).
+    /// `sh_info` 0 names no section, and nothing is read there: NVIDIA's own assembler flags
+    /// `.nv.shared.reserved.0` so in cubins shipped for Blackwell, and the driver loads them
+    /// (H200, driver 580, `tests/structural_rules.rs`).
     #[inline(never)]
     fn check_flagged(&self, i: u32, s: &Section, data: &[u8]) -> Check {
-        if s.flag(SHF_INFO_LINK) && (s.info() == 0 || s.info() >= self.shnum) {
+        if s.flag(SHF_INFO_LINK) && s.info() >= self.shnum {
             return Err(format!(
                 "{}: sh_info {} is flagged as a section index (SHF_INFO_LINK) but is not one \
                  of the {} sections",
