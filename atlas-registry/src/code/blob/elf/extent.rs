@@ -9,7 +9,7 @@
 //!
 //! NVIDIA's toolchains write the tables either after the sections (the program header table
 //! last: the tables end where the file ends) or right after the ELF header (the sections follow
-//! them); in the 23,694 cubins of NVIDIA's CUDA 12 and 13 libraries (cuBLAS, cuBLASLt, cuFFT,
+//! them); in the 23,830 cubins of NVIDIA's CUDA 12 and 13 libraries (cuBLAS, cuBLASLt, cuFFT,
 //! cuSPARSE), not one byte lies past that end.
 
 use super::{HEADER_SIZE, MAGIC, PROGRAM_HEADER_SIZE, SECTION_HEADER_SIZE, occupies_file};
