@@ -247,6 +247,27 @@ pub enum AtlasError {
         /// What is wrong with it: the structure and the field.
         reason: String,
     },
+    /// A blob was refused before reaching the driver because a compressed piece of it (a fatbin
+    /// entry, a compressed offload bundle) declares more bytes uncompressed than Atlas
+    /// decompresses to check one ([`UNCOMPRESSED_LIMIT`](crate::UNCOMPRESSED_LIMIT)): checking
+    /// it would take that much memory. NVIDIA's own libraries stay far below the limit.
+    #[error(
+        "module `{module}`: {entry} declares {declared} bytes uncompressed, more than the {limit} \
+         bytes Atlas decompresses to check one piece of code (UNCOMPRESSED_LIMIT; the largest in \
+         NVIDIA's libraries is about a quarter of it): the blob is corrupt, or made to exhaust \
+         memory"
+    )]
+    TooLargeToCheck {
+        /// The module's name (escaped if it is not printable).
+        module: String,
+        /// The piece: `fatbin entry 2 (ELF sm_90 at offset 560, zstd-compressed)`, `the
+        /// compressed offload bundle`.
+        entry: String,
+        /// The bytes it declares uncompressed.
+        declared: u64,
+        /// [`UNCOMPRESSED_LIMIT`](crate::UNCOMPRESSED_LIMIT).
+        limit: u64,
+    },
     /// A kernel launch failed in the driver.
     #[error(
         "launching `{function}` (grid {grid:?}, block {block:?}, {shared_mem} B dynamic shared memory) failed: {}",

@@ -54,6 +54,8 @@
 //!   dynamic shared memory opt-in is made for the launch that needs it.
 //! - **Blobs**: malformed modules are refused before the driver parses them, and so is code the
 //!   device cannot run (other architectures only, PTX newer than the driver), naming both sides.
+//!   Checking one allocates at most [`UNCOMPRESSED_LIMIT`] for the compressed code it reads
+//!   ([`validate_blob`], "Memory"), whatever the blob declares.
 //! - **Lifetimes**: a function handle keeps its module loaded ([`CudaFunction`]) or borrows the
 //!   registry that does ([`FunctionRef`]); a handle of another registry is never trusted. A graph
 //!   keeps the modules it launches loaded and the buffers its typed launches use allocated
@@ -195,7 +197,9 @@ mod launch;
 mod memory;
 mod registry;
 
-pub use code::blob::{BlobKind, sniff, validate_blob, validate_blob_for_device};
+pub use code::blob::{
+    BlobKind, UNCOMPRESSED_LIMIT, sniff, validate_blob, validate_blob_for_device,
+};
 pub use code::blob_set::BlobSet;
 pub use code::layout::{
     CubinProblem, KernelLayout, LayoutError, ParamSlot, PtxProblem, RecordIssue, UnreadableBlob,

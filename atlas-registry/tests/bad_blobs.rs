@@ -388,7 +388,9 @@ fn throw_random_blobs() {
         assert!(
             matches!(
                 e,
-                AtlasError::InvalidModule { .. } | AtlasError::ModuleLoad { .. }
+                AtlasError::InvalidModule { .. }
+                    | AtlasError::TooLargeToCheck { .. }
+                    | AtlasError::ModuleLoad { .. }
             ),
             "blob {i} ({}, {} bytes): {e:?}",
             RANDOM_BLOB_KINDS[i % 6],

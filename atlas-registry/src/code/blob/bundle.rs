@@ -22,9 +22,11 @@
 //! what comes out is checked as a plain bundle; zstd is what clang writes when it has it, zlib
 //! (without zstd) is refused as a compression Atlas does not read.
 
-use super::compressed::{self, Scheme};
+use super::compressed::{self, Holds, Scheme};
 use super::elf::{self, Machines};
-use super::read::{Check, Size, bytes_at, overlapping, past_end, u16_at, u32_at, u64_at};
+use super::read::{
+    Check, Refusal, Refused, Size, bytes_at, overlapping, past_end, u16_at, u32_at, u64_at,
+};
 
 /// The first bytes of a plain clang offload bundle.
 pub(super) const MAGIC: &[u8] = b"__CLANG_OFFLOAD_BUNDLE__";
@@ -39,25 +41,27 @@ const METHOD_ZLIB: u16 = 0;
 const METHOD_ZSTD: u16 = 1;
 
 /// Checks an offload bundle, plain or compressed.
-pub(super) fn check(b: &[u8]) -> Check {
+pub(super) fn check(b: &[u8]) -> Refused {
     if b.starts_with(COMPRESSED_MAGIC) {
         let mut plain = Vec::new();
         decompress(b, &mut plain)?;
         if !plain.starts_with(MAGIC) {
-            return Err(
-                "the compressed offload bundle does not decompress to an offload bundle".into(),
-            );
+            return Err(Refusal::from(
+                "the compressed offload bundle does not decompress to an offload bundle".to_owned(),
+            ));
         }
-        return check_plain(&plain).map_err(|e| format!("in the compressed offload bundle: {e}"));
+        return Ok(
+            check_plain(&plain).map_err(|e| format!("in the compressed offload bundle: {e}"))?
+        );
     }
-    check_plain(b)
+    Ok(check_plain(b)?)
 }
 
 /// Decompresses the compressed bundle `b` into `plain`.
-fn decompress(b: &[u8], plain: &mut Vec<u8>) -> Check {
+fn decompress(b: &[u8], plain: &mut Vec<u8>) -> Refused {
     let len = b.len() as u64;
     let (Some(version), Some(method)) = (u16_at(b, 4), u16_at(b, 6)) else {
-        return Err(truncated(len));
+        return Err(truncated(len).into());
     };
     let (header, total, uncompressed) = match version {
         1 => (20, Some(len), u32_at(b, 8).map(u64::from)),
@@ -70,14 +74,15 @@ fn decompress(b: &[u8], plain: &mut Vec<u8>) -> Check {
         _ => {
             return Err(format!(
                 "compressed offload bundle version {version}; Atlas reads versions 1 to 3"
-            ));
+            )
+            .into());
         }
     };
     let (Some(total), Some(uncompressed)) = (total, uncompressed) else {
-        return Err(truncated(len));
+        return Err(truncated(len).into());
     };
     if len < header {
-        return Err(truncated(len));
+        return Err(truncated(len).into());
     }
     let stream = bytes_at(b, header, total.saturating_sub(header))
         .filter(|_| total >= header)
@@ -89,17 +94,20 @@ fn decompress(b: &[u8], plain: &mut Vec<u8>) -> Check {
             )
         })?;
     match method {
-        METHOD_ZSTD => compressed::decompress(Scheme::Zstd, stream, uncompressed, plain)
-            .map_err(|e| format!("the compressed offload bundle: {e}")),
-        METHOD_ZLIB => Err(
+        METHOD_ZSTD => {
+            compressed::decompress(Scheme::Zstd, stream, uncompressed, Holds::Other, plain)
+                .map_err(|e| e.within("the compressed offload bundle"))
+        }
+        METHOD_ZLIB => Err(Refusal::from(
             "a zlib-compressed offload bundle: Atlas reads zstd-compressed ones (what clang \
              writes when built with zstd), so the code in it cannot be checked"
-                .into(),
-        ),
+                .to_owned(),
+        )),
         other => Err(format!(
             "compressed offload bundle method {other}, neither zlib ({METHOD_ZLIB}) nor zstd \
              ({METHOD_ZSTD})"
-        )),
+        )
+        .into()),
     }
 }
 

@@ -55,10 +55,10 @@ use std::ffi::CStr;
 
 use object::elf::ET_EXEC;
 
-use super::compressed::{self, Scheme};
+use super::compressed::{self, Holds, Scheme};
 use super::elf::{self, Machines};
 use super::ptx;
-use super::read::{Check, Size, bytes_at, field, u16_at, u32_at, u64_at};
+use super::read::{Check, Refusal, Refused, Size, bytes_at, field, u16_at, u32_at, u64_at};
 use super::sm_arch;
 use crate::code::target::{Arch, Code, Devices, Features};
 
@@ -278,7 +278,7 @@ impl Iterator for Entries<'_> {
 
 /// Checks a fatbin: its header, every entry's header, and (for `devices`, `None` for none) the
 /// code of each entry the driver may pick for those devices.
-pub(super) fn check(b: &[u8], devices: Option<Devices>) -> Check {
+pub(super) fn check(b: &[u8], devices: Option<Devices>) -> Refused {
     check_picked(b, devices, |_, _, _| {})
 }
 
@@ -290,7 +290,7 @@ pub(in crate::code) fn check_picked(
     b: &[u8],
     devices: Option<Devices>,
     mut picked: impl FnMut(Code, &[u8], bool),
-) -> Check {
+) -> Refused {
     // One buffer for what every compressed entry decompresses to.
     let mut buffer = Vec::new();
     for (index, entry) in entries(b)?.enumerate() {
@@ -299,7 +299,7 @@ pub(in crate::code) fn check_picked(
             .code()
             .filter(|&code| devices.is_some_and(|d| d.may_load(code)));
         let checked = check_entry(b, &entry, code.is_some(), &mut buffer)
-            .map_err(|e| format!("{}: {e}", entry.label(index)))?;
+            .map_err(|e| e.within(&entry.label(index)))?;
         if let (Some(code), Some(bytes)) = (code, checked) {
             picked(code, bytes, entry.stored() != Stored::Plain);
         }
@@ -319,7 +319,7 @@ pub(in crate::code) fn check_picked(
 /// Every entry's header is checked, and that entry's code, decompressed, as [`check_picked`]
 /// checks it; the cubin is borrowed from `b` when stored plain. `None` when the choice is not
 /// settled: the whole fatbin is then checked for the device ([`check_picked`]) and handed over.
-pub(in crate::code) fn sole_sass(b: &[u8], device: u32) -> Check<Option<Cow<'_, [u8]>>> {
+pub(in crate::code) fn sole_sass(b: &[u8], device: u32) -> Refused<Option<Cow<'_, [u8]>>> {
     let devices = Devices::Sm(device);
     let (mut sole, mut settled) = (None, true);
     for (index, entry) in entries(b)?.enumerate() {
@@ -343,8 +343,12 @@ pub(in crate::code) fn sole_sass(b: &[u8], device: u32) -> Check<Option<Cow<'_, 
     };
     let mut buffer = Vec::new();
     let code = code(b, &entry, &mut buffer)
-        .and_then(|code| check_code(&entry, code).map(|()| code))
-        .map_err(|e| format!("{}: {e}", entry.label(index)))?;
+        .and_then(|code| {
+            check_code(&entry, code)
+                .map(|()| code)
+                .map_err(Refusal::from)
+        })
+        .map_err(|e| e.within(&entry.label(index)))?;
     if u16_at(code, 16) != Some(ET_EXEC) || sm_arch(code) != Some(device) {
         return Ok(None);
     }
@@ -360,7 +364,7 @@ fn check_entry<'a>(
     entry: &Entry,
     picked: bool,
     buffer: &'a mut Vec<u8>,
-) -> Check<Option<&'a [u8]>> {
+) -> Refused<Option<&'a [u8]>> {
     // The whole header lies inside the fatbin (checked when the entry was read).
     let header = bytes_at(b, entry.at, entry.header_size).unwrap_or_default();
     check_header(header, entry)?;
@@ -374,7 +378,7 @@ fn check_entry<'a>(
 
 /// The code of `entry` of fatbin `b`: its payload, or, compressed, what that decompresses to (in
 /// `buffer`). Its sizes have been checked ([`check_header`]).
-fn code<'a>(b: &'a [u8], entry: &Entry, buffer: &'a mut Vec<u8>) -> Check<&'a [u8]> {
+fn code<'a>(b: &'a [u8], entry: &Entry, buffer: &'a mut Vec<u8>) -> Refused<&'a [u8]> {
     // The compressed size lies inside the payload (`check_header`).
     let payload = payload(b, entry);
     match entry.stored() {
@@ -383,14 +387,19 @@ fn code<'a>(b: &'a [u8], entry: &Entry, buffer: &'a mut Vec<u8>) -> Check<&'a [u
             let stream = payload
                 .get(..entry.compressed_size as usize)
                 .unwrap_or_default();
-            compressed::decompress(scheme, stream, entry.uncompressed_size, buffer)?;
+            let holds = match entry.kind {
+                KIND_ELF => Holds::Cubin,
+                _ => Holds::Other,
+            };
+            compressed::decompress(scheme, stream, entry.uncompressed_size, holds, buffer)?;
             Ok(buffer)
         }
         Stored::Unknown => Err(format!(
             "flags {:#x} name a compression Atlas cannot read (0x2000 LZ4, 0x8000 zstd), so the \
              code the driver would decompress cannot be checked",
             entry.flags
-        )),
+        )
+        .into()),
     }
 }
 

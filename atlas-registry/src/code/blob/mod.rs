@@ -24,8 +24,9 @@
 //! ([`AtlasRegistry::load_with_unknown_formats`](crate::AtlasRegistry::load_with_unknown_formats)).
 //!
 //! Everything offsets and sizes point at is read with checked arithmetic and checked reads; no
-//! input makes the checks panic, and they allocate only to decompress, to sort the sections of an
-//! ELF file whose table is not in file order, and for the message of a refusal. They run on
+//! input makes the checks panic, and they allocate only to decompress (at most
+//! [`UNCOMPRESSED_LIMIT`] at a time, see [`validate_blob`]), to sort the sections of an ELF file
+//! whose table is not in file order, and for the message of a refusal. They run on
 //! every load, so they are written to take few steps: one pass over a cubin's sections, each
 //! field read where it is used, refusals formatted by cold functions on the way out. A 4.5 KiB
 //! cubin with two kernels takes about 3,100 instructions, a quarter to half a microsecond
@@ -44,7 +45,9 @@ use std::borrow::Cow;
 
 use crate::code::target::{Code, Devices, jit_forced};
 use crate::error::{AtlasError, Result};
-use read::Check;
+use read::{Refusal, Refused};
+
+pub use compressed::UNCOMPRESSED_LIMIT;
 
 #[cfg(test)]
 pub(crate) use compressed::DECOMPRESSIONS;
@@ -114,6 +117,19 @@ fn magic(blob: &[u8]) -> Option<BlobKind> {
 /// device may pick ([`validate_blob_for_device`]), so a blob that passes here passes there for
 /// every device.
 ///
+/// # Memory
+///
+/// Checking is meant for blobs nobody vouches for, so what it allocates is bounded: the code of
+/// a compressed piece it reads (a fatbin entry, a compressed offload bundle), decompressed, one
+/// piece at a time and at most [`UNCOMPRESSED_LIMIT`] (256 MiB) of it; 24 bytes per section to
+/// sort the sections of an ELF file whose section table is not in file order (at most 3/8 of the
+/// file); the text of a refusal. A piece that declares more than the limit is refused with
+/// [`AtlasError::TooLargeToCheck`] before anything is decompressed; a compressed cubin that
+/// declares more bytes than its own headers describe is refused after only the start that holds
+/// them is decompressed, so code followed by gigabytes of zeros costs the code. The largest piece
+/// in NVIDIA's CUDA 12 and 13 libraries (cuBLAS, cuBLASLt, cuFFT, cuSPARSE) is a 60 MB PTX entry,
+/// a quarter of the limit. zstd's own decoder context (about 100 KiB a thread) comes on top.
+///
 /// [`AtlasRegistry::load`]: crate::AtlasRegistry::load
 ///
 /// ```
@@ -165,10 +181,18 @@ pub fn validate_blob_for_device(
     Ok(kind)
 }
 
-fn refused<T>(module: &str, check: Check<T>) -> Result<T> {
-    check.map_err(|reason| AtlasError::InvalidModule {
-        module: module.escape_debug().to_string(),
-        reason,
+fn refused<T>(module: &str, check: Refused<T>) -> Result<T> {
+    check.map_err(|refusal| {
+        let module = module.escape_debug().to_string();
+        match refusal {
+            Refusal::Malformed(reason) => AtlasError::InvalidModule { module, reason },
+            Refusal::TooLarge { what, declared } => AtlasError::TooLargeToCheck {
+                module,
+                entry: what,
+                declared,
+                limit: UNCOMPRESSED_LIMIT,
+            },
+        }
     })
 }
 
@@ -183,17 +207,17 @@ fn known(blob: &[u8]) -> Option<BlobKind> {
 
 /// Checks `blob`, and of a fatbin the code of the entries that `devices` may pick (`None`: of
 /// none, only the headers).
-fn check(blob: &[u8], devices: Option<Devices>) -> Check<BlobKind> {
+fn check(blob: &[u8], devices: Option<Devices>) -> Refused<BlobKind> {
     check_known(blob, known(blob), devices)
 }
 
 /// [`check`], of a blob that is of `kind` ([`known`]'s answer).
-fn check_known(blob: &[u8], kind: Option<BlobKind>, devices: Option<Devices>) -> Check<BlobKind> {
+fn check_known(blob: &[u8], kind: Option<BlobKind>, devices: Option<Devices>) -> Refused<BlobKind> {
     if blob.is_empty() {
-        return Err("the blob is empty".into());
+        return Err(Refusal::from("the blob is empty".to_owned()));
     }
     let Some(kind) = kind else {
-        return Err(unknown_format(blob));
+        return Err(unknown_format(blob).into());
     };
     match kind {
         // `known` found it UTF-8 and starting as PTX does.
@@ -201,7 +225,7 @@ fn check_known(blob: &[u8], kind: Option<BlobKind>, devices: Option<Devices>) ->
         BlobKind::Cubin => elf::check(blob, "blob", elf::Machines::Gpu)?,
         BlobKind::Fatbin => fatbin::check(blob, devices)?,
         BlobKind::OffloadBundle => bundle::check(blob)?,
-        BlobKind::Binary => return Err(unknown_format(blob)),
+        BlobKind::Binary => return Err(unknown_format(blob).into()),
     }
     Ok(kind)
 }

@@ -9,6 +9,58 @@ use std::fmt;
 /// Built only on the way out, so a blob that passes allocates nothing.
 pub(super) type Check<T = ()> = Result<T, String>;
 
+/// Why a blob is refused, by a check that decompresses part of it: [`Check`]'s, or a
+/// [`Refusal::TooLarge`].
+pub(in crate::code) type Refused<T = ()> = Result<T, Refusal>;
+
+/// Why a blob is refused, where a compressed piece of it may be too large to check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::code) enum Refusal {
+    /// Its structure: [`Check`]'s reason, which becomes
+    /// [`AtlasError::InvalidModule`](crate::AtlasError::InvalidModule)'s.
+    Malformed(String),
+    /// A compressed piece declares more bytes uncompressed than
+    /// [`UNCOMPRESSED_LIMIT`](super::UNCOMPRESSED_LIMIT): what it is (empty until the container
+    /// that holds it names it, [`Refusal::within`]) and what it declares. Becomes
+    /// [`AtlasError::TooLargeToCheck`](crate::AtlasError::TooLargeToCheck).
+    TooLarge {
+        /// `fatbin entry 2 (ELF sm_90 at offset 560, zstd-compressed)`.
+        what: String,
+        /// The bytes it declares uncompressed.
+        declared: u64,
+    },
+}
+
+impl From<String> for Refusal {
+    fn from(reason: String) -> Self {
+        Self::Malformed(reason)
+    }
+}
+
+impl Refusal {
+    /// This refusal of a piece of `what` (`fatbin entry 2 (ELF sm_90 ...)`), said of `what`.
+    #[cold]
+    pub(super) fn within(self, what: &str) -> Self {
+        match self {
+            Self::Malformed(reason) => Self::Malformed(format!("{what}: {reason}")),
+            Self::TooLarge {
+                what: piece,
+                declared,
+            } if piece.is_empty() => Self::TooLarge {
+                what: what.to_owned(),
+                declared,
+            },
+            Self::TooLarge {
+                what: piece,
+                declared,
+            } => Self::TooLarge {
+                what: format!("{what}: {piece}"),
+                declared,
+            },
+        }
+    }
+}
+
 /// `len` bytes of `b` from `offset`, or `None` when any of them lies outside `b`.
 #[inline]
 pub(super) fn bytes_at(b: &[u8], offset: u64, len: u64) -> Option<&[u8]> {

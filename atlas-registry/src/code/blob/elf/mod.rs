@@ -36,6 +36,7 @@
 //! through [`Elf`] too.
 
 pub(super) mod cuda;
+pub(super) mod extent;
 
 use std::borrow::Cow;
 
