@@ -203,7 +203,9 @@ mod unix {
     use std::path::{Path, PathBuf};
     use std::time::SystemTime;
 
-    use super::{MARKER, MARKER_TEXT, Name, Refusal, STALE_TEMP, distrust, evict_until, name_kind};
+    use super::{
+        MARKER, MARKER_TEXT, Name, Refusal, STALE_TEMP, distrust, evict_until, name_kind, temp_name,
+    };
 
     /// A cache directory, open and checked.
     pub(crate) struct CacheDir {
@@ -262,7 +264,8 @@ mod unix {
                 other => other,
             })?;
             if made {
-                // mkdir's mode went through the umask; this directory is the one just made.
+                // mkdir's mode went through the umask: set it exactly, on the directory opened
+                // (which the checks found to be this user's own).
                 let _ = dir.handle.set_permissions(Permissions::from_mode(0o700));
                 dir.write_marker();
             }
@@ -337,10 +340,19 @@ mod unix {
             Ok(file)
         }
 
+        /// Writes Atlas's marker, whole or not at all, unless a file of its name is there: into a
+        /// temporary file first, then linked to its name (a link, unlike a rename, replaces
+        /// nothing).
         fn write_marker(&self) {
-            if let Ok(mut file) = self.create_file(MARKER) {
-                let _ = file.write_all(MARKER_TEXT);
+            let temp = temp_name(&"0".repeat(32));
+            let Ok(mut file) = self.create_file(&temp) else {
+                return;
+            };
+            let temp = self.base.join(temp);
+            if file.write_all(MARKER_TEXT).is_ok() {
+                let _ = fs::hard_link(&temp, self.base.join(MARKER));
             }
+            let _ = fs::remove_file(&temp);
         }
 
         fn has_marker(&self) -> bool {

@@ -29,6 +29,8 @@
 //! `include_next`, `__has_include`, `__has_include_next` and `__has_embed` read wherever they are.
 //! A false alarm costs a cache hit, never a wrong result.
 
+use std::borrow::Cow;
+
 use crate::compile::CudaSource;
 
 /// What makes NVRTC read a file for a source, which the compile cache's key does not cover
@@ -98,45 +100,54 @@ fn names_files(option: &str) -> bool {
 }
 
 /// The first directive of `text` that may read from disk (see the module docs), as written.
+///
+/// Every word of interest contains `include` or `embed`: the scan looks for those two and takes
+/// the whole word around each, so that a cache hit's check stays cheap beside reading the entry.
 fn reading_directive(text: &str, headers: &[(String, String)]) -> Option<String> {
     let text = join_spliced_lines(text);
+    // `contains` is the standard library's vectorised search: most sources end here.
+    if !text.contains("include") && !text.contains("embed") {
+        return None;
+    }
     let bytes = text.as_bytes();
-    let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
-    let mut at = 0;
-    while at < bytes.len() {
-        if !is_word(bytes[at]) {
-            at += 1;
-            continue;
-        }
-        let start = at;
-        while at < bytes.len() && is_word(bytes[at]) {
-            at += 1;
-        }
-        let word = &text[start..at];
-        let shown = || {
-            let from = directive_start(bytes, start);
-            let line = text[from..].lines().next().unwrap_or("");
-            line.chars().take(80).collect::<String>()
-        };
-        let reads = match word {
+    let is_word = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    let found = ["include", "embed"].into_iter().flat_map(|needle| {
+        text.match_indices(needle)
+            .map(|(at, needle)| (at, at + needle.len()))
+    });
+    let mut first: Option<usize> = None;
+    for (at, end) in found {
+        let start = at - bytes[..at].iter().rev().take_while(|b| is_word(b)).count();
+        let end = end + bytes[end..].iter().take_while(|b| is_word(b)).count();
+        let reads = match &text[start..end] {
             "include_next" | "__has_include" | "__has_include_next" | "__has_embed" => true,
             "embed" => after_directive_mark(bytes, start),
             "include" => {
-                after_directive_mark(bytes, start) && !names_a_header(&text[at..], headers)
+                after_directive_mark(bytes, start) && !names_a_header(&text[end..], headers)
             }
             _ => false,
         };
-        if reads {
-            return Some(shown());
+        if reads && first.is_none_or(|first| start < first) {
+            first = Some(start);
         }
     }
-    None
+    first.map(|start| {
+        let from = bytes[..start]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |newline| newline + 1);
+        let line = text[from..].lines().next().unwrap_or("");
+        line.chars().take(80).collect()
+    })
 }
 
 /// `text` with every line splice removed: a backslash, or the trigraph `??/`, then blanks and a
 /// line end. Joining where the preprocessor would not (trigraphs off) only merges text onto the
 /// line before, which hides no `#`.
-fn join_spliced_lines(text: &str) -> String {
+fn join_spliced_lines(text: &str) -> Cow<'_, str> {
+    if !text.contains('\\') && !text.contains("??/") {
+        return Cow::Borrowed(text);
+    }
     let mut joined = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find(['\\', '?']) {
@@ -161,7 +172,7 @@ fn join_spliced_lines(text: &str) -> String {
         }
     }
     joined.push_str(rest);
-    joined
+    Cow::Owned(joined)
 }
 
 /// Whether the word at `at` follows what can start a directive: `#`, `%:` or `??=`, or the end of
@@ -172,14 +183,6 @@ fn after_directive_mark(bytes: &[u8], at: usize) -> bool {
         .rev()
         .find(|b| !matches!(b, b' ' | b'\t' | 0x0b | 0x0c | b'\r'));
     matches!(before, Some(b'#' | b':' | b'=' | b'/'))
-}
-
-/// Where the directive around the word at `at` starts, for showing it: its line's start.
-fn directive_start(bytes: &[u8], at: usize) -> usize {
-    bytes[..at]
-        .iter()
-        .rposition(|&b| b == b'\n')
-        .map_or(0, |newline| newline + 1)
 }
 
 /// Whether `rest` (what follows the word `include`) is a quoted or bracketed name that is one of
