@@ -739,7 +739,7 @@ mod directory_tests {
     }
 
     #[test]
-    fn directories_are_made_0700_and_entries_0600_whatever_the_umask() {
+    fn directories_are_made_0700_and_entries_0600() {
         let scratch = Scratch::new("modes");
         let parent = scratch.0.join("made");
         let dir = parent.join("cache");
