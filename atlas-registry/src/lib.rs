@@ -208,7 +208,10 @@ pub use code::layout::{
 pub use compile::cache::{
     CACHE_DIR_VAR, CACHE_DISABLE_VAR, CACHE_MAX_BYTES_VAR, DEFAULT_MAX_BYTES,
 };
-pub use compile::{CacheOutcome, CompileCache, CompileTarget, CompiledCode, Compiler, CudaSource};
+pub use compile::{
+    CacheOutcome, CompileCache, CompileTarget, CompiledCode, Compiler, CudaSource, Distrust,
+    FileRead,
+};
 pub use device::context::CudaContext;
 pub use device::host::{CudaHost, device_count, host};
 pub use device::limits::DeviceLimits;

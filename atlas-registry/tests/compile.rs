@@ -5,6 +5,11 @@
 //!
 //! Every body runs in a child process (`support::nvrtc::run`), whose NVRTC is chosen by
 //! `ATLAS_NVRTC_PATH` and whose cache directory is the parent's fresh one (`CACHE_VAR`).
+//!
+//! The tests that compile need NVRTC, and are ignored by a plain `cargo test`: fetch the pinned
+//! NVRTC 12.0 with `python3 kernels/nvrtc.py --fetch` (or set `ATLAS_NVRTC_PATH`), then run
+//! `cargo test -p atlas-registry --test compile -- --ignored`; without an NVRTC they fail, saying
+//! how to get one (`support::nvrtc`). None needs a GPU: the driver is the stand-in.
 
 mod support;
 
@@ -35,6 +40,7 @@ child::bodies!(
     a_missing_nvrtc_is_one_error,
     a_compile_error_fails_the_model_load,
     an_nvrtc_newer_than_the_driver_is_refused,
+    a_changed_header_on_disk_is_compiled_again,
 );
 
 /// The cache directory a child uses, chosen by its parent.
@@ -59,12 +65,28 @@ fn kernels() -> CudaSource {
     CudaSource::new("kernels.cu", KERNELS).name_expression("scale_by<2>")
 }
 
-/// A fresh, empty directory for one test.
-fn fresh_dir(test: &str) -> PathBuf {
+/// A fresh, empty directory for one test, removed with what it holds when dropped.
+struct FreshDir(PathBuf);
+
+impl std::ops::Deref for FreshDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for FreshDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn fresh_dir(test: &str) -> FreshDir {
     let dir = std::env::temp_dir().join(format!("atlas-compile-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    FreshDir(dir)
 }
 
 /// In a child: the cache its parent chose.
@@ -88,7 +110,7 @@ fn entries(dir: &Path, extension: &str) -> Vec<PathBuf> {
 
 /// Runs `body` with the stand-in (of `variant`) and NVRTC, its cache in a fresh directory.
 #[track_caller]
-fn run_in_cache<F: Fn()>(body: F, variant: &[&str], test: &str) -> PathBuf {
+fn run_in_cache<F: Fn()>(body: F, variant: &[&str], test: &str) -> FreshDir {
     let dir = fresh_dir(test);
     nvrtc::run(body, variant, &[(CACHE_VAR, dir.as_os_str())]);
     dir
@@ -100,6 +122,7 @@ const SM_90: CompileTarget = CompileTarget::Cubin { arch: 90 };
 // Compiling.
 
 #[test]
+#[ignore = "needs NVRTC: `python3 kernels/nvrtc.py --fetch`, then `cargo test -p atlas-registry --test compile -- --ignored`"]
 fn nvrtc_compiles_cubins_for_sm_75_to_sm_90_and_ptx() {
     run_in_cache(compiles_for_every_architecture, &[], "archs");
 }
@@ -157,6 +180,7 @@ fn compiles_for_every_architecture() {
 }
 
 #[test]
+#[ignore = "needs NVRTC: `python3 kernels/nvrtc.py --fetch`, then `cargo test -p atlas-registry --test compile -- --ignored`"]
 fn a_compile_error_is_an_error_carrying_nvrtcs_log() {
     run_in_cache(a_compile_error_carries_the_log, &[], "log");
 }
@@ -204,6 +228,7 @@ fn a_compile_error_carries_the_log() {
 }
 
 #[test]
+#[ignore = "needs NVRTC: `python3 kernels/nvrtc.py --fetch`, then `cargo test -p atlas-registry --test compile -- --ignored`"]
 fn sources_nvrtc_must_not_see_are_refused_before_it() {
     run_in_cache(refuses_what_nvrtc_must_not_see, &[], "refused");
 }
@@ -237,6 +262,7 @@ fn refuses_what_nvrtc_must_not_see() {
 }
 
 #[test]
+#[ignore = "needs NVRTC: `python3 kernels/nvrtc.py --fetch`, then `cargo test -p atlas-registry --test compile -- --ignored`"]
 fn name_expressions_come_back_with_their_lowered_names() {
     run_in_cache(name_expressions_have_lowered_names, &[], "names");
 }
@@ -276,6 +302,7 @@ fn name_expressions_have_lowered_names() {
 // The cache.
 
 #[test]
+#[ignore = "needs NVRTC: `python3 kernels/nvrtc.py --fetch`, then `cargo test -p atlas-registry --test compile -- --ignored`"]
 fn a_second_compile_is_a_hit_and_each_input_changes_the_key() {
     let dir = run_in_cache(a_second_compile_hits_the_cache, &[], "hits");
     assert!(entries(&dir, "tmp").is_empty(), "no temporary file is left");
@@ -331,6 +358,100 @@ fn a_second_compile_hits_the_cache() {
 }
 
 #[test]
+#[ignore = "needs NVRTC: `python3 kernels/nvrtc.py --fetch`, then `cargo test -p atlas-registry --test compile -- --ignored`"]
+fn a_header_read_from_disk_that_changed_is_no_stale_hit() {
+    let headers = fresh_dir("disk-headers");
+    let dir = fresh_dir("disk-header-cache");
+    nvrtc::run(
+        a_changed_header_on_disk_is_compiled_again,
+        &[],
+        &[
+            (CACHE_VAR, dir.as_os_str()),
+            (HEADERS_VAR, headers.as_os_str()),
+        ],
+    );
+}
+
+/// The directory of the headers a child reads from disk, chosen by its parent.
+const HEADERS_VAR: &str = "ATLAS_TEST_COMPILE_HEADERS";
+
+/// A kernel that stores `VALUE`, which a header defines.
+const STORES_VALUE: &str = "extern \"C\" __global__ void value(unsigned *x) { x[0] = VALUE; }\n";
+
+fn a_changed_header_on_disk_is_compiled_again() {
+    let compiler = Compiler::with_cache(cache()).unwrap();
+    let dir = PathBuf::from(std::env::var_os(HEADERS_VAR).expect("the parent names it"));
+    let header = dir.join("value.h");
+    let ptx = CompileTarget::Ptx { arch: 75 };
+    let with_include = |name: String, include: &str| {
+        CudaSource::new(name, format!("#include \"{include}\"\n{STORES_VALUE}"))
+    };
+    let every_way = [
+        (
+            "-I",
+            with_include("value.cu".into(), "value.h").option(format!("-I{}", dir.display())),
+        ),
+        (
+            "--include-path",
+            with_include("value.cu".into(), "value.h")
+                .option(format!("--include-path={}", dir.display())),
+        ),
+        (
+            "--pre-include",
+            CudaSource::new("value.cu", STORES_VALUE)
+                .option(format!("--pre-include={}", header.display())),
+        ),
+        (
+            "-include",
+            CudaSource::new("value.cu", STORES_VALUE)
+                .option("-include")
+                .option(header.display().to_string()),
+        ),
+        (
+            "#include of an absolute path",
+            with_include("value.cu".into(), &header.display().to_string()),
+        ),
+        (
+            "#include beside the program",
+            with_include(dir.join("value.cu").display().to_string(), "value.h"),
+        ),
+    ];
+    for (i, (how, source)) in every_way.iter().enumerate() {
+        for value in [1_000_000 + i, 2_000_000 + i] {
+            std::fs::write(&header, format!("#define VALUE {value}\n")).unwrap();
+            let code = compiler.compile(source, ptx).unwrap();
+            let text = String::from_utf8_lossy(code.image());
+            assert!(
+                text.contains(&format!(", {value};")),
+                "{how}: the header says {value}, the code does not ({:?}):\n{text}",
+                code.cache_outcome()
+            );
+            assert!(
+                matches!(code.cache_outcome(), CacheOutcome::ReadsFiles { .. }),
+                "{how}: {:?}",
+                code.cache_outcome()
+            );
+        }
+    }
+    assert!(
+        entries(&cache_dir(), "atlas").is_empty(),
+        "nothing was stored"
+    );
+    // A header given in memory is what NVRTC reads, even beside a file of its name on disk: why
+    // a source whose includes all name its headers may be cached.
+    let in_memory = with_include(dir.join("value.cu").display().to_string(), "value.h")
+        .header("value.h", "#define VALUE 3000000\n");
+    for (value_on_disk, outcome) in [(1, CacheOutcome::Stored), (2, CacheOutcome::Hit)] {
+        std::fs::write(&header, format!("#define VALUE {value_on_disk}\n")).unwrap();
+        let code = compiler.compile(&in_memory, ptx).unwrap();
+        let text = String::from_utf8_lossy(code.image());
+        assert!(text.contains(", 3000000;"), "{text}");
+        assert_eq!(code.cache_outcome(), &outcome);
+    }
+}
+
+#[test]
+#[ignore = "needs NVRTC: `python3 kernels/nvrtc.py --fetch`, then `cargo test -p atlas-registry --test compile -- --ignored`"]
 fn corrupt_or_truncated_entries_are_compiled_again_and_replaced() {
     run_in_cache(corrupt_entries_are_compiled_again, &[], "corrupt");
 }
@@ -390,6 +511,7 @@ fn corrupt_entries_are_compiled_again() {
 }
 
 #[test]
+#[ignore = "needs NVRTC: `python3 kernels/nvrtc.py --fetch`, then `cargo test -p atlas-registry --test compile -- --ignored`"]
 fn eviction_keeps_the_cache_within_its_bound_least_recently_used_first() {
     run_in_cache(eviction_removes_the_least_recently_used, &[], "evict");
 }
@@ -449,6 +571,7 @@ fn eviction_removes_the_least_recently_used() {
 }
 
 #[test]
+#[ignore = "needs NVRTC: `python3 kernels/nvrtc.py --fetch`, then `cargo test -p atlas-registry --test compile -- --ignored`"]
 fn a_cache_that_cannot_be_written_does_not_fail_the_compile() {
     run_in_cache(an_unwritable_cache_still_compiles, &[], "unwritable");
 }
@@ -469,14 +592,13 @@ fn an_unwritable_cache_still_compiles() {
 }
 
 #[test]
+#[ignore = "needs NVRTC: `python3 kernels/nvrtc.py --fetch`, then `cargo test -p atlas-registry --test compile -- --ignored`"]
 fn processes_compiling_the_same_sources_at_once_never_see_a_partial_entry() {
-    let Some(library) = nvrtc::library() else {
-        return;
-    };
+    let library = nvrtc::library();
     let dir = fresh_dir("concurrent");
     let children: Vec<_> = (0..4)
         .map(|_| {
-            let (library, dir) = (library.clone(), dir.clone());
+            let (library, dir) = (library.clone(), dir.to_path_buf());
             std::thread::spawn(move || {
                 nvrtc::run_any(
                     publish_while_others_read,
@@ -567,6 +689,7 @@ fn model(preload: bool) -> Model<'static> {
 }
 
 #[test]
+#[ignore = "needs NVRTC: `python3 kernels/nvrtc.py --fetch`, then `cargo test -p atlas-registry --test compile -- --ignored`"]
 fn compiled_modules_are_registry_modules_and_preload_fills_the_table() {
     run_in_cache(compiled_modules_launch_with_preload, &[], "preload");
 }
@@ -621,6 +744,7 @@ fn compiled_modules_launch_with_preload() {
 }
 
 #[test]
+#[ignore = "needs NVRTC: `python3 kernels/nvrtc.py --fetch`, then `cargo test -p atlas-registry --test compile -- --ignored`"]
 fn compiled_modules_launch_without_preload_and_preload_reads_blobs_on_older_drivers() {
     run_in_cache(compiled_modules_launch_without_preload, &[], "lazy");
     run_in_cache(
@@ -654,6 +778,7 @@ fn compiled_modules_launch_with_preload_from_blobs() {
 }
 
 #[test]
+#[ignore = "needs NVRTC: `python3 kernels/nvrtc.py --fetch`, then `cargo test -p atlas-registry --test compile -- --ignored`"]
 fn a_library_compiles_a_source_once_per_architecture_present() {
     run_in_cache(
         a_library_compiles_once_per_architecture,
@@ -720,6 +845,7 @@ fn a_missing_nvrtc_is_one_error() {
 }
 
 #[test]
+#[ignore = "needs NVRTC: `python3 kernels/nvrtc.py --fetch`, then `cargo test -p atlas-registry --test compile -- --ignored`"]
 fn a_compile_error_fails_the_model_load_with_nvrtcs_log() {
     run_in_cache(a_compile_error_fails_the_model_load, &[], "load-error");
 }
@@ -755,6 +881,7 @@ fn a_compile_error_fails_the_model_load() {
 }
 
 #[test]
+#[ignore = "needs NVRTC: `python3 kernels/nvrtc.py --fetch`, then `cargo test -p atlas-registry --test compile -- --ignored`"]
 fn an_nvrtc_of_a_newer_cuda_than_the_driver_is_refused_naming_both() {
     // A CUDA 11.8 driver: older than any NVRTC the tests use.
     run_in_cache(

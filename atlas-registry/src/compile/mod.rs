@@ -7,13 +7,16 @@
 //!   architecture it knows below the device's, which the driver JIT-compiles.
 //! - [`Compiler`]: NVRTC (loaded at run time like libcuda: see [`atlas_sys::nvrtc`]; the calls
 //!   are the driver tier's, `driver::nvrtc`) with a [`CompileCache`] ([`cache`]): a compile looks
-//!   in the cache first and stores what it made.
+//!   in the cache first and stores what it made, in a directory the process's user alone may
+//!   write to ([`cache_dir`]), unless NVRTC may read a file for the source ([`file_reads`]).
 //!
 //! A [`Model`](crate::Model) takes sources beside blobs; compiled modules are ordinary modules of
 //! the registry, checked, loaded and launched as blobs are, and their name expressions are looked
 //! up by their C++ name (`registry.function("gemm", "gemm<128>")`).
 
 pub(crate) mod cache;
+pub(crate) mod cache_dir;
+pub(crate) mod file_reads;
 
 use std::ffi::CString;
 use std::fmt;
@@ -22,6 +25,8 @@ use crate::code::blob::{BlobKind, validate_blob};
 use crate::driver::nvrtc::{self, CompileFailure, ProgramInput};
 use crate::error::{AtlasError, CompileRefusal, Result};
 pub use cache::{CacheOutcome, CompileCache};
+pub use cache_dir::Distrust;
+pub use file_reads::FileRead;
 
 /// CUDA C++ source to compile at run time: the program, the headers it includes by name, the
 /// NVRTC options and the name expressions whose lowered names the registry looks up.
@@ -200,7 +205,6 @@ impl CompileTarget {
         }
     }
 
-    /// NVRTC's option for it: `--gpu-architecture=sm_90` or `--gpu-architecture=compute_90`.
     /// The kind of blob compiling for this target makes.
     fn kind(self) -> BlobKind {
         match self {
@@ -209,6 +213,7 @@ impl CompileTarget {
         }
     }
 
+    /// NVRTC's option for it: `--gpu-architecture=sm_90` or `--gpu-architecture=compute_90`.
     fn option(self) -> String {
         match self {
             Self::Cubin { arch } => format!("--gpu-architecture=sm_{arch}"),
@@ -388,13 +393,23 @@ impl Compiler {
     /// A compile error is [`AtlasError::Compile`] carrying NVRTC's log, naming `source`'s name;
     /// a source with a NUL byte, or an option naming an architecture, is
     /// [`AtlasError::InvalidModule`] before NVRTC is called. What NVRTC makes is checked as every
-    /// blob is ([`validate_blob`]) before it is stored or returned.
+    /// blob is ([`validate_blob`]) before it is stored or returned. A source for which NVRTC may
+    /// read a file from disk (an include path, a pre-included header, an `#include` of a name
+    /// that is not one of its headers) is compiled every time
+    /// ([`CacheOutcome::ReadsFiles`]).
     #[doc(alias = "nvrtcCompileProgram")]
     pub fn compile(&self, source: &CudaSource, target: CompileTarget) -> Result<CompiledCode> {
         source.check().map_err(|reason| AtlasError::InvalidModule {
             module: source.name.escape_debug().to_string(),
             reason,
         })?;
+        if self.cache.dir().is_some()
+            && let Some(reason) = file_reads::file_read(source)
+        {
+            let mut code = compile_now(self.nvrtc, source, target)?;
+            code.cache = CacheOutcome::ReadsFiles { reason };
+            return Ok(code);
+        }
         let key = cache::Key::new(source, target, self.nvrtc.version);
         let looked = self.cache.look_up(&key, &source.name_expressions);
         let looked = match looked {
