@@ -36,6 +36,10 @@ macro_rules! call {
     }};
 }
 
+mod event;
+
+pub(crate) use event::*;
+
 // Devices and contexts.
 
 /// `cuDeviceGetCount`.
