@@ -150,6 +150,32 @@ pub enum CaptureMisuse {
          are added to a capture in progress"
     )]
     NotCapturing,
+    /// The host asked about an event (`query`, `synchronize`, `elapsed_since`) whose last record
+    /// was in a capture: the driver refuses it, and invalidates a capture in progress.
+    #[error(
+        "the event's last record was in a capture, which marks a point of the graph, not of running \
+         work; record it outside a capture before the host waits for, queries or times it"
+    )]
+    EventOfCapture,
+    /// A stream waited for an event recorded in a capture it is not part of: the wait would make
+    /// it join that capture, out of reach of Atlas's checks (the driver crashes when a joined
+    /// stream is enqueued into while the capture ends).
+    #[error(
+        "the event was recorded in a capture this stream is not part of; a stream joins a capture \
+         only through `Capture::fork`"
+    )]
+    JoinOutsideFork,
+    /// `Capture::fork` of a stream that is being captured already (this capture's own stream, or
+    /// one of another capture).
+    #[error("the stream to fork into is being captured already")]
+    ForkOfCapturingStream,
+    /// A host function that runs once (`CudaStream::launch_host_func`) enqueued on a stream that
+    /// is being captured, where it would run at every replay.
+    #[error(
+        "a host function enqueued on a stream being captured runs at every replay of the graph; \
+         enqueue one that can run many times with `Capture::launch_host_func`"
+    )]
+    HostFunctionOnce,
     /// A conditional node given a handle made for another graph than the one the stream is
     /// capturing into.
     #[error(
@@ -157,6 +183,18 @@ pub enum CaptureMisuse {
          into; make it with `conditional_handle` on this capture"
     )]
     ForeignConditionalHandle,
+}
+
+/// A use of an event that cannot work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventMisuse {
+    /// Elapsed time asked of an event made without timing.
+    #[error("the event was made without timing; make it with `CudaEvent::timing` to measure time")]
+    NotTiming,
+    /// Elapsed time asked of an event never recorded.
+    #[error("the event was never recorded; record both events before asking the time between them")]
+    NeverRecorded,
 }
 
 /// Everything that can go wrong in Atlas. Each variant says what was being done and names the
@@ -324,6 +362,9 @@ pub enum AtlasError {
     /// Stream capture used in a way that cannot work; nothing reached the driver.
     #[error("cannot capture: {0}")]
     Capture(CaptureMisuse),
+    /// An event used in a way the driver cannot take ([`EventMisuse`]); nothing reached it.
+    #[error("{0}")]
+    Event(EventMisuse),
     /// A kernel node index past the instantiated graph's kernel nodes.
     #[error("the graph has {count} kernel node(s); there is no kernel node {index}")]
     NoSuchNode {

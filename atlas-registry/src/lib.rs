@@ -213,6 +213,7 @@ pub use compile::{
     FileRead,
 };
 pub use device::context::CudaContext;
+pub use device::event::CudaEvent;
 pub use device::host::{CudaHost, device_count, host};
 pub use device::limits::DeviceLimits;
 pub use device::stream::{CudaStream, StreamArg};
@@ -221,7 +222,9 @@ pub use driver::nvrtc::{NvrtcFailure, nvrtc_error_text};
 pub use driver::status::{CUDA_ERROR_DEINITIALIZED, cuda_error_text, is_teardown_noop};
 pub use error::AttributeRefusal;
 pub use error::CompileRefusal;
-pub use error::{AtlasError, CaptureMisuse, LaunchRefusal, LimitError, NotFoundKind, Result};
+pub use error::{
+    AtlasError, CaptureMisuse, EventMisuse, LaunchRefusal, LimitError, NotFoundKind, Result,
+};
 pub use error::{GraphFeature, UpdateRefusal};
 pub use graph::capture::{Capture, CudaGraph};
 pub use graph::conditional::ConditionalHandle;

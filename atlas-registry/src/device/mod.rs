@@ -4,6 +4,8 @@
 
 pub(crate) mod capture;
 pub(crate) mod context;
+pub(crate) mod event;
 pub(crate) mod host;
+pub(crate) mod host_function;
 pub(crate) mod limits;
 pub(crate) mod stream;

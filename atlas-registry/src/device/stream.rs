@@ -232,6 +232,15 @@ impl Drop for CudaStream {
         }
         let raw = self.raw;
         let bound = ensure_bound(self.context);
+        if capture::has_branches(raw) {
+            // A forgotten capture that streams were forked into: ending it now could race work
+            // enqueued into them (their borrow ended with the forgotten capture), which the driver
+            // does not survive. The stream and its capture are left to the process.
+            eprintln!(
+                "atlas: a stream whose capture was forgotten with streams forked into it is kept"
+            );
+            return;
+        }
         if bound.is_ok() && capture::is_begun(raw) {
             // A capture Atlas began on it whose `Capture` was forgotten ends with it, in the
             // driver first: until then the thread counts as capturing, and the frees that waited

@@ -14,10 +14,14 @@ use std::marker::PhantomData;
 use std::ops::Deref;
 use std::sync::MutexGuard;
 
-use atlas_sys::{CUcontext, CUgraph, CUgraphNode, CUgraphNodeType, CUstream, CUstreamCaptureMode};
+use atlas_sys::{
+    CUcontext, CUevent, CUevent_flags, CUgraph, CUgraphNode, CUgraphNodeType, CUstream,
+    CUstreamCaptureMode,
+};
 
 use crate::device::capture::{self, Keep};
-use crate::device::context::ensure_bound;
+use crate::device::context::{ensure_bound, ordinal_of};
+use crate::device::host_function;
 use crate::device::stream::{CudaStream, StreamArg, sealed};
 use crate::driver::calls;
 use crate::error::{AtlasError, CaptureMisuse, Result, report_cleanup};
@@ -42,6 +46,17 @@ pub struct CudaGraph {
 unsafe impl Send for CudaGraph {}
 // SAFETY: shared references only read the graph (node lists, instantiation).
 unsafe impl Sync for CudaGraph {}
+
+/// What a [`Capture`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Begun by `begin_capture`: ended by `end` or the drop.
+    Own,
+    /// A conditional node's body, ended by Atlas when the body closure returns.
+    Body,
+    /// A stream forked into a capture, joined back by Atlas when the fork's closure returns.
+    Forked,
+}
 
 /// A capture in progress on a stream: everything enqueued on the stream (by any thread, through
 /// this value) becomes a node of a graph instead of running, until [`end`](Self::end) returns
@@ -87,9 +102,12 @@ unsafe impl Sync for CudaGraph {}
 #[must_use = "dropping a capture ends it and discards its graph"]
 pub struct Capture<'s> {
     stream: &'s mut CudaStream,
-    /// A conditional node's body: ended by Atlas when the body closure returns, never by `end` or
-    /// the drop.
-    body: bool,
+    /// What the capture is: a capture of its own, or part of another (a conditional node's body,
+    /// a forked stream), which Atlas ends or joins when its closure returns, never by `end` or the
+    /// drop.
+    kind: Kind,
+    /// The streams forked into the capture (joined back already): part of it until it ends.
+    forked: Vec<CUstream>,
     /// Whether the capture still has to be ended (by the drop, if not by `end`).
     open: bool,
     /// `!Send` (ended on the thread that began it) but `Sync`.
@@ -151,16 +169,17 @@ impl CudaStream {
         if let Ok(Some(id)) = unsafe { calls::capture_id(raw) } {
             capture::set_id(raw, id);
         }
-        Ok(Capture::new(self, false))
+        Ok(Capture::new(self, Kind::Own))
     }
 }
 
 impl<'s> Capture<'s> {
     /// The capture of `stream`, just begun.
-    pub(crate) fn new(stream: &'s mut CudaStream, body: bool) -> Self {
+    pub(crate) fn new(stream: &'s mut CudaStream, kind: Kind) -> Self {
         Self {
             stream,
-            body,
+            kind,
+            forked: Vec::new(),
             open: true,
             _thread: PhantomData,
             _invariant: PhantomData,
@@ -197,6 +216,7 @@ impl<'s> Capture<'s> {
         match unsafe { calls::end_capture(raw) } {
             Ok(graph) => {
                 self.open = false;
+                self.forget_forks();
                 Ok(CudaGraph {
                     raw: graph,
                     context: self.stream.context(),
@@ -209,11 +229,114 @@ impl<'s> Capture<'s> {
                 // SAFETY: the stream is live; its context is current.
                 if !unsafe { calls::stream_is_capturing(raw) }.unwrap_or(true) {
                     self.open = false;
+                    self.forget_forks();
                     drop(capture::ended(raw));
                 }
                 Err(e.into())
             }
         }
+    }
+
+    /// Forks the capture into `side`, a stream of the same device: `body` is given this capture
+    /// and a capture of `side`, and the work it enqueues on `side` becomes a branch of the graph
+    /// that depends on what this capture held when `fork` was called and runs beside what `body`
+    /// enqueues here meanwhile. When `body` returns, the branch is joined back: work captured here
+    /// afterwards runs after it. Events recorded on either may be waited for by the other.
+    ///
+    /// `side` is borrowed until the capture ends: the driver keeps it part of the capture until
+    /// then, and crashes when a stream of a capture is enqueued into while the capture ends.
+    ///
+    /// Refused: the legacy default stream ([`CaptureMisuse::LegacyDefaultStream`]), a stream of
+    /// another device ([`AtlasError::WrongContext`]), a stream being captured already
+    /// ([`CaptureMisuse::ForkOfCapturingStream`]). Any error `body` returns is returned after the
+    /// branch is joined back.
+    ///
+    /// ```no_run
+    /// # fn f(registry: &atlas_registry::AtlasRegistry, x: &mut atlas_registry::DeviceBuffer<f32>, y: &mut atlas_registry::DeviceBuffer<f32>) -> atlas_registry::Result<()> {
+    /// use atlas_registry::{CudaStream, LaunchConfig};
+    /// let (mut main, mut side) = (CudaStream::new(registry.ctx())?, CudaStream::new(registry.ctx())?);
+    /// let scale = registry.function_cached("elementwise", "scale")?;
+    /// let (n, cfg) = (x.len() as u32, LaunchConfig::for_elements(x.len() as u32, 256));
+    /// let mut capture = main.begin_capture()?;
+    /// capture.fork(&mut side, |main, side| {
+    ///     // SAFETY: each kernel touches the `n` floats of its own buffer, which the graph keeps.
+    ///     unsafe { scale.launch(main, &cfg, (&mut *x, 2.0f32, n))? };
+    ///     // SAFETY: as above; `y` holds `n` floats too.
+    ///     unsafe { scale.launch(side, &cfg, (&mut *y, 3.0f32, n)) } // beside the first
+    /// })?;
+    /// let graph = capture.end()?; // two kernels with no edge between them
+    /// # drop(graph); Ok(()) }
+    /// ```
+    ///
+    /// The forked stream is the capture's until it ends:
+    ///
+    /// ```compile_fail
+    /// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
+    /// use atlas_registry::CudaStream;
+    /// let (mut main, mut side) = (CudaStream::new(registry.ctx())?, CudaStream::new(registry.ctx())?);
+    /// let mut capture = main.begin_capture()?;
+    /// capture.fork(&mut side, |_, _| Ok(()))?;
+    /// side.synchronize()?; // refused by the compiler: `side` is borrowed by the capture
+    /// drop(capture.end()?);
+    /// # Ok(()) }
+    /// ```
+    #[doc(alias = "cuStreamWaitEvent")]
+    pub fn fork<R>(
+        &mut self,
+        side: &'s mut CudaStream,
+        body: impl FnOnce(&Capture<'_>, &Capture<'_>) -> Result<R>,
+    ) -> Result<R> {
+        if side.raw().is_null() {
+            return Err(AtlasError::Capture(CaptureMisuse::LegacyDefaultStream));
+        }
+        if side.context() != self.context() {
+            return Err(AtlasError::WrongContext {
+                what: "the stream to fork into".into(),
+                expected: ordinal_of(self.context()),
+                given: ordinal_of(side.context()),
+            });
+        }
+        ensure_bound(self.context())?;
+        // SAFETY: a live stream, not a default one (checked above), its context current.
+        if capture::is_recorded(side.raw()) || unsafe { calls::stream_is_capturing(side.raw()) }? {
+            return Err(AtlasError::Capture(CaptureMisuse::ForkOfCapturingStream));
+        }
+        let point = ForkPoint::new()?;
+        let (origin, branch) = (self.raw(), side.raw());
+        // SAFETY: the event is live and of the capture's context, which is current; the origin is
+        // live and capturing; nothing but this capture's references enqueues into it.
+        unsafe { calls::event_record(point.0, origin) }?;
+        capture::began_fork(branch, self.context(), origin);
+        // SAFETY: `side` is live, of the capture's context, and used by nothing else for as long
+        // as the capture lasts (borrowed for `'s`); waiting for a point of the capture makes it
+        // join the capture.
+        if let Err(e) = unsafe { calls::stream_wait_event(branch, point.0) } {
+            drop(capture::ended(branch));
+            return Err(e.into());
+        }
+        self.forked.push(branch);
+        let result = body(&*self, &Capture::new(side, Kind::Forked));
+        // Joined back: the origin waits for the branch's end.
+        // SAFETY: as above; the branch is part of the capture, the origin too.
+        unsafe { calls::event_record(point.0, branch) }?;
+        // SAFETY: as above.
+        unsafe { calls::stream_wait_event(origin, point.0) }?;
+        result
+    }
+
+    /// Removes the streams forked into the capture from Atlas's record, once it has ended.
+    fn forget_forks(&mut self) {
+        for branch in self.forked.drain(..) {
+            drop(capture::ended(branch));
+        }
+    }
+
+    /// Captures a host function: `f` runs on a driver thread at this point of every replay of the
+    /// graph, as [`CudaStream::launch_host_func`] runs once. The graph keeps `f` until its last
+    /// replay has finished. `f` must not call CUDA; a panic in it is caught and reported.
+    #[doc(alias = "cuLaunchHostFunc")]
+    pub fn launch_host_func(&self, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
+        host_function::capture_shared(self.stream, f)
     }
 
     /// The context of the stream being captured.
@@ -234,14 +357,14 @@ impl fmt::Debug for Capture<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Capture")
             .field("stream", &self.stream.raw())
-            .field("body", &self.body)
+            .field("kind", &self.kind)
             .finish()
     }
 }
 
 impl Drop for Capture<'_> {
     fn drop(&mut self) {
-        if !self.open || self.body {
+        if !self.open || self.kind != Kind::Own {
             return;
         }
         let raw = self.stream.raw();
@@ -259,6 +382,27 @@ impl Drop for Capture<'_> {
             }
         }
         drop(capture::ended(raw));
+    }
+}
+
+/// The event that marks where a fork leaves a capture and joins it again; destroyed when the
+/// fork is done (the driver keeps what the capture needs of it).
+struct ForkPoint(CUevent);
+
+impl ForkPoint {
+    /// An event without timing, in the current context (the capture's).
+    fn new() -> Result<Self> {
+        let flags = CUevent_flags::CU_EVENT_DISABLE_TIMING.0;
+        // SAFETY: the caller made the capture's context current.
+        Ok(Self(unsafe { calls::event_create(flags) }?))
+    }
+}
+
+impl Drop for ForkPoint {
+    fn drop(&mut self) {
+        // SAFETY: created by `new`, destroyed only here.
+        let result = unsafe { calls::event_destroy(self.0) }.map_err(AtlasError::from);
+        report_cleanup("destroying a fork's event", result);
     }
 }
 

@@ -30,7 +30,7 @@ use crate::device::host::{host, ordinal_of};
 use crate::device::stream::CudaStream;
 use crate::driver::calls;
 use crate::error::{AtlasError, CaptureMisuse, GraphFeature, Result};
-use crate::graph::capture::Capture;
+use crate::graph::capture::{Capture, Kind};
 use crate::graph::features::require;
 use crate::launch::args::KernelParam;
 
@@ -137,7 +137,7 @@ impl Capture<'_> {
     ) -> Result<()> {
         let mut body_stream = self.begin_body(handle, kind)?;
         let raw = body_stream.raw();
-        let captured = body(&mut Capture::new(&mut body_stream, true));
+        let captured = body(&mut Capture::new(&mut body_stream, Kind::Body));
         // The graph the end returns is the body graph, owned by the node: it is dropped here as a
         // raw handle, never destroyed. `ensure_bound` undoes any context change `body` made.
         // SAFETY: the body stream is live and capturing (begun above); its context is current;

@@ -63,12 +63,15 @@ impl From<CUstream> for StreamKey {
     }
 }
 
-/// A free of device memory, and how it is made.
+/// A free of device memory (or of what host functions of graphs use), and how it is made.
 pub(crate) struct Free {
     /// The allocation's context, as an address (a handle, never dereferenced here).
     context: usize,
     ptr: CUdeviceptr,
     how: How,
+    /// Host data that work of the context may still use (a captured host function), dropped
+    /// after the device's work.
+    payload: Option<Box<dyn Send>>,
 }
 
 /// How a [`Free`] is made.
@@ -82,12 +85,13 @@ pub(crate) enum How {
     /// `cuMemFreeAsync` of an allocation made while its stream (as an address) was being
     /// captured, at once: in that capture, it is the graph's free node.
     InCapture(usize),
-    /// `cuCtxSynchronize`, then `cuMemFree`: memory graphs used, whose replays may still run.
+    /// `cuCtxSynchronize`, then `cuMemFree` (and the payload dropped): memory graphs used, whose
+    /// replays may still run.
     AfterDevice,
 }
 
-// SAFETY: a Free holds a device address and handle addresses, never dereferenced by Rust; the
-// driver takes them from any thread.
+// SAFETY: a Free holds a device address and handle addresses, never dereferenced by Rust (the
+// driver takes them from any thread), and a payload that is `Send`.
 unsafe impl Send for Free {}
 
 impl Free {
@@ -97,6 +101,18 @@ impl Free {
             context: context as usize,
             ptr,
             how,
+            payload: None,
+        }
+    }
+
+    /// The release of `payload`, host data that replays of graphs of `context` may still use,
+    /// after the device's work.
+    pub(crate) fn after_device(context: CUcontext, payload: Box<dyn Send>) -> Self {
+        Self {
+            context: context as usize,
+            ptr: 0,
+            how: How::AfterDevice,
+            payload: Some(payload),
         }
     }
 
@@ -110,8 +126,8 @@ impl Free {
         }
     }
 
-    /// Makes the free now (once: the allocation is gone after it).
-    fn run(&self) -> Result<()> {
+    /// Makes the free now (once: the allocation is gone after it), and drops the payload.
+    fn run(&mut self) -> Result<()> {
         ensure_bound(self.context as CUcontext)?;
         match self.how {
             // SAFETY: a `cuMemAlloc` allocation of this context (now current), freed once: its
@@ -126,9 +142,13 @@ impl Free {
             }
             How::AfterDevice => {
                 calls::context_synchronize()?;
-                // SAFETY: an allocation of this context freed once, as above; every kernel and
-                // replay that used it has finished (the context was synchronized just now).
-                unsafe { calls::mem_free(self.ptr) }?
+                if self.ptr != 0 {
+                    // SAFETY: an allocation of this context freed once, as above; every kernel
+                    // and replay that used it has finished (the context was synchronized now).
+                    unsafe { calls::mem_free(self.ptr) }?
+                }
+                // No replay uses it any more (the context was synchronized).
+                drop(self.payload.take());
             }
         }
         Ok(())
@@ -148,6 +168,22 @@ pub(crate) fn began_body(body_stream: CUstream, context: CUcontext, parent: CUst
     captures().began(body_stream.into(), context.addr(), Some(parent.into()));
 }
 
+/// Notes that `branch` joins the capture of `origin` (a fork): its work goes to that graph.
+pub(crate) fn began_fork(branch: CUstream, context: CUcontext, origin: CUstream) {
+    captures().began(branch.into(), context.addr(), Some(origin.into()));
+}
+
+/// Whether streams were forked into the capture of `stream` (or bodies are being captured for
+/// it): they are part of it until it ends.
+pub(crate) fn has_branches(stream: CUstream) -> bool {
+    captures().has_branches(stream.into())
+}
+
+/// Whether Atlas is capturing `stream`, or it joined a capture of Atlas's.
+pub(crate) fn is_recorded(stream: CUstream) -> bool {
+    captures().is_recorded(stream.into())
+}
+
 /// Remembers the driver's id of the capture of `stream`, for the streams that join it.
 pub(crate) fn set_id(stream: CUstream, id: u64) {
     captures().set_id(stream.into(), id);
@@ -158,7 +194,7 @@ pub(crate) fn set_id(stream: CUstream, id: u64) {
 /// after the record's lock.
 pub(crate) fn ended(stream: CUstream) -> Keep {
     let (keep, ready) = captures().ended(stream.into());
-    for waiting in ready {
+    for mut waiting in ready {
         // `waiting` is dropped after the free: no capture of a context being synchronized
         // begins until then.
         report_cleanup(
@@ -176,7 +212,7 @@ pub(crate) fn free(free: Free) -> Result<()> {
     match captures().free(free, conflict) {
         // The `Ready` goes after the free: no capture of a context being synchronized begins
         // until then.
-        Some(now) => now.free.run(),
+        Some(mut now) => now.free.run(),
         None => Ok(()),
     }
 }

@@ -448,6 +448,16 @@ impl<'a, F> Captures<'a, F> {
                 .is_some_and(|c| c.parent.is_none())
     }
 
+    /// Whether a fork or a body belongs to the capture of `stream`.
+    pub(crate) fn has_branches(&self, stream: StreamKey) -> bool {
+        self.watch().capturing()
+            && self
+                .lock()
+                .captures
+                .iter()
+                .any(|c| c.parent == Some(stream))
+    }
+
     /// Whether Atlas is capturing `stream` (begun by any thread).
     #[inline]
     pub(crate) fn is_recorded(&self, stream: StreamKey) -> bool {

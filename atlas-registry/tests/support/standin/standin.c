@@ -191,7 +191,11 @@ static CUresult status_string(CUresult error, const char **out, int want_name) {
     X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy)                      \
     X(cuGraphExecKernelNodeSetParams_v2) X(cuGraphExecUpdate_v2) X(cuGraphUpload)               \
     X(cuGraphKernelNodeGetAttribute) X(cuGraphConditionalHandleCreate) X(cuGraphAddNode_v2)     \
-    X(cuModuleGetFunctionCount) X(cuModuleEnumerateFunctions) X(cuFuncGetName) X(cuFuncLoad)
+    X(cuModuleGetFunctionCount) X(cuModuleEnumerateFunctions) X(cuFuncGetName) X(cuFuncLoad)     \
+    /* Events, stream order, host functions. */                                                 \
+    X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord) X(cuStreamWaitEvent)                \
+    X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventElapsedTime_v2)       \
+    X(cuLaunchHostFunc)
 
 /* Things that happen inside calls, counted for tests. */
 #define EVENTS(X)                                                                               \
@@ -541,11 +545,12 @@ static const struct kernel kernels[] = {
 /* ------------------------------------------------------------------------------------------ */
 
 enum kind {
-    K_NONE, K_CONTEXT, K_STREAM, K_MODULE, K_FUNCTION, K_LIBRARY, K_GRAPH, K_POOL, K_NODE, K_EXEC
+    K_NONE, K_CONTEXT, K_STREAM, K_MODULE, K_FUNCTION, K_LIBRARY, K_GRAPH, K_POOL, K_NODE, K_EXEC,
+    K_EVENT
 };
 
 /* Graph node types (CUgraphNodeType) the stand-in builds. */
-enum { NODE_KERNEL = 0, NODE_MEM_ALLOC = 10, NODE_MEM_FREE = 11, NODE_CONDITIONAL = 13 };
+enum { NODE_KERNEL = 0, NODE_HOST = 3, NODE_MEM_ALLOC = 10, NODE_MEM_FREE = 11, NODE_CONDITIONAL = 13 };
 
 #define PARAM_BYTES 64
 
@@ -564,6 +569,8 @@ struct node_data {
     struct object *body;               /* conditional, in a graph: its body graph */
     struct node_data *body_nodes;      /* conditional, in an executable graph: the body's copy */
     size_t body_count;
+    void (*host_fn)(void *);           /* host */
+    void *host_data;
 };
 
 #define LIBRARY_CONTEXTS 8
@@ -591,6 +598,7 @@ struct object {
             unsigned long long capture_id;
             const void *capture_thread;   /* the thread that began it (thread-local mode) */
             int transition;               /* a capture of it is beginning or ending now */
+            int joined;                   /* part of another stream's capture (waited for it) */
             struct object *dependency;    /* the node the next captured work depends on */
         } stream;
         struct {
@@ -618,6 +626,14 @@ struct object {
         struct {
             unsigned long long release_threshold;
         } pool;
+        struct {
+            struct object *ctx;
+            unsigned flags;
+            int recorded;                  /* recorded at least once */
+            struct object *captured;       /* the graph whose capture took the last record */
+            unsigned long long capture_id;
+            unsigned long long time;       /* launches made when last recorded, outside captures */
+        } event;
         struct {
             struct object *ctx;
             struct object *library; /* set for a module of a library */
@@ -2078,6 +2094,8 @@ static CUresult run_nodes(const struct node_data *nodes, size_t count, struct ob
                 params[p] = (void *)(d->params + k->offsets[p]);
             run_kernel(d->function, ctx, d->grid[0], d->shared, params,
                        d->cluster[0] ? d->cluster[0] : 1);
+        } else if (d->type == NODE_HOST) {
+            d->host_fn(d->host_data); /* the lock held: a host function makes no CUDA call */
         } else if (d->type == NODE_CONDITIONAL && d->handle >= 1 && d->handle <= handle_count) {
             unsigned long rounds = 0;
             while (handles[d->handle - 1].value != 0 && rounds++ < 1000000) {
@@ -2172,6 +2190,27 @@ CUresult cuStreamEndCapture(void *stream, void **graph) {
     if (status == SUCCESS && (s->dead || s->u.stream.capture == 0)) status = ILLEGAL_STATE;
     if (status == SUCCESS) {
         int invalidated = s->u.stream.capture == 2;
+        /* The streams that joined the capture leave it with its end: a launch into one of them now
+         * counts "capture_race" (the driver crashes). */
+        for (size_t i = 0; i < arena_used; i++) {
+            struct object *o = &arena[i];
+            if (o->kind == K_STREAM && !o->dead && o != s && o->u.stream.joined &&
+                o->u.stream.graph == g)
+                o->u.stream.transition++;
+        }
+        pthread_mutex_unlock(&lock);
+        usleep(300);
+        pthread_mutex_lock(&lock);
+        for (size_t i = 0; i < arena_used; i++) {
+            struct object *o = &arena[i];
+            if (o->kind == K_STREAM && !o->dead && o != s && o->u.stream.joined &&
+                o->u.stream.graph == g) {
+                o->u.stream.transition--;
+                o->u.stream.capture = 0;
+                o->u.stream.graph = NULL;
+                o->u.stream.joined = 0;
+            }
+        }
         s->u.stream.capture = 0;
         s->u.stream.graph = NULL;
         thread_captures_remove(s);
@@ -2842,6 +2881,169 @@ int standin_last_attribute(int id, long long *out) {
     }
     pthread_mutex_unlock(&lock);
     return n;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Events, stream order, host functions                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+/* CU_EVENT_DISABLE_TIMING */
+#define EVENT_DISABLE_TIMING 0x2
+
+CUresult cuEventCreate(void **event, unsigned flags) {
+    ENTER(cuEventCreate);
+    if (event == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *ctx = current();
+    CUresult status = usable(ctx);
+    struct object *e = status == SUCCESS ? new_object(K_EVENT) : NULL;
+    if (status == SUCCESS && e == NULL) status = OUT_OF_MEMORY;
+    if (status == SUCCESS) {
+        e->u.event.ctx = ctx;
+        e->u.event.flags = flags;
+        *event = e;
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuEventDestroy_v2(void *event) {
+    ENTER_ANY_TIME(cuEventDestroy_v2);
+    pthread_mutex_lock(&lock);
+    struct object *e = as(event, K_EVENT);
+    CUresult status = live(e, "cuEventDestroy_v2");
+    if (status == SUCCESS) e->dead = 1;
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* Outside a capture the stand-in's work is done when enqueued: the event is complete at once.
+ * In a capture it marks a point of the graph. */
+CUresult cuEventRecord(void *event, void *stream) {
+    ENTER(cuEventRecord);
+    pthread_mutex_lock(&lock);
+    struct object *e = as(event, K_EVENT), *ctx = NULL;
+    CUresult status = live(e, "cuEventRecord");
+    if (status == SUCCESS) status = stream_context(stream, "cuEventRecord", &ctx);
+    if (status == SUCCESS && ctx != e->u.event.ctx) {
+        note(E_context_mismatch);
+        status = INVALID_HANDLE;
+    }
+    struct object *s = as(stream, K_STREAM);
+    if (status == SUCCESS && s != NULL && s->u.stream.transition != 0) note(E_capture_race);
+    if (status == SUCCESS) {
+        e->u.event.recorded = 1;
+        if (s != NULL && s->u.stream.capture != 0) {
+            e->u.event.captured = s->u.stream.graph;
+            e->u.event.capture_id = s->u.stream.capture_id;
+        } else {
+            e->u.event.captured = NULL;
+            e->u.event.time = launch_total;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* A stream that waits for a point of a capture joins the capture (its work goes to that graph)
+ * until the capture ends; waiting for a completed event orders nothing here. */
+CUresult cuStreamWaitEvent(void *stream, void *event, unsigned flags) {
+    ENTER(cuStreamWaitEvent);
+    (void)flags;
+    pthread_mutex_lock(&lock);
+    struct object *e = as(event, K_EVENT), *ctx = NULL;
+    CUresult status = live(e, "cuStreamWaitEvent");
+    if (status == SUCCESS) status = stream_context(stream, "cuStreamWaitEvent", &ctx);
+    struct object *s = as(stream, K_STREAM);
+    if (status == SUCCESS && s != NULL && s->u.stream.transition != 0) note(E_capture_race);
+    if (status == SUCCESS && e->u.event.captured != NULL) {
+        if (s == NULL) {
+            status = STREAM_CAPTURE_UNSUPPORTED;
+        } else if (s->u.stream.capture == 0) {
+            s->u.stream.capture = 1;
+            s->u.stream.graph = e->u.event.captured;
+            s->u.stream.capture_id = e->u.event.capture_id;
+            s->u.stream.joined = 1;
+            s->u.stream.into_existing = 0;
+        } else if (s->u.stream.graph != e->u.event.captured) {
+            status = ILLEGAL_STATE;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuEventQuery(void *event) {
+    ENTER(cuEventQuery);
+    pthread_mutex_lock(&lock);
+    struct object *e = as(event, K_EVENT);
+    CUresult status = live(e, "cuEventQuery");
+    if (status == SUCCESS && e->u.event.captured != NULL) status = STREAM_CAPTURE_UNSUPPORTED;
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuEventSynchronize(void *event) {
+    ENTER(cuEventSynchronize);
+    pthread_mutex_lock(&lock);
+    struct object *e = as(event, K_EVENT);
+    CUresult status = live(e, "cuEventSynchronize");
+    if (status == SUCCESS && e->u.event.captured != NULL) status = STREAM_CAPTURE_UNSUPPORTED;
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* Half a millisecond per launch made between the two records. */
+static CUresult elapsed(float *ms, void *start, void *end, const char *call) {
+    if (ms == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *a = as(start, K_EVENT), *b = as(end, K_EVENT);
+    CUresult status = live(a, call);
+    if (status == SUCCESS) status = live(b, call);
+    if (status == SUCCESS && ((a->u.event.flags | b->u.event.flags) & EVENT_DISABLE_TIMING))
+        status = INVALID_HANDLE;
+    if (status == SUCCESS && (!a->u.event.recorded || !b->u.event.recorded)) status = INVALID_HANDLE;
+    if (status == SUCCESS && (a->u.event.captured || b->u.event.captured))
+        status = STREAM_CAPTURE_UNSUPPORTED;
+    if (status == SUCCESS) *ms = 0.5f * (float)(b->u.event.time - a->u.event.time);
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuEventElapsedTime(float *ms, void *start, void *end) {
+    ENTER(cuEventElapsedTime);
+    return elapsed(ms, start, end, "cuEventElapsedTime");
+}
+
+CUresult cuEventElapsedTime_v2(float *ms, void *start, void *end) {
+    ENTER(cuEventElapsedTime_v2);
+    return elapsed(ms, start, end, "cuEventElapsedTime_v2");
+}
+
+/* Outside a capture the function runs at once (the stand-in's stream has finished everything
+ * before it), the lock released; in a capture it becomes a host node, run at each replay. */
+CUresult cuLaunchHostFunc(void *stream, void (*fn)(void *), void *data) {
+    ENTER(cuLaunchHostFunc);
+    if (fn == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *ctx = NULL;
+    CUresult status = stream_context(stream, "cuLaunchHostFunc", &ctx);
+    if (status == SUCCESS) status = usable(ctx);
+    struct object *s = as(stream, K_STREAM);
+    if (status == SUCCESS && s != NULL && s->u.stream.transition != 0) note(E_capture_race);
+    if (status == SUCCESS && s != NULL && s->u.stream.capture != 0) {
+        struct node_data d;
+        memset(&d, 0, sizeof d);
+        d.type = NODE_HOST;
+        d.host_fn = fn;
+        d.host_data = data;
+        status = capture_node(s, &d);
+        pthread_mutex_unlock(&lock);
+        return status;
+    }
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS) fn(data);
+    return status;
 }
 
 /* The image `module` was loaded from (its library's, for a module of a library), or NULL when
