@@ -437,3 +437,11 @@ fn gpu_a_capture_begun_while_graph_memory_is_freed_is_not_invalidated() {
     );
     assert_eq!(child.ending, Ending::Passed, "{child}");
 }
+
+/// Other threads launch into a capture through `&Capture`: it is `Sync` (and `!Send`, which a
+/// `compile_fail` example of its docs checks).
+#[test]
+fn a_capture_is_shared_between_threads() {
+    fn sync<T: Sync>() {}
+    sync::<atlas_registry::Capture<'static>>();
+}

@@ -539,8 +539,8 @@ fn a_fork_replays_as_the_cpu_computes() {
     let scale = registry.function("elementwise", "scale").unwrap();
     let cfg = LaunchConfig::for_elements(n as u32, 256);
     let mut capture = main.begin_capture().unwrap();
-    // SAFETY (every launch here): captured, each touches the `n` floats of `x` or `y`, which the
-    // graph keeps.
+    // SAFETY: captured; each launch here touches the `n` floats of `x` or `y`, which the graph
+    // keeps.
     unsafe { scale.launch(&capture, &cfg, (&mut y, c, n as u32)) }.unwrap();
     capture
         .fork(&mut side, |main, side| {

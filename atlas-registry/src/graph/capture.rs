@@ -106,8 +106,9 @@ pub struct Capture<'s> {
     /// a forked stream), which Atlas ends or joins when its closure returns, never by `end` or the
     /// drop.
     kind: Kind,
-    /// The streams forked into the capture (joined back already): part of it until it ends.
-    forked: Vec<CUstream>,
+    /// The streams forked into the capture (joined back already), as addresses: part of it until
+    /// it ends.
+    forked: Vec<usize>,
     /// Whether the capture still has to be ended (by the drop, if not by `end`).
     open: bool,
     /// `!Send` (ended on the thread that began it) but `Sync`.
@@ -314,7 +315,7 @@ impl<'s> Capture<'s> {
             drop(capture::ended(branch));
             return Err(e.into());
         }
-        self.forked.push(branch);
+        self.forked.push(branch.addr());
         let result = body(&*self, &Capture::new(side, Kind::Forked));
         // Joined back: the origin waits for the branch's end.
         // SAFETY: as above; the branch is part of the capture, the origin too.
@@ -327,7 +328,7 @@ impl<'s> Capture<'s> {
     /// Removes the streams forked into the capture from Atlas's record, once it has ended.
     fn forget_forks(&mut self) {
         for branch in self.forked.drain(..) {
-            drop(capture::ended(branch));
+            drop(capture::ended(std::ptr::without_provenance_mut(branch)));
         }
     }
 
