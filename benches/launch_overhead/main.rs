@@ -26,12 +26,13 @@
 //! | synchronize, paired     | `synchronize_paired/idle/{raw,atlas}` (× raw `cuStreamSynchronize`)                |
 //! | PDL chain               | `pdl_chain/{eager,eager_pdl,graph,graph_pdl}` (per kernel of 64 dependent steps)   |
 //! | launch with attributes  | `launch_ex_paired/pdl/{raw,raw_built,atlas,atlas_raw}` (× raw `cuLaunchKernelEx`)  |
+//! | events, paired          | `event_paired/record_wait/{raw,atlas}` (× raw `cuEventRecord` + `cuStreamWaitEvent`) |
 //!
 //! Each bench lives in the file named after its benchmark group (`enqueue.rs`, `roundtrip.rs`,
 //! `lookup.rs`, `replaced.rs`, `model_load.rs`, `graph_replay.rs`, `load_all_devices.rs`;
 //! `graph_capture.rs` holds `graph_capture`, `graph_capture_paired` and `graph_replay_paired`;
 //! `stream_memory.rs` holds `alloc_paired` and `synchronize_paired`, `pdl.rs` `pdl_chain` and
-//! `launch_ex_paired`, `graph_update.rs` `graph_update` and `while_loop`);
+//! `launch_ex_paired`, `graph_update.rs` `graph_update` and `while_loop`, `events.rs` `event_paired`);
 //! `launches.rs` holds the launches that enqueue and round trip share, `paired.rs` the ratio
 //! measurement.
 //!
@@ -52,6 +53,7 @@
 //! what is wrong and exits 0.
 
 mod enqueue;
+mod events;
 mod graph_capture;
 mod graph_replay;
 mod graph_update;
@@ -224,6 +226,7 @@ fn main() {
     load_all_devices::load_all_devices(&mut c, &mut paired);
     stream_memory::stream_memory(&mut paired, &env);
     pdl::pdl(&mut c, &mut paired, &env);
+    events::events(&mut paired, &env);
 
     c.final_summary();
     paired.final_summary();
