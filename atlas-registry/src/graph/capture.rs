@@ -316,12 +316,14 @@ impl<'s> Capture<'s> {
             return Err(e.into());
         }
         self.forked.push(branch.addr());
+        let join = Join {
+            point,
+            origin,
+            branch,
+            armed: true,
+        };
         let result = body(&*self, &Capture::new(side, Kind::Forked));
-        // Joined back: the origin waits for the branch's end.
-        // SAFETY: as above; the branch is part of the capture, the origin too.
-        unsafe { calls::event_record(point.0, branch) }?;
-        // SAFETY: as above.
-        unsafe { calls::stream_wait_event(origin, point.0) }?;
+        join.join()?;
         result
     }
 
@@ -404,6 +406,42 @@ impl Drop for ForkPoint {
         // SAFETY: created by `new`, destroyed only here.
         let result = unsafe { calls::event_destroy(self.0) }.map_err(AtlasError::from);
         report_cleanup("destroying a fork's event", result);
+    }
+}
+
+/// Joins a forked stream back into its capture: the origin waits for the branch's end. Made when
+/// the fork's body returns, or by the drop should it unwind.
+struct Join {
+    point: ForkPoint,
+    origin: CUstream,
+    branch: CUstream,
+    /// Whether the drop still has to join (the body unwound).
+    armed: bool,
+}
+
+impl Join {
+    /// Joins now, returning what went wrong.
+    fn join(mut self) -> Result<()> {
+        self.armed = false;
+        self.enqueue()
+    }
+
+    /// Records the point at the branch's end and makes the origin wait for it.
+    fn enqueue(&self) -> Result<()> {
+        // SAFETY: the event is live; the branch and the origin are live streams of its context,
+        // part of one capture, into which nothing but the capture's references enqueues.
+        unsafe { calls::event_record(self.point.0, self.branch) }?;
+        // SAFETY: as above.
+        unsafe { calls::stream_wait_event(self.origin, self.point.0) }?;
+        Ok(())
+    }
+}
+
+impl Drop for Join {
+    fn drop(&mut self) {
+        if self.armed {
+            report_cleanup("joining a forked stream back into its capture", self.enqueue());
+        }
     }
 }
 
