@@ -874,6 +874,10 @@ impl AtlasError {
         match self {
             Self::Driver(failure) | Self::ContextLost(failure) => Some(failure.code),
             Self::ModuleLoad { code, .. } | Self::Launch { code, .. } => Some(*code),
+            Self::ContextLimit {
+                reason: ContextLimitRefusal::Driver { code, .. },
+                ..
+            } => Some(*code),
             Self::PtxTooNew { needs: None, .. } => {
                 Some(atlas_sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION.0)
             }

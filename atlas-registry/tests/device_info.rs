@@ -696,17 +696,60 @@ fn gpu_context_limits_are_set_read_back_and_refused_as_the_driver_does() {
         let status = unsafe { set(limit.raw(), 1) };
         assert_ne!(status.0, 0, "the driver refuses setting {limit} too");
     }
+}
 
-    // Atlas lets a limit be set while the thread captures: the driver must not break the capture.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_questions_and_limits_from_a_capturing_thread_leave_the_capture_intact() {
+    let registry = AtlasRegistry::load(0, ptx_for_model("demo").unwrap())
+        .unwrap_or_else(|e| panic!("loading the demo model ({NEEDS_GPU}): {e}"));
+    let (host, context) = (registry.host(), registry.ctx());
+    let scale = registry.function_cached("elementwise", "scale").unwrap();
+    let stack = context.limit(ContextLimit::StackSize).unwrap();
+    // Atlas refuses none of these while the calling thread captures (in thread-local mode, as
+    // Atlas captures): the driver must neither refuse them nor invalidate the capture.
+    type Question<'a> = Box<dyn Fn() -> atlas_registry::Result<()> + 'a>;
+    let questions: [(&str, Question); 8] = [
+        ("memory_info", Box::new(|| context.memory_info().map(drop))),
+        ("uuid", Box::new(|| host.uuid().map(drop))),
+        ("pci_bus_id", Box::new(|| host.pci_bus_id().map(drop))),
+        (
+            "l2_cache_bytes",
+            Box::new(|| host.l2_cache_bytes().map(drop)),
+        ),
+        (
+            "limit",
+            Box::new(|| context.limit(ContextLimit::StackSize).map(drop)),
+        ),
+        (
+            "set_limit",
+            Box::new(|| context.set_limit(ContextLimit::StackSize, stack + 1024)),
+        ),
+        ("attributes", Box::new(|| scale.attributes().map(drop))),
+        (
+            "occupancy",
+            Box::new(|| {
+                scale.active_blocks_per_multiprocessor(256, 0)?;
+                scale.max_potential_block_size(0, None).map(drop)
+            }),
+        ),
+    ];
     let mut stream = atlas_registry::CudaStream::new(context).unwrap();
-    let capture = stream.begin_capture().unwrap();
-    let during = context.set_limit(ContextLimit::StackSize, 8192);
-    let ended = capture.end();
+    let mut broken = Vec::new();
+    for (name, ask) in &questions {
+        let capture = stream.begin_capture().unwrap();
+        let answered = ask();
+        let ended = capture.end();
+        if answered.is_err() || ended.is_err() {
+            broken.push(format!(
+                "{name}: {answered:?}, then the capture: {:?}",
+                ended.err()
+            ));
+        }
+    }
     assert!(
-        during.is_ok() && ended.is_ok(),
-        "setting a limit during a capture: {during:?}, then the capture: {:?}: Atlas should \
-         refuse it beforehand",
-        ended.err()
+        broken.is_empty(),
+        "calls that break a capture, which Atlas should refuse beforehand: {broken:#?}"
     );
 }
 

@@ -243,3 +243,59 @@ impl CudaHost {
         format!("device {}", self.ordinal())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pci_addresses_are_read_as_the_driver_and_nvidia_smi_write_them() {
+        let id = |domain, bus, device, function| PciBusId {
+            domain,
+            bus,
+            device,
+            function,
+        };
+        for (text, expected) in [
+            ("0000:1b:00.0", id(0, 0x1b, 0, 0)),
+            ("0000:1B:00.0", id(0, 0x1b, 0, 0)),
+            ("00000000:1B:00.0", id(0, 0x1b, 0, 0)),
+            ("0001:c1:1f.7", id(1, 0xc1, 0x1f, 7)),
+            ("ffffffff:ff:1f.7", id(u32::MAX, 0xff, 0x1f, 7)),
+        ] {
+            assert_eq!(PciBusId::parse(text), Some(expected), "{text}");
+        }
+        assert_eq!(id(1, 0xc1, 0x1f, 7).to_string(), "0001:c1:1f.7");
+        for bad in [
+            "",
+            "0000:1b:00",
+            "0000:1b.00.0",
+            "0000:1g:00.0",
+            "0000:1b:20.0",
+            "0000:1b:00.8",
+            "0000:100:00.0",
+            "000000000:1b:00.0",
+            "+000:1b:00.0",
+            "0000::00.0",
+            "0000:1b:00.0 ",
+            "0000:1b:00.0.0",
+        ] {
+            assert_eq!(PciBusId::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_uuid_reads_as_nvidia_smi_prints_it() {
+        let mut bytes = [0u8; 16];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = (i as u8) * 17;
+        }
+        let uuid = DeviceUuid::from_bytes(bytes);
+        assert_eq!(uuid.to_string(), "GPU-00112233-4455-6677-8899-aabbccddeeff");
+        assert_eq!(uuid.bytes(), bytes);
+        assert_eq!(
+            format!("{uuid:?}"),
+            "DeviceUuid(GPU-00112233-4455-6677-8899-aabbccddeeff)"
+        );
+    }
+}

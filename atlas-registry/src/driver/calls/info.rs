@@ -13,6 +13,22 @@ use crate::driver::{Result, driver};
 /// [`CudaContext::limit`](crate::CudaContext::limit), set with
 /// [`CudaContext::set_limit`](crate::CudaContext::set_limit). The driver may round or clamp what
 /// it is asked; read the limit back to know what it took.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn f() -> atlas_registry::Result<()> {
+/// use atlas_registry::{AtlasError, ContextLimit, ContextLimitRefusal};
+/// let host = atlas_registry::host(0)?;
+/// // A kernel with deep recursion needs more stack than the default 1 KiB per thread.
+/// host.context().set_limit(ContextLimit::StackSize, 16 << 10)?;
+/// // A read-only limit is refused before the driver is called.
+/// match host.context().set_limit(ContextLimit::CigEnabled, 1) {
+///     Err(AtlasError::ContextLimit { reason: ContextLimitRefusal::ReadOnly, .. }) => {}
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ContextLimit {
