@@ -6,6 +6,7 @@ use atlas_sys::{LoadError, MissingSymbol, NvrtcLoadError};
 
 use crate::driver::nvrtc::{self, NvrtcFailure, nvrtc_error_text};
 
+use crate::driver::calls::ContextLimit;
 use crate::driver::status::{cuda_error_text, is_teardown_noop};
 use crate::driver::{self, DriverFailure};
 
@@ -502,6 +503,105 @@ pub enum AtlasError {
         /// Why.
         reason: CompileRefusal,
     },
+    /// A context limit that cannot be read or set as asked: refused by Atlas before the driver
+    /// was called when it can tell, else as the driver refused it.
+    #[error(
+        "cannot {} {limit} of device {device}{}: {reason}{}",
+        if .value.is_some() { "set" } else { "read" },
+        to_value(*.value),
+        limit_hint(*.limit, .reason)
+    )]
+    ContextLimit {
+        /// The device's ordinal.
+        device: usize,
+        /// The limit.
+        limit: ContextLimit,
+        /// The value asked for, or `None` for a read.
+        value: Option<usize>,
+        /// Why.
+        reason: ContextLimitRefusal,
+    },
+    /// An occupancy question about a block the device cannot run; nothing reached the driver.
+    #[error("cannot compute the occupancy of `{function}`: {reason}")]
+    Occupancy {
+        /// `module::function`.
+        function: String,
+        /// Which limit the block breaks, with the asked and allowed values.
+        reason: LimitError,
+    },
+    /// The driver answered something Atlas cannot read (a PCI address not of the form
+    /// `domain:bus:device.function`).
+    #[error(
+        "{call} answered `{answer}` for device {device}, which Atlas cannot read as {expected}"
+    )]
+    DriverAnswer {
+        /// The driver call.
+        call: &'static str,
+        /// The device's ordinal.
+        device: usize,
+        /// What it answered.
+        answer: String,
+        /// What Atlas expected (`domain:bus:device.function in hexadecimal`).
+        expected: &'static str,
+    },
+}
+
+/// Why a context limit could not be read or set ([`AtlasError::ContextLimit`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ContextLimitRefusal {
+    /// The limit can only be read (`CU_LIMIT_SHMEM_SIZE`, `CU_LIMIT_CIG_ENABLED`).
+    #[error("it can only be read")]
+    ReadOnly,
+    /// More than the limit can be.
+    #[error("it can be at most {max}")]
+    TooLarge {
+        /// The most it can be.
+        max: usize,
+    },
+    /// The device (or its driver) does not have this limit: refused by Atlas where it knows
+    /// (the device-runtime synchronization depth from compute capability 9.0 on), else the
+    /// driver's `CUDA_ERROR_UNSUPPORTED_LIMIT`.
+    #[error("the device (compute capability {}.{}) or its driver does not support it", .compute_capability.0, .compute_capability.1)]
+    Unsupported {
+        /// The device's compute capability.
+        compute_capability: (u32, u32),
+    },
+    /// The driver refused it with another status (`CUDA_ERROR_INVALID_VALUE`,
+    /// `CUDA_ERROR_OUT_OF_MEMORY`, ...).
+    #[error("cuCtx{}Limit refused it: {}", if *.setting { "Set" } else { "Get" }, cuda_error_text(*.code))]
+    Driver {
+        /// Whether it was `cuCtxSetLimit` (else `cuCtxGetLimit`).
+        setting: bool,
+        /// The CUDA status code.
+        code: u32,
+    },
+}
+
+fn to_value(value: Option<usize>) -> String {
+    value.map(|v| format!(" to {v}")).unwrap_or_default()
+}
+
+/// What to do about a refusal, when the limit says.
+fn limit_hint(limit: ContextLimit, reason: &ContextLimitRefusal) -> &'static str {
+    use ContextLimit::{DevRuntimeSyncDepth, MallocHeapSize, PrintfFifoSize};
+    match (limit, reason) {
+        (
+            PrintfFifoSize | MallocHeapSize,
+            ContextLimitRefusal::Driver {
+                setting: true,
+                code,
+            },
+        ) if *code == atlas_sys::CUresult::CUDA_ERROR_INVALID_VALUE.0 => {
+            " (set it before the context's first launch of a kernel that uses device-side printf, \
+             malloc or free)"
+        }
+        (DevRuntimeSyncDepth, ContextLimitRefusal::Unsupported { .. }) => {
+            " (device-side cudaDeviceSynchronize, which it limits, is gone from compute \
+             capability 9.0 on)"
+        }
+        _ => "",
+    }
 }
 
 /// A graph feature that needs driver entry points older drivers lack
@@ -815,6 +915,10 @@ impl AtlasError {
         match self {
             Self::Driver(failure) | Self::ContextLost(failure) => Some(failure.code),
             Self::ModuleLoad { code, .. } | Self::Launch { code, .. } => Some(*code),
+            Self::ContextLimit {
+                reason: ContextLimitRefusal::Driver { code, .. },
+                ..
+            } => Some(*code),
             Self::PtxTooNew { needs: None, .. } => {
                 Some(atlas_sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION.0)
             }

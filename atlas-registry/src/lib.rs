@@ -215,13 +215,16 @@ pub use compile::{
 pub use device::context::CudaContext;
 pub use device::event::CudaEvent;
 pub use device::host::{CudaHost, device_count, host};
+pub use device::info::{DeviceUuid, MemoryInfo, PciBusId};
 pub use device::limits::DeviceLimits;
 pub use device::stream::{CudaStream, StreamArg};
 pub use driver::DriverFailure;
+pub use driver::calls::ContextLimit;
 pub use driver::nvrtc::{NvrtcFailure, nvrtc_error_text};
 pub use driver::status::{CUDA_ERROR_DEINITIALIZED, cuda_error_text, is_teardown_noop};
 pub use error::AttributeRefusal;
 pub use error::CompileRefusal;
+pub use error::ContextLimitRefusal;
 pub use error::{
     AtlasError, CaptureMisuse, EventMisuse, LaunchRefusal, LimitError, NotFoundKind, Result,
 };
@@ -234,7 +237,7 @@ pub use launch::args::{KernelArgs, KernelParam};
 pub use launch::attributes::{LaunchAttributes, MemSyncDomain, PORTABLE_CLUSTER_BLOCKS};
 pub use launch::config::LaunchConfig;
 pub use launch::held::GraphHolds;
-pub use launch::kernel::Kernel;
+pub use launch::kernel::{FunctionAttributes, Kernel};
 pub use memory::buffer::{DeviceBuffer, DeviceCopy};
 pub use memory::copy::{copy_to_device_async, copy_to_host_async};
 pub use memory::symbol::DeviceSymbol;

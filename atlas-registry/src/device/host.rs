@@ -2,10 +2,8 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use atlas_sys::CUdevice_attribute;
-
 use crate::device::context::CudaContext;
-use crate::device::limits::{DeviceLimits, attribute};
+use crate::device::limits::{DeviceLimits, compute_capability_of};
 use crate::device::stream::CudaStream;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, Result};
@@ -77,15 +75,6 @@ impl CudaHost {
             context,
         })
     }
-}
-
-/// The compute capability of `device` (ordinal `ordinal`), read from the driver.
-fn compute_capability_of(device: atlas_sys::CUdevice, ordinal: usize) -> Result<(u32, u32)> {
-    let capability = |a| attribute(device, a, ordinal);
-    Ok((
-        capability(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-        capability(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-    ))
 }
 
 /// The compute capability of every device, by ordinal, without creating any host (no context is

@@ -37,8 +37,11 @@ macro_rules! call {
 }
 
 mod event;
+mod info;
 
 pub(crate) use event::*;
+pub use info::ContextLimit;
+pub(crate) use info::*;
 
 // Devices and contexts.
 

@@ -588,23 +588,37 @@ impl LaunchFacts {
         if known != 0 && known & ((1 << 48) - 1) == key {
             return Ok((known >> 48) as u32 - 1);
         }
-        ensure_bound(host.context().raw())?;
-        // SAFETY: duty 1; the function's context is current (above).
-        let blocks = unsafe {
-            calls::max_active_blocks_per_multiprocessor(
-                func,
-                threads as i32,
-                shared_mem_bytes as usize,
-            )
-        }
-        .about(|| format!("occupancy of {threads} threads, {shared_mem_bytes} B shared memory"))?;
-        let blocks = u32::try_from(blocks).unwrap_or(0);
+        // SAFETY: duty 1.
+        let blocks = unsafe { blocks_per_multiprocessor(host, func, threads, shared_mem_bytes) }?;
         if threads <= 0xFFFF && blocks < 0xFFFF {
             self.cooperative
                 .store(u64::from(blocks + 1) << 48 | key, Ordering::Relaxed);
         }
         Ok(blocks)
     }
+}
+
+/// How many blocks of `threads` threads and `shared_mem_bytes` of dynamic shared memory of `func`
+/// one multiprocessor holds at once (`cuOccupancyMaxActiveBlocksPerMultiprocessor`, with `host`'s
+/// context made current first).
+///
+/// # Safety
+///
+/// 1. `func` is a live function of `host`'s context.
+pub(crate) unsafe fn blocks_per_multiprocessor(
+    host: &CudaHost,
+    func: CUfunction,
+    threads: u32,
+    shared_mem_bytes: u32,
+) -> Result<u32> {
+    ensure_bound(host.context().raw())?;
+    // SAFETY: duty 1; the function's context is current (above). Both values fit an i32 and a
+    // usize: the callers checked them against the device's limits.
+    let blocks = unsafe {
+        calls::max_active_blocks_per_multiprocessor(func, threads as i32, shared_mem_bytes as usize)
+    }
+    .about(|| format!("occupancy of {threads} threads, {shared_mem_bytes} B shared memory"))?;
+    Ok(u32::try_from(blocks).unwrap_or(0))
 }
 
 #[cfg(test)]

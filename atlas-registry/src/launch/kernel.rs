@@ -1,6 +1,7 @@
 //! [`Kernel`]: one function of a loaded module as Atlas knows it (its handle, names, device,
 //! parameter sizes and shared memory opt-in), and the one preflight that every typed launch and
-//! every graph argument update passes before the driver is called.
+//! every graph argument update passes before the driver is called; what the driver says of the
+//! compiled function ([`FunctionAttributes`]) and its occupancy.
 //!
 //! Every handle to a function ([`CudaFunction`](crate::CudaFunction),
 //! [`FunctionRef`](crate::FunctionRef)) dereferences to its registry's `Kernel`, so they share all
@@ -9,16 +10,18 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock, Weak};
 
-use atlas_sys::{CUcontext, CUfunction};
+use atlas_sys::{CUcontext, CUfunction, CUfunction_attribute as FuncAttr};
 
 use crate::code::module::{BlobParams, ParamSizes};
 use crate::device::context::ensure_bound;
 use crate::device::host::{CudaHost, ordinal_of};
 use crate::device::stream::StreamArg;
 use crate::driver::{About, calls};
-use crate::error::{AtlasError, LaunchRefusal, Result};
+use crate::error::{AtlasError, LaunchRefusal, LimitError, Result};
 use crate::launch::args::KernelArgs;
-use crate::launch::attributes::{LaunchAttributes, LaunchFacts, launch_kernel_ex};
+use crate::launch::attributes::{
+    LaunchAttributes, LaunchFacts, blocks_per_multiprocessor, launch_kernel_ex,
+};
 use crate::launch::config::LaunchConfig;
 use crate::launch::enqueue::{FunctionName, SharedMemOptIn, check_config, launch_kernel};
 use crate::launch::held::{self, GraphHolds};
@@ -370,6 +373,217 @@ impl Kernel {
                 launch_kernel_ex(&self.host, self.raw, self, cfg, attrs, stream, params)
             })
         })
+    }
+}
+
+/// What the driver says of a compiled kernel (`cuFuncGetAttribute`), read by
+/// [`Kernel::attributes`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
+/// let kernel = registry.function_cached("block_reduce", "block_sum")?;
+/// let attributes = kernel.attributes()?;
+/// println!(
+///     "{} registers/thread, {} B static shared, {} B local/thread, blocks up to {} threads",
+///     attributes.registers,
+///     attributes.static_shared_bytes,
+///     attributes.local_bytes,
+///     attributes.max_threads_per_block
+/// );
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FunctionAttributes {
+    /// Most threads a block of this kernel may have (`CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`):
+    /// the device's limit, or fewer for a kernel of many registers or with `__launch_bounds__`.
+    pub max_threads_per_block: u32,
+    /// Registers per thread (`CU_FUNC_ATTRIBUTE_NUM_REGS`).
+    pub registers: u32,
+    /// Static shared memory per block, in bytes (`CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`).
+    pub static_shared_bytes: u32,
+    /// Constant memory the kernel uses, in bytes (`CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES`).
+    pub const_bytes: u32,
+    /// Local memory per thread, in bytes (`CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES`): register spills
+    /// and arrays the compiler could not keep in registers.
+    pub local_bytes: u32,
+    /// Most dynamic shared memory a launch may use now, in bytes
+    /// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`): 48 KiB less the static shared memory
+    /// until the opt-in raises it, which Atlas does for the first launch (or occupancy question)
+    /// that needs more.
+    pub max_dynamic_shared_bytes: u32,
+    /// The PTX version the kernel was compiled for, as `(major, minor)` from the driver's
+    /// `10 * major + minor` (`CU_FUNC_ATTRIBUTE_PTX_VERSION`; the virtual architecture in
+    /// practice: `(7, 5)` for `compute_75` PTX).
+    pub ptx_version: (u32, u32),
+    /// The architecture of the binary code that runs, as `(major, minor)`
+    /// (`CU_FUNC_ATTRIBUTE_BINARY_VERSION`): `(9, 0)` for `sm_90` SASS, the device's for PTX the
+    /// driver compiled.
+    pub binary_version: (u32, u32),
+}
+
+impl Kernel {
+    /// What the driver says of the compiled kernel: registers, static, constant and local memory,
+    /// block and dynamic shared memory limits, PTX and binary versions. One `cuFuncGetAttribute`
+    /// per field (eight driver calls, no other), read at each call and never kept: the dynamic
+    /// shared memory limit changes with the opt-in, which launches make.
+    #[doc(alias = "cuFuncGetAttribute")]
+    pub fn attributes(&self) -> Result<FunctionAttributes> {
+        let read = |attribute: FuncAttr| {
+            // SAFETY: the function is live (its registry is, as `&self` is).
+            let value = unsafe { calls::function_attribute(self.raw, attribute) }
+                .about(|| format!("`{}`, function attribute {}", self.name, attribute.0))?;
+            Ok::<_, AtlasError>(u32::try_from(value).unwrap_or(0))
+        };
+        let version = |value: u32| (value / 10, value % 10);
+        Ok(FunctionAttributes {
+            max_threads_per_block: read(FuncAttr::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            registers: read(FuncAttr::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+            static_shared_bytes: read(FuncAttr::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
+            const_bytes: read(FuncAttr::CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES)?,
+            local_bytes: read(FuncAttr::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+            max_dynamic_shared_bytes: read(
+                FuncAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            )?,
+            ptx_version: version(read(FuncAttr::CU_FUNC_ATTRIBUTE_PTX_VERSION)?),
+            binary_version: version(read(FuncAttr::CU_FUNC_ATTRIBUTE_BINARY_VERSION)?),
+        })
+    }
+
+    /// How many blocks of `block_threads` threads, each with `dynamic_shared_bytes` of dynamic
+    /// shared memory, one multiprocessor runs at once
+    /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`); 0 when such a block does not fit (more
+    /// threads than the kernel's [`max_threads_per_block`](FunctionAttributes::max_threads_per_block),
+    /// more shared memory than a multiprocessor has).
+    ///
+    /// Refused before the driver is called, as an [`AtlasError::Occupancy`], for a block no
+    /// launch could have: 0 threads, more threads than the device's
+    /// [`max_threads_per_block`](crate::DeviceLimits::max_threads_per_block), more dynamic shared
+    /// memory than its [`max_shared_mem_optin`](crate::DeviceLimits::max_shared_mem_optin). For
+    /// more than the kernel may use without the opt-in, the opt-in is made first, as a launch of
+    /// that size makes it, so that the answer is that launch's occupancy. Then one driver call
+    /// (`cuCtxGetCurrent` before it, and `cuCtxSetCurrent` only when another context is current).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
+    /// let kernel = registry.function_cached("elementwise", "scale")?;
+    /// let blocks = kernel.active_blocks_per_multiprocessor(256, 0)?;
+    /// let sms = kernel.host().limits().multiprocessors;
+    /// println!("{} blocks of 256 threads fill the device", blocks * sms);
+    /// # Ok(()) }
+    /// ```
+    #[doc(alias = "cuOccupancyMaxActiveBlocksPerMultiprocessor")]
+    pub fn active_blocks_per_multiprocessor(
+        &self,
+        block_threads: u32,
+        dynamic_shared_bytes: u32,
+    ) -> Result<u32> {
+        self.check_occupancy_question(Some(block_threads), dynamic_shared_bytes)?;
+        // SAFETY: the function is live and of the host's context (it is this registry's).
+        unsafe {
+            self.opt_in
+                .ensure(&self.host, self.raw, dynamic_shared_bytes)?;
+            blocks_per_multiprocessor(&self.host, self.raw, block_threads, dynamic_shared_bytes)
+        }
+    }
+
+    /// The block size that runs the most threads of this kernel on each multiprocessor at once,
+    /// each block with `dynamic_shared_bytes` of dynamic shared memory, and at most
+    /// `block_size_limit` threads when given (`cuOccupancyMaxPotentialBlockSize`, no per-size
+    /// shared memory callback). Returns `(min_grid_size, block_size)`: `min_grid_size` blocks of
+    /// `block_size` threads fill every multiprocessor of the device at that occupancy (blocks per
+    /// multiprocessor × multiprocessors); a grid of fewer leaves some idle.
+    ///
+    /// Refused before the driver is called, as an [`AtlasError::Occupancy`], for more dynamic
+    /// shared memory than the device's
+    /// [`max_shared_mem_optin`](crate::DeviceLimits::max_shared_mem_optin) and for a limit of 0
+    /// threads or of more than the device's
+    /// [`max_threads_per_block`](crate::DeviceLimits::max_threads_per_block). The opt-in for
+    /// `dynamic_shared_bytes` is made first, as in
+    /// [`active_blocks_per_multiprocessor`](Self::active_blocks_per_multiprocessor); then one
+    /// driver call.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
+    /// use atlas_registry::LaunchConfig;
+    /// let scale = registry.function_cached("elementwise", "scale")?;
+    /// let (min_grid, block) = scale.max_potential_block_size(0, None)?;
+    /// let n = 1u32 << 24;
+    /// // One element per thread: the grid covers `n`, and never leaves a multiprocessor idle.
+    /// let grid = n.div_ceil(block).max(min_grid);
+    /// let cfg = LaunchConfig { grid: (grid, 1, 1), block: (block, 1, 1), shared_mem_bytes: 0 };
+    /// # let _ = cfg; Ok(()) }
+    /// ```
+    #[doc(alias = "cuOccupancyMaxPotentialBlockSize")]
+    pub fn max_potential_block_size(
+        &self,
+        dynamic_shared_bytes: u32,
+        block_size_limit: Option<u32>,
+    ) -> Result<(u32, u32)> {
+        self.check_occupancy_question(block_size_limit, dynamic_shared_bytes)?;
+        // SAFETY: the function is live and of the host's context (it is this registry's).
+        unsafe {
+            self.opt_in
+                .ensure(&self.host, self.raw, dynamic_shared_bytes)
+        }?;
+        ensure_bound(self.host.context().raw())?;
+        // The limit was checked against the device's threads per block, which fits an i32.
+        let limit = block_size_limit.unwrap_or(0) as i32;
+        // SAFETY: the function is live and its context current (above).
+        let (min_grid, block) = unsafe {
+            calls::max_potential_block_size(self.raw, dynamic_shared_bytes as usize, limit)
+        }
+        .about(|| {
+            format!(
+                "`{}`, best block size with {dynamic_shared_bytes} B dynamic shared memory",
+                self.name
+            )
+        })?;
+        Ok((
+            u32::try_from(min_grid).unwrap_or(0),
+            u32::try_from(block).unwrap_or(0),
+        ))
+    }
+
+    /// `Ok` when a block of `block_threads` threads (when given) and `dynamic_shared_bytes` of
+    /// dynamic shared memory is one the device can launch, else the [`AtlasError::Occupancy`]
+    /// naming the limit.
+    fn check_occupancy_question(
+        &self,
+        block_threads: Option<u32>,
+        dynamic_shared_bytes: u32,
+    ) -> Result<()> {
+        let limits = self.host.limits();
+        let refusal = match block_threads {
+            Some(0) => Some(LimitError::ZeroBlock((0, 1, 1))),
+            Some(threads) if threads > limits.max_threads_per_block => {
+                Some(LimitError::BlockThreads {
+                    block: (threads, 1, 1),
+                    threads: u64::from(threads),
+                    max: limits.max_threads_per_block,
+                })
+            }
+            _ if dynamic_shared_bytes > limits.max_shared_mem_optin => {
+                Some(LimitError::SharedMemory {
+                    bytes: dynamic_shared_bytes,
+                    max: limits.max_shared_mem_optin,
+                })
+            }
+            _ => None,
+        };
+        match refusal {
+            Some(reason) => Err(AtlasError::Occupancy {
+                function: self.name.clone(),
+                reason,
+            }),
+            None => Ok(()),
+        }
     }
 }
 

@@ -50,6 +50,7 @@
  *   STANDIN_NO_ENUMERATE     no cuModuleGetFunctionCount, cuModuleEnumerateFunctions, cuFuncGetName,
  *                            cuFuncLoad exports (a driver older than CUDA 12.4). Otherwise a module
  *                            lists the kernels whose names its blob holds as whole words.
+ *   STANDIN_NO_UUID_V2       no cuDeviceGetUuid_v2 export (a driver older than CUDA 11.4).
  *
  * Blob markers: a blob containing STANDIN_JIT_ERROR fails to JIT (CUDA_ERROR_INVALID_PTX) with a
  * log; one containing STANDIN_EARLY_FAIL fails the same way before touching any JIT option; one
@@ -133,6 +134,7 @@ static const struct {
     {INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "no device has this ordinal"},
     {200, "CUDA_ERROR_INVALID_IMAGE", "the module image is not valid"},
     {INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "no usable context is current"},
+    {215, "CUDA_ERROR_UNSUPPORTED_LIMIT", "the limit is not supported by the device"},
     {INVALID_PTX, "CUDA_ERROR_INVALID_PTX", "the PTX failed to JIT-compile"},
     {UNSUPPORTED_PTX_VERSION, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
      "the PTX is of a newer ISA version than the JIT compiler takes"},
@@ -195,7 +197,10 @@ static CUresult status_string(CUresult error, const char **out, int want_name) {
     /* Events, stream order, host functions. */                                                 \
     X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord) X(cuStreamWaitEvent)                \
     X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventElapsedTime_v2)       \
-    X(cuLaunchHostFunc)
+    X(cuLaunchHostFunc)                                                                         \
+    /* Device information: identity, context limits, block size of best occupancy */            \
+    X(cuDeviceGetUuid) X(cuDeviceGetUuid_v2) X(cuDeviceGetPCIBusId) X(cuCtxSetLimit)            \
+    X(cuCtxGetLimit) X(cuOccupancyMaxPotentialBlockSize)
 
 /* Things that happen inside calls, counted for tests. */
 #define EVENTS(X)                                                                               \
@@ -954,6 +959,11 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice device) {
     return SUCCESS;
 }
 
+/* The PCI bus of `device`: 0x1B, 0x2B, ... */
+static int standin_pci_bus(CUdevice device) { return 0x1B + 0x10 * device; }
+/* The most L2 cache a context may set aside for persisting accesses. */
+#define STANDIN_MAX_PERSISTING_L2 (30 << 20)
+
 /* The compute capability of `device` as 10 * major + minor. */
 static int cc_of(CUdevice device) {
 #ifdef STANDIN_CC1
@@ -978,6 +988,12 @@ CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device) {
     case 8: *value = DEFAULT_DYNAMIC_SHARED; break; /* MAX_SHARED_MEMORY_PER_BLOCK */
     case 10: *value = 32; break;            /* WARP_SIZE */
     case 16: *value = STANDIN_SMS; break;   /* MULTIPROCESSOR_COUNT */
+    case 33: *value = standin_pci_bus(device); break; /* PCI_BUS_ID */
+    case 36: *value = 3201000; break;       /* MEMORY_CLOCK_RATE, kHz */
+    case 37: *value = 6144; break;          /* GLOBAL_MEMORY_BUS_WIDTH, bits */
+    case 38: *value = 50 << 20; break;      /* L2_CACHE_SIZE */
+    case 39: *value = 2048; break;          /* MAX_THREADS_PER_MULTIPROCESSOR */
+    case 108: *value = STANDIN_MAX_PERSISTING_L2; break; /* MAX_PERSISTING_L2_CACHE_SIZE */
     case 41: *value = 1; break;             /* UNIFIED_ADDRESSING */
     case 75: *value = cc_of(device) / 10; break; /* COMPUTE_CAPABILITY_MAJOR */
     case 95: *value = STANDIN_COOPERATIVE; break; /* COOPERATIVE_LAUNCH */
@@ -1465,6 +1481,8 @@ CUresult cuFuncGetAttribute(int *value, int attribute, void *function) {
         switch (attribute) {
         case 0: *value = 1024; break;                                  /* MAX_THREADS_PER_BLOCK */
         case 1: *value = f->u.function.kernel->static_shared; break;   /* SHARED_SIZE_BYTES */
+        case 2: *value = 12; break;                                    /* CONST_SIZE_BYTES */
+        case 3: *value = 24; break;                                    /* LOCAL_SIZE_BYTES */
         case 4: *value = 16; break;                                    /* NUM_REGS */
         case 5: *value = 80; break;                                    /* PTX_VERSION */
         case 6: *value = 90; break;                                    /* BINARY_VERSION */
@@ -1694,6 +1712,7 @@ CUresult cuLaunchKernelEx(const struct launch_config *config, void *function, vo
 /* STANDIN_BLOCKS_PER_SM blocks of up to 64 threads, fewer of larger ones (2048 threads an SM), and
  * as many as the dynamic shared memory allows (SHARED_OPTIN an SM); none when a block asks for more
  * dynamic shared memory than the function's MAX_DYNAMIC_SHARED_SIZE_BYTES (before the opt-in). */
+static int resident_blocks(int block_size, size_t shared_bytes, int allowed);
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *function, int block_size,
                                                      size_t shared_bytes) {
     ENTER(cuOccupancyMaxActiveBlocksPerMultiprocessor);
@@ -1704,12 +1723,19 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *function
     int allowed = status == SUCCESS ? f->u.function.max_dynamic_shared : 0;
     pthread_mutex_unlock(&lock);
     if (status != SUCCESS) return status;
+    *blocks = resident_blocks(block_size, shared_bytes, allowed);
+    return SUCCESS;
+}
+
+/* Blocks of `block_size` threads and `shared_bytes` of dynamic shared memory one SM holds, for a
+ * function that may use `allowed` bytes of it (the model above). */
+static int resident_blocks(int block_size, size_t shared_bytes, int allowed) {
+    if (block_size > 1024) return 0; /* every stand-in kernel's MAX_THREADS_PER_BLOCK */
     int n = block_size <= 64 ? STANDIN_BLOCKS_PER_SM : 2048 / block_size;
     if (shared_bytes > 0 && (size_t)n * shared_bytes > SHARED_OPTIN) n = (int)(SHARED_OPTIN / shared_bytes);
     /* As the driver: no block of more dynamic shared memory than the function may use fits. */
     if (shared_bytes > (size_t)allowed) n = 0;
-    *blocks = n;
-    return SUCCESS;
+    return n;
 }
 
 /* The largest cluster of `function` the device runs: its __cluster_dims__ when it has them, else
@@ -2764,6 +2790,139 @@ CUresult cuMemPoolGetAttribute(void *pool, int attribute, void *value) {
     return pool_attribute(pool, attribute, value, 0, "cuMemPoolGetAttribute");
 }
 #endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Device information: identity, context limits, block size of best occupancy                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Device d's UUID: fixed bytes, the last one d. */
+static void standin_uuid(CUdevice device, char out[16]) {
+    static const unsigned char bytes[16] = {0x5c, 0x1e, 0x32, 0x9a, 0x07, 0x44, 0x8f, 0x2b,
+                                            0x91, 0x0d, 0xe6, 0x73, 0x4a, 0xb8, 0x00, 0x00};
+    memcpy(out, bytes, 16);
+    out[15] = (char)device;
+}
+
+CUresult cuDeviceGetUuid(char *uuid, CUdevice device) {
+    ENTER(cuDeviceGetUuid);
+    if (uuid == NULL) return INVALID_VALUE;
+    if (device < 0 || device >= STANDIN_DEVICES) return INVALID_DEVICE;
+    standin_uuid(device, uuid);
+    return SUCCESS;
+}
+
+#ifndef STANDIN_NO_UUID_V2
+CUresult cuDeviceGetUuid_v2(char *uuid, CUdevice device) {
+    ENTER(cuDeviceGetUuid_v2);
+    if (uuid == NULL) return INVALID_VALUE;
+    if (device < 0 || device >= STANDIN_DEVICES) return INVALID_DEVICE;
+    standin_uuid(device, uuid);
+    return SUCCESS;
+}
+#endif
+
+/* "0000:1B:00.0" for device 0, the bus as CU_DEVICE_ATTRIBUTE_PCI_BUS_ID says; refuses a buffer
+ * of fewer than 13 bytes, as the driver documents. */
+CUresult cuDeviceGetPCIBusId(char *text, int len, CUdevice device) {
+    ENTER(cuDeviceGetPCIBusId);
+    if (device < 0 || device >= STANDIN_DEVICES) return INVALID_DEVICE;
+    if (text == NULL || len < 13) return INVALID_VALUE;
+    snprintf(text, (size_t)len, "%04X:%02X:%02X.%X", 0, standin_pci_bus(device), 0, 0);
+    return SUCCESS;
+}
+
+/* Context limits (CUlimit 0..9), kept per context; a limit never set reads its default. */
+enum { LIMIT_COUNT = 10, LIMIT_CONTEXTS = 64 };
+static const size_t limit_defaults[LIMIT_COUNT] = {
+    1024, 1 << 20, 8 << 20, 2, 2048, 64, 0, 0, 0, 1,
+};
+static struct {
+    struct object *ctx;
+    size_t value[LIMIT_COUNT];
+} limit_table[LIMIT_CONTEXTS];
+
+/* The limits of `ctx`, made on first use; NULL when the table is full. Call with the lock held. */
+static size_t *limits_of(struct object *ctx) {
+    for (int i = 0; i < LIMIT_CONTEXTS; i++) {
+        if (limit_table[i].ctx == ctx) return limit_table[i].value;
+        if (limit_table[i].ctx == NULL) {
+            limit_table[i].ctx = ctx;
+            memcpy(limit_table[i].value, limit_defaults, sizeof limit_defaults);
+            return limit_table[i].value;
+        }
+    }
+    return NULL;
+}
+
+/* What the driver documents: CU_LIMIT_SHMEM_SIZE (7) and CU_LIMIT_CIG_ENABLED (8) cannot be set;
+ * the device-runtime sync depth (3) is refused from compute capability 9.0 on and goes up to 24;
+ * the L2 fetch granularity (5) is clamped to 128 and the persisting L2 size (6) to the device's
+ * most; the stack size (0) is rounded up to 16 bytes. */
+CUresult cuCtxSetLimit(unsigned limit, size_t value) {
+    ENTER(cuCtxSetLimit);
+    pthread_mutex_lock(&lock);
+    struct object *ctx = current();
+    CUresult status = usable(ctx);
+    size_t *limits = status == SUCCESS ? limits_of(ctx) : NULL;
+    if (status == SUCCESS && limits == NULL) status = OUT_OF_MEMORY;
+    if (status == SUCCESS && (limit >= LIMIT_COUNT || limit == 7 || limit == 8)) status = INVALID_VALUE;
+    if (status == SUCCESS && limit == 3 && cc_of(ctx->u.ctx.device) >= 90) status = 215;
+    if (status == SUCCESS && limit == 3 && value > 24) status = INVALID_VALUE;
+    if (status == SUCCESS) {
+        if (limit == 0) value = (value + 15) / 16 * 16;
+        if (limit == 5 && value > 128) value = 128;
+        if (limit == 6 && value > STANDIN_MAX_PERSISTING_L2) value = STANDIN_MAX_PERSISTING_L2;
+        limits[limit] = value;
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuCtxGetLimit(size_t *value, unsigned limit) {
+    ENTER(cuCtxGetLimit);
+    if (value == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *ctx = current();
+    CUresult status = usable(ctx);
+    size_t *limits = status == SUCCESS ? limits_of(ctx) : NULL;
+    if (status == SUCCESS && limits == NULL) status = OUT_OF_MEMORY;
+    if (status == SUCCESS && limit >= LIMIT_COUNT) status = INVALID_VALUE;
+    if (status == SUCCESS && limit == 3 && cc_of(ctx->u.ctx.device) >= 90) status = 215;
+    if (status == SUCCESS) *value = limits[limit];
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* As CUDA's occupancy calculator: block sizes from the limit (1024 when 0) down in steps of a warp,
+ * the one of most resident threads per SM (the larger on a tie), and the grid that fills every SM
+ * with it. A per-size shared memory callback is not modelled. */
+CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, void *function,
+                                          size_t (*shared_of)(int), size_t shared_bytes,
+                                          int limit) {
+    ENTER(cuOccupancyMaxPotentialBlockSize);
+    if (min_grid == NULL || block == NULL || limit < 0) return INVALID_VALUE;
+    if (shared_of != NULL) return NOT_SUPPORTED;
+    pthread_mutex_lock(&lock);
+    struct object *f = as(function, K_FUNCTION);
+    CUresult status = live(f, "cuOccupancyMaxPotentialBlockSize");
+    int allowed = status == SUCCESS ? f->u.function.max_dynamic_shared : 0;
+    pthread_mutex_unlock(&lock);
+    if (status != SUCCESS) return status;
+    if (limit == 0 || limit > 1024) limit = 1024;
+    int best_threads = 0, best_block = 0, best_blocks = 0;
+    for (int aligned = (limit + 31) / 32 * 32; aligned > 0; aligned -= 32) {
+        int size = aligned < limit ? aligned : limit;
+        int blocks = resident_blocks(size, shared_bytes, allowed);
+        if (blocks * size > best_threads) {
+            best_threads = blocks * size;
+            best_block = size;
+            best_blocks = blocks;
+        }
+    }
+    *min_grid = best_blocks * STANDIN_SMS;
+    *block = best_block;
+    return SUCCESS;
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Inspection for tests                                                                       */
