@@ -440,7 +440,10 @@ impl Join {
 impl Drop for Join {
     fn drop(&mut self) {
         if self.armed {
-            report_cleanup("joining a forked stream back into its capture", self.enqueue());
+            report_cleanup(
+                "joining a forked stream back into its capture",
+                self.enqueue(),
+            );
         }
     }
 }
