@@ -2528,7 +2528,8 @@ struct Committed {
 }
 
 fn committed() -> Committed {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/structural_verdicts.tsv");
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/structural_verdicts.tsv");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut committed = Committed {
         worse: BTreeMap::new(),
@@ -2680,7 +2681,10 @@ fn classes_follow_the_committed_verdicts() {
         let relaxed = matches!(rule.class, Class::Relaxed | Class::Picked);
         let kept_for = KEPT_AGAINST_THE_SWEEP.iter().find(|(id, _)| *id == rule.id);
         if verdict.starts_with("keep") && (relaxed || kept_for.is_some()) {
-            failures.push(format!("{}: relaxed, but the sweep says {verdict}", rule.id));
+            failures.push(format!(
+                "{}: relaxed, but the sweep says {verdict}",
+                rule.id
+            ));
         }
         if verdict.starts_with("relax") && relaxed == kept_for.is_some() {
             failures.push(format!(
