@@ -11,12 +11,14 @@ mod support;
 use atlas_kernels::{ELEMENTWISE_FATBIN, cubin_for_model};
 use atlas_registry::{
     AtlasError, AtlasLibrary, AtlasRegistry, BlobKind, DeviceBuffer, LaunchConfig,
-    ptx_kernel_layouts, validate_blob, validate_blob_for_device,
+    kernel_layouts, ptx_kernel_layouts, validate_blob, validate_blob_for_device,
 };
 use support::child;
+use support::cubin::Cubin;
 use support::standin::{self, probe};
 
 child::bodies!(
+    a_kernel_whose_records_are_malformed_has_no_layout,
     layouts_come_from_every_entry_the_driver_may_pick,
     a_broken_entry_of_another_architecture_loads,
     a_broken_entry_of_the_device_is_refused_before_the_driver,
@@ -131,6 +133,99 @@ fn layouts_come_from_every_entry_the_driver_may_pick() {
     assert!(matches!(e, AtlasError::ParamsUnknown { .. }), "{e}");
     assert!(e.to_string().contains("different parameter layouts"), "{e}");
     assert_eq!(probe().launches(), 0, "the driver saw the launch");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layouts of kernels whose records the driver lets through
+// ---------------------------------------------------------------------------------------------
+
+const KPARAM_INFO: u8 = 0x17;
+const PARAM_CBANK: u8 = 0x0a;
+
+/// The committed sm_90 `elementwise` cubin with the parameter records of `scale` (in
+/// `.nv.info.scale`) broken as the driver lets through (H200, driver 580: it loads such cubins,
+/// `tests/structural_rules.rs`), each with what it breaks.
+fn scale_with_malformed_records() -> Vec<(&'static str, Vec<u8>)> {
+    let c = Cubin::new(elementwise_cubin(90));
+    let info = c.index(".nv.info.scale").expect(".nv.info.scale");
+    let params: Vec<_> = c
+        .records(info)
+        .into_iter()
+        .filter(|r| r.attribute == KPARAM_INFO)
+        .collect();
+    assert_eq!(params.len(), 3, "scale(float*, float, u32)");
+    // ptxas writes the last parameter's record first.
+    let last = params[0];
+    assert_eq!(c.get(last.at + 8, 2), 2);
+    let cbank = c.record(info, PARAM_CBANK).expect("PARAM_CBANK");
+    let placement = c.get(cbank.at + 8, 4);
+    vec![
+        (
+            "the last parameter's ordinal the count",
+            c.with(last.at + 8, 2, 3),
+        ),
+        (
+            "the last parameter 4 bytes further",
+            c.with(last.at + 10, 2, c.get(last.at + 10, 2) + 4),
+        ),
+        (
+            "PARAM_CBANK's parameters 1 byte longer",
+            c.with(cbank.at + 8, 4, placement + (1 << 16)),
+        ),
+    ]
+}
+
+/// A kernel whose parameter records are malformed in a way the driver lets through is loaded,
+/// and has no layout from the blob: without `cuFuncGetParamInfo` a typed launch of it is refused
+/// (`ParamsUnknown`), while the module's other kernel keeps its layout. Before, the blob was
+/// refused, and the layouts of all its kernels were unknown.
+#[test]
+fn a_kernel_whose_records_are_malformed_loads_and_is_launched_only_unchecked() {
+    standin::run(
+        a_kernel_whose_records_are_malformed_has_no_layout,
+        &["-DSTANDIN_NO_PARAM_INFO"],
+    );
+}
+
+fn a_kernel_whose_records_are_malformed_has_no_layout() {
+    let axpy_sizes: Vec<usize> = kernel_layouts(elementwise_cubin(90))
+        .unwrap()
+        .into_iter()
+        .find(|k| k.name == "axpy")
+        .unwrap()
+        .sizes()
+        .collect();
+    for (what, cubin) in scale_with_malformed_records() {
+        assert_eq!(
+            validate_blob("elementwise", &cubin).map_err(|e| e.to_string()),
+            Ok(BlobKind::Cubin),
+            "{what}"
+        );
+        let registry = AtlasRegistry::load(0, &[("elementwise", &cubin)]).unwrap();
+        let axpy = registry.function("elementwise", "axpy").unwrap();
+        assert_eq!(axpy.param_sizes().unwrap(), Some(&axpy_sizes[..]), "{what}");
+        let scale = registry.function("elementwise", "scale").unwrap();
+        assert_eq!(scale.param_sizes().unwrap(), None, "{what}");
+        let stream = registry.stream();
+        let mut x = DeviceBuffer::from_slice(registry.ctx(), stream, &[1.0f32; 16]).unwrap();
+        // SAFETY: refused before the driver is called (no layout to check the arguments
+        // against); were it launched, the arguments match `scale(float*, float, u32)`.
+        let e = unsafe {
+            scale.launch(
+                stream,
+                &LaunchConfig::for_elements(16, 16),
+                (&mut x, 2.0f32, 16u32),
+            )
+        }
+        .unwrap_err();
+        assert!(matches!(e, AtlasError::ParamsUnknown { .. }), "{what}: {e}");
+        assert!(
+            e.to_string()
+                .contains("the parameter layout of `scale` in module `elementwise` cannot be known"),
+            "{what}: {e}"
+        );
+    }
+    assert_eq!(probe().launches(), 0, "the driver saw a launch");
 }
 
 // ---------------------------------------------------------------------------------------------
