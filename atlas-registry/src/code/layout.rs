@@ -19,7 +19,11 @@
 //!
 //! The reader refuses whatever it does not fully understand (unknown PTX syntax, unknown record
 //! formats, records that disagree with each other) with a [`LayoutError`] saying what and where.
-//! An error means "unknown", never a guess. Containers (fatbins, offload bundles) and other code
+//! An error means "unknown", never a guess. Blob validation leaves the records' contents to the
+//! driver, which loads cubins whose records are malformed in many ways: the reader checks every
+//! record it uses itself, and of a loaded cubin a kernel whose records it cannot use has no
+//! layout while the others keep theirs (a typed launch of it is then refused where the driver
+//! cannot tell its layout either). Containers (fatbins, offload bundles) and other code
 //! objects are [`LayoutError::NotReadable`]: their PTX and cubin entries are read one by one with
 //! [`ptx_kernel_layouts`] and [`cubin_kernel_layouts`].
 
