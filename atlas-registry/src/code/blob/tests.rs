@@ -639,6 +639,10 @@ fn section_header_fields_are_checked() {
     ] {
         assert_passes(&relaxed);
     }
+    // Section 0 need not be null, but what it holds is checked as any section's is.
+    let mut zero = Image::new(&real.with(real.header_of(0) + SH_TYPE, &1u32.to_le_bytes()));
+    zero.set(real.header_of(0) + SH_SIZE, &(len + 1).to_le_bytes());
+    assert_refused(&zero.b, &["section 0 (): offset 0 + size", "past the end"]);
     // A second symbol table is checked as the first: .debug_frame's bytes, read as symbols,
     // name sections that do not exist.
     assert_refused(

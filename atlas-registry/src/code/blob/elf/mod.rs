@@ -489,11 +489,11 @@ impl<'a> Elf<'a> {
     fn check_sections(&self) -> Check {
         let budget = (self.b.len() as u64).saturating_mul(WALKED_PER_BYTE);
         let mut walked = 0u64;
-        let mut rest = self
-            .headers
-            .get(SECTION_HEADER_SIZE as usize..)
-            .unwrap_or_default();
-        let mut i = 1;
+        // Section 0 too: the null section by the standard, all zeros (and so checked in a few
+        // comparisons), but the driver loads cubins whose section 0 is not, and whatever it
+        // holds is checked as any other section's would be.
+        let mut rest = self.headers;
+        let mut i = 0;
         while let Some((header, tail)) = rest.split_first_chunk() {
             let s = Section::read(header);
             self.check_section(i, &s)?;
