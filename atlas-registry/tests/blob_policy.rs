@@ -10,8 +10,8 @@ mod support;
 
 use atlas_kernels::{ELEMENTWISE_FATBIN, cubin_for_model};
 use atlas_registry::{
-    AtlasError, AtlasLibrary, AtlasRegistry, BlobKind, DeviceBuffer, LaunchConfig,
-    kernel_layouts, ptx_kernel_layouts, validate_blob, validate_blob_for_device,
+    AtlasError, AtlasLibrary, AtlasRegistry, BlobKind, DeviceBuffer, LaunchConfig, kernel_layouts,
+    ptx_kernel_layouts, validate_blob, validate_blob_for_device,
 };
 use support::child;
 use support::cubin::Cubin;
@@ -220,8 +220,9 @@ fn a_kernel_whose_records_are_malformed_has_no_layout() {
         .unwrap_err();
         assert!(matches!(e, AtlasError::ParamsUnknown { .. }), "{what}: {e}");
         assert!(
-            e.to_string()
-                .contains("the parameter layout of `scale` in module `elementwise` cannot be known"),
+            e.to_string().contains(
+                "the parameter layout of `scale` in module `elementwise` cannot be known"
+            ),
             "{what}: {e}"
         );
     }

@@ -13,8 +13,12 @@
 //! end of the file first (`support/cubin.rs`), a change of layout that the controls show the
 //! driver takes.
 //!
-//! - `every_mutant_breaks_its_rule` (no GPU): each mutant is refused by `validate_blob` with its
-//!   rule's words, and every control and accepted layout passes.
+//! - `every_mutant_breaks_its_rule` (no GPU): each mutant of a kept rule is refused by
+//!   `validate_blob` with its rule's words; each of a relaxed rule, every control and every
+//!   accepted layout passes; each of a rule relaxed for entries Atlas does not decompress
+//!   (`Class::Picked`) passes a load's check on the sweep's device exactly where the driver
+//!   loaded it. `classes_follow_the_committed_verdicts` (no GPU): the rules the committed sweep
+//!   found the driver does without are relaxed, or kept for a reason in `KEPT_AGAINST_THE_SWEEP`.
 //! - `gpu_structural_rules_against_the_driver` (`#[ignore]`d: it needs an NVIDIA GPU): hands
 //!   each mutant to a plain `cuModuleLoadData` in child processes (`support/pool.rs`), twice:
 //!   copied to end exactly where a `PROT_NONE` guard begins, and to start exactly where one
