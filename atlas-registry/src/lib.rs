@@ -223,7 +223,8 @@ pub use driver::status::{CUDA_ERROR_DEINITIALIZED, cuda_error_text, is_teardown_
 pub use error::AttributeRefusal;
 pub use error::CompileRefusal;
 pub use error::{
-    AtlasError, CaptureMisuse, EventMisuse, LaunchRefusal, LimitError, NotFoundKind, Result,
+    AtlasError, CaptureMisuse, EventMisuse, HostMemoryRefusal, LaunchRefusal, LimitError,
+    NotFoundKind, Result,
 };
 pub use error::{GraphFeature, UpdateRefusal};
 pub use graph::capture::{Capture, CudaGraph};
@@ -237,6 +238,8 @@ pub use launch::held::GraphHolds;
 pub use launch::kernel::Kernel;
 pub use memory::buffer::{DeviceBuffer, DeviceCopy};
 pub use memory::copy::{copy_to_device_async, copy_to_host_async};
+pub use memory::pinned::{PinnedBuffer, PinnedFlags};
+pub use memory::registered::{HostRegistration, RegisterFlags, RegistrationFailed};
 pub use memory::symbol::DeviceSymbol;
 pub use registry::cache::FunctionCache;
 pub use registry::function::{CudaFunction, FunctionRef, RawCudaFunc};
@@ -262,6 +265,8 @@ mod send_sync {
         send_sync::<CudaContext>();
         send_sync::<CudaStream>();
         send_sync::<DeviceBuffer<f32>>();
+        send_sync::<PinnedBuffer<f32>>();
+        send_sync::<HostRegistration<f32>>();
         send_sync::<FunctionCache>();
         send_sync::<AtlasError>();
         send_sync::<AtlasLibrary>();

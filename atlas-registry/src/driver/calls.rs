@@ -37,8 +37,10 @@ macro_rules! call {
 }
 
 mod event;
+mod host_memory;
 
 pub(crate) use event::*;
+pub(crate) use host_memory::*;
 
 // Devices and contexts.
 
