@@ -153,6 +153,18 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Copies from host memory
+//!
+//! [`DeviceBuffer::copy_from`], [`copy_to`](DeviceBuffer::copy_to) and
+//! [`to_vec`](DeviceBuffer::to_vec) take ordinary (pageable) host memory and wait for the copy:
+//! the driver stages pageable memory, so such a copy overlaps nothing anyway. Page-locked memory,
+//! allocated as a [`PinnedBuffer`] or a `Vec` registered in place as a [`HostRegistration`], is
+//! copied by the device directly and at full bus bandwidth, while the host and other streams
+//! work on: its copies only enqueue, and they are safe, because the buffer records an event after
+//! each one and waits for it before the host touches the memory again (or it is freed). Locked
+//! memory is taken from the rest of the system and slow to allocate: allocate it once, and reuse
+//! it as a staging buffer.
+//!
 //! # One load for every GPU
 //!
 //! [`AtlasLibrary::load`] loads a model once with `cuLibraryLoadData`, independent of any

@@ -103,12 +103,16 @@ fn a_copy_is_one_copy_call_and_one_event_record() {
     assert_eq!(delta(&before), [2, 0, 1, 1, 0], "download after a wait");
     assert_eq!(host.as_slice().unwrap(), &data[..]);
     // The same for a registered Vec.
-    let mut registered = HostRegistration::register(ctx, data.clone(), RegisterFlags::new())
-        .unwrap();
+    let mut registered =
+        HostRegistration::register(ctx, data.clone(), RegisterFlags::new()).unwrap();
     let before = counts(&names);
     registered.copy_to_device(&a, &mut device).unwrap();
     registered.copy_from_device(&a, &device).unwrap();
-    assert_eq!(delta(&before), [4, 1, 1, 2, 0], "registered: upload and download");
+    assert_eq!(
+        delta(&before),
+        [4, 1, 1, 2, 0],
+        "registered: upload and download"
+    );
     assert_eq!(registered.into_vec().unwrap(), data);
 }
 
@@ -212,7 +216,10 @@ fn the_release_waits_for_the_copies_then_gives_the_memory_back() {
 
 #[test]
 fn the_release_of_page_locked_memory_waits_for_its_copies() {
-    standin::run(the_release_waits_for_the_copies_then_gives_the_memory_back, &[]);
+    standin::run(
+        the_release_waits_for_the_copies_then_gives_the_memory_back,
+        &[],
+    );
 }
 
 fn allocations_and_registrations_are_refused_before_the_driver() {
@@ -239,8 +246,9 @@ fn allocations_and_registrations_are_refused_before_the_driver() {
         }
         other => panic!("{other:?}"),
     }
-    let failed = HostRegistration::<f32>::register(ctx, Vec::with_capacity(8), RegisterFlags::new())
-        .unwrap_err();
+    let failed =
+        HostRegistration::<f32>::register(ctx, Vec::with_capacity(8), RegisterFlags::new())
+            .unwrap_err();
     assert!(matches!(
         failed.error(),
         AtlasError::HostMemory(HostMemoryRefusal::Empty { len: 0, .. })
@@ -253,7 +261,10 @@ fn allocations_and_registrations_are_refused_before_the_driver() {
 
 #[test]
 fn empty_and_overflowing_page_locked_memory_is_refused_before_the_driver() {
-    standin::run(allocations_and_registrations_are_refused_before_the_driver, &[]);
+    standin::run(
+        allocations_and_registrations_are_refused_before_the_driver,
+        &[],
+    );
 }
 
 fn the_drivers_refusals_are_typed_and_hand_the_vec_back() {
@@ -267,7 +278,10 @@ fn the_drivers_refusals_are_typed_and_hand_the_vec_back() {
         Err(AtlasError::Driver(failure)) => {
             assert_eq!(failure.code, 2);
             let text = AtlasError::Driver(failure).to_string();
-            assert!(text.contains("4194304 bytes of page-locked host memory"), "{text}");
+            assert!(
+                text.contains("4194304 bytes of page-locked host memory"),
+                "{text}"
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -289,7 +303,10 @@ fn the_drivers_refusals_are_typed_and_hand_the_vec_back() {
         }
         other => panic!("{other:?}"),
     }
-    assert!(failed.to_string().contains("page-locked already"), "{failed}");
+    assert!(
+        failed.to_string().contains("page-locked already"),
+        "{failed}"
+    );
     let data = failed.into_vec();
     assert_eq!(data, (0..500).collect::<Vec<u16>>());
     // SAFETY: registered above, unregistered once.
@@ -302,7 +319,8 @@ fn the_drivers_refusals_are_typed_and_hand_the_vec_back() {
     assert_eq!(status.0, 712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED");
     // Another refusal of the driver is its error; the Vec comes back.
     p.inject("cuMemHostRegister_v2", 1, 1);
-    let failed = HostRegistration::register(ctx, vec![1.0f64; 9], RegisterFlags::new()).unwrap_err();
+    let failed =
+        HostRegistration::register(ctx, vec![1.0f64; 9], RegisterFlags::new()).unwrap_err();
     let (error, vec) = failed.into_parts();
     assert_eq!(error.cuda_code(), Some(1));
     assert_eq!(vec, vec![1.0f64; 9]);
@@ -310,7 +328,10 @@ fn the_drivers_refusals_are_typed_and_hand_the_vec_back() {
         HostRegistration::register(ctx, Vec::<u8>::new(), RegisterFlags::new())
             .unwrap_err()
             .into();
-    assert!(matches!(as_atlas, AtlasError::HostMemory(HostMemoryRefusal::Empty { .. })));
+    assert!(matches!(
+        as_atlas,
+        AtlasError::HostMemory(HostMemoryRefusal::Empty { .. })
+    ));
     drop((registered, pinned));
 }
 
@@ -329,13 +350,22 @@ fn copies_of_another_device_or_length_are_refused() {
     let mut d1 = DeviceBuffer::<f32>::alloc(c1, 10).unwrap();
     let mut short = DeviceBuffer::<f32>::alloc(c0, 9).unwrap();
     let mut registered =
-        HostRegistration::register(c0, vec![0.0f32; 10], RegisterFlags::new().read_only())
-            .unwrap();
+        HostRegistration::register(c0, vec![0.0f32; 10], RegisterFlags::new().read_only()).unwrap();
     let mut writable =
         HostRegistration::register(c0, vec![0.0f32; 10], RegisterFlags::new()).unwrap();
     let calls = all_calls();
-    assert_wrong_context(host.copy_to_device(&s1, &mut d0).unwrap_err(), "the stream", 0, 1);
-    assert_wrong_context(host.copy_from_device(&s1, &d0).unwrap_err(), "the stream", 0, 1);
+    assert_wrong_context(
+        host.copy_to_device(&s1, &mut d0).unwrap_err(),
+        "the stream",
+        0,
+        1,
+    );
+    assert_wrong_context(
+        host.copy_from_device(&s1, &d0).unwrap_err(),
+        "the stream",
+        0,
+        1,
+    );
     assert_wrong_context(
         host.copy_to_device(&s0, &mut d1).unwrap_err(),
         "the device buffer",
@@ -355,7 +385,10 @@ fn copies_of_another_device_or_length_are_refused() {
             expected,
             given,
         }) => {
-            assert!(what.contains("10 elements") && what.contains("of 9"), "{what}");
+            assert!(
+                what.contains("10 elements") && what.contains("of 9"),
+                "{what}"
+            );
             assert_eq!((expected, given), (40, 36));
         }
         other => panic!("{other:?}"),
@@ -376,14 +409,17 @@ fn copies_of_another_device_or_length_are_refused() {
 
 #[test]
 fn copies_of_another_devices_stream_or_buffer_or_another_length_are_refused() {
-    standin::run(copies_of_another_device_or_length_are_refused, &["-DSTANDIN_DEVICES=2"]);
+    standin::run(
+        copies_of_another_device_or_length_are_refused,
+        &["-DSTANDIN_DEVICES=2"],
+    );
 }
 
 fn captures_refuse_copies_and_waits_and_defer_releases() {
     let p = probe();
     let registry = demo(0);
     let ctx = registry.ctx();
-    let mut stream = CudaStream::new(ctx).unwrap();
+    let (mut stream, mut side) = (CudaStream::new(ctx).unwrap(), CudaStream::new(ctx).unwrap());
     let other = CudaStream::new(ctx).unwrap();
     let mut device = DeviceBuffer::<f32>::alloc(ctx, 8).unwrap();
     let mut host = PinnedBuffer::<f32>::alloc(ctx, 8, PinnedFlags::new()).unwrap();
@@ -394,7 +430,7 @@ fn captures_refuse_copies_and_waits_and_defer_releases() {
         HostRegistration::register(ctx, vec![0.0f32; 8], RegisterFlags::new()).unwrap();
     // A download on another stream, not waited for yet.
     host.copy_from_device(&other, &device).unwrap();
-    let capture = stream.begin_capture().unwrap();
+    let mut capture = stream.begin_capture().unwrap();
     let calls = all_calls();
     assert_eq!(
         capture_misuse(host.copy_to_device(&capture, &mut device)),
@@ -412,8 +448,8 @@ fn captures_refuse_copies_and_waits_and_defer_releases() {
         capture_misuse(PinnedBuffer::<f32>::alloc(ctx, 8, PinnedFlags::new())),
         CaptureMisuse::PageLockWhileCapturing
     );
-    let failed = HostRegistration::register(ctx, vec![2.0f32; 8], RegisterFlags::new())
-        .unwrap_err();
+    let failed =
+        HostRegistration::register(ctx, vec![2.0f32; 8], RegisterFlags::new()).unwrap_err();
     assert_eq!(
         capture_misuse::<()>(Err(failed.error().clone())),
         CaptureMisuse::PageLockWhileCapturing
@@ -427,6 +463,14 @@ fn captures_refuse_copies_and_waits_and_defer_releases() {
     // Nothing to wait for: no driver call, no refusal.
     assert_eq!(registered.as_slice().unwrap(), &[0.0f32; 8][..]);
     assert_eq!(all_calls(), calls, "refused before the driver");
+    // A stream forked into the capture is part of it.
+    capture
+        .fork(&mut side, |_, side| {
+            let copy = registered.copy_to_device(side, &mut device);
+            assert_eq!(capture_misuse(copy), CaptureMisuse::PageLockedCopy);
+            Ok(())
+        })
+        .unwrap();
     // Another thread is not capturing: it waits.
     std::thread::scope(|s| {
         s.spawn(|| host.synchronize().unwrap());
@@ -473,7 +517,10 @@ fn a_copy_the_event_cannot_follow_keeps_the_memory_from_the_host() {
     p.inject("cuStreamSynchronize", 999, 1);
     assert!(host.copy_from_device(&stream, &device).is_err());
     assert_eq!(host_refusal(host.as_slice()), HostMemoryRefusal::Unfenced);
-    assert_eq!(host_refusal(host.as_mut_slice()), HostMemoryRefusal::Unfenced);
+    assert_eq!(
+        host_refusal(host.as_mut_slice()),
+        HostMemoryRefusal::Unfenced
+    );
     assert_eq!(
         host_refusal(host.copy_from_device(&stream, &device)),
         HostMemoryRefusal::Unfenced
@@ -485,7 +532,10 @@ fn a_copy_the_event_cannot_follow_keeps_the_memory_from_the_host() {
 
 #[test]
 fn a_copy_its_event_cannot_follow_keeps_the_memory_from_the_host() {
-    standin::run(a_copy_the_event_cannot_follow_keeps_the_memory_from_the_host, &[]);
+    standin::run(
+        a_copy_the_event_cannot_follow_keeps_the_memory_from_the_host,
+        &[],
+    );
 }
 
 fn a_mapped_buffer_is_read_by_a_kernel_after_its_use_is_marked() {
@@ -504,25 +554,40 @@ fn a_mapped_buffer_is_read_by_a_kernel_after_its_use_is_marked() {
     // SAFETY: `scale` reads and writes the 4 floats at the mapped address, which outlives it
     // (the buffer waits for the stream's work before its drop: `mark_used_by` below); the host
     // holds no slice of the buffer until the kernel is waited for.
-    unsafe { scale.launch(&stream, &LaunchConfig::for_elements(4, 4), (address, 3.0f32, 4u32)) }
-        .unwrap();
+    unsafe {
+        scale.launch(
+            &stream,
+            &LaunchConfig::for_elements(4, 4),
+            (address, 3.0f32, 4u32),
+        )
+    }
+    .unwrap();
     let (calls, records) = (all_calls(), p.count("cuEventRecord"));
     host.mark_used_by(&stream).unwrap();
-    assert_eq!((all_calls() - calls, p.count("cuEventRecord") - records), (1, 1));
+    assert_eq!(
+        (all_calls() - calls, p.count("cuEventRecord") - records),
+        (1, 1)
+    );
     let syncs = p.count("cuEventSynchronize");
     assert_eq!(host.as_slice().unwrap(), &[3.0f32, 6.0, 9.0, 12.0][..]);
     assert_eq!(p.count("cuEventSynchronize"), syncs + 1);
     // A mapped registration.
     let registered =
         HostRegistration::register(ctx, data.to_vec(), RegisterFlags::new().mapped()).unwrap();
-    assert_eq!(registered.device_ptr(), Some(registered.as_ptr().addr() as u64));
+    assert_eq!(
+        registered.device_ptr(),
+        Some(registered.as_ptr().addr() as u64)
+    );
     assert_eq!(registered.into_vec().unwrap(), data);
     assert_eq!(p.count("fault"), 0);
 }
 
 #[test]
 fn a_mapped_buffer_is_read_by_a_kernel_and_host_access_waits_for_it() {
-    standin::run(a_mapped_buffer_is_read_by_a_kernel_after_its_use_is_marked, &[]);
+    standin::run(
+        a_mapped_buffer_is_read_by_a_kernel_after_its_use_is_marked,
+        &[],
+    );
 }
 
 /// Fresh random data up and down through pinned buffers, async, on a copy stream, while a spin
@@ -548,29 +613,45 @@ fn gpu_uploads_and_downloads_match_the_cpu_beside_a_kernel() {
         let mut download =
             PinnedBuffer::from_slice(ctx, &vec![f32::NAN; len], PinnedFlags::new()).unwrap();
         // SAFETY: `spin` reads its one argument and touches no memory.
-        unsafe {
-            spin_fn.launch(&busy, &LaunchConfig::for_elements(1, 1), (20_000_000u64,))
-        }
-        .unwrap();
+        unsafe { spin_fn.launch(&busy, &LaunchConfig::for_elements(1, 1), (20_000_000u64,)) }
+            .unwrap();
         upload.copy_to_device(&copies, &mut device).unwrap();
         let n = len as u32;
         // SAFETY: `scale` touches the `n` floats of `device`, which outlives it (the download
         // below is waited for on the same stream before `device` goes).
         unsafe {
-            scale.launch(&copies, &LaunchConfig::for_elements(n, 256), (&mut device, factor, n))
+            scale.launch(
+                &copies,
+                &LaunchConfig::for_elements(n, 256),
+                (&mut device, factor, n),
+            )
         }
         .unwrap();
         download.copy_from_device(&copies, &device).unwrap();
         // The upload's source is still readable while the copies run.
         assert_eq!(upload.as_slice().unwrap(), &data[..]);
         let want: Vec<f32> = data.iter().map(|x| x * factor).collect();
-        assert_close(download.as_slice().unwrap(), &want, 0.0, "pinned round trip");
+        assert_close(
+            download.as_slice().unwrap(),
+            &want,
+            0.0,
+            "pinned round trip",
+        );
         // Overwriting the source waits for the upload; a second round trip sees the new data.
-        upload.as_mut_slice().unwrap().iter_mut().for_each(|x| *x = -*x);
+        upload
+            .as_mut_slice()
+            .unwrap()
+            .iter_mut()
+            .for_each(|x| *x = -*x);
         upload.copy_to_device(&copies, &mut device).unwrap();
         download.copy_from_device(&copies, &device).unwrap();
         let negated: Vec<f32> = data.iter().map(|x| -x).collect();
-        assert_close(download.as_slice().unwrap(), &negated, 0.0, "second round trip");
+        assert_close(
+            download.as_slice().unwrap(),
+            &negated,
+            0.0,
+            "second round trip",
+        );
         busy.synchronize().unwrap();
     }
 }
@@ -578,7 +659,10 @@ fn gpu_uploads_and_downloads_match_the_cpu_beside_a_kernel() {
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn gpu_pinned_uploads_and_downloads_match_the_cpu_beside_a_kernel() {
-    let child = child::run_on(gpu_uploads_and_downloads_match_the_cpu_beside_a_kernel, None);
+    let child = child::run_on(
+        gpu_uploads_and_downloads_match_the_cpu_beside_a_kernel,
+        None,
+    );
     assert_eq!(child.ending, Ending::Passed, "{child}");
 }
 
@@ -596,7 +680,12 @@ fn gpu_a_registered_vec_round_trips() {
     up.copy_to_device(&stream, &mut device).unwrap();
     down.copy_from_device(&stream, &device).unwrap();
     assert_eq!(up.into_vec().unwrap(), data);
-    assert_close(&down.into_vec().unwrap(), &data, 0.0, "registered round trip");
+    assert_close(
+        &down.into_vec().unwrap(),
+        &data,
+        0.0,
+        "registered round trip",
+    );
 }
 
 #[test]
@@ -624,13 +713,22 @@ fn gpu_a_mapped_buffer_is_scaled_by_a_kernel() {
     // SAFETY: `scale` reads and writes the first `n` floats at the mapped address (the buffer
     // holds `n + 1`); the buffer outlives the kernel and the host holds no slice of it until the
     // kernel is waited for (`mark_used_by`, then `as_slice`).
-    unsafe { scale.launch(&stream, &LaunchConfig::for_elements(n, 256), (address, factor, n)) }
-        .unwrap();
+    unsafe {
+        scale.launch(
+            &stream,
+            &LaunchConfig::for_elements(n, 256),
+            (address, factor, n),
+        )
+    }
+    .unwrap();
     host.mark_used_by(&stream).unwrap();
     let got = host.as_slice().unwrap();
     let want: Vec<f32> = data.iter().map(|x| x * factor).collect();
     assert_close(&got[..len], &want, 0.0, "mapped scale");
-    assert!(got[len].is_nan(), "the element past the kernel's is untouched");
+    assert!(
+        got[len].is_nan(),
+        "the element past the kernel's is untouched"
+    );
 }
 
 #[test]

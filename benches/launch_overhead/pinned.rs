@@ -38,7 +38,10 @@ pub(crate) fn pinned(c: &mut Criterion, paired: &mut PairedCriterion, env: &Env)
         PinnedBuffer::from_slice(ctx, &data, PinnedFlags::new()),
         "allocating 256 MiB of pinned memory",
     );
-    let mut device = ok(DeviceBuffer::<f32>::alloc(ctx, FLOATS), "allocating 256 MiB");
+    let mut device = ok(
+        DeviceBuffer::<f32>::alloc(ctx, FLOATS),
+        "allocating 256 MiB",
+    );
     pinned_paired(paired, env, &stream, &mut host, &mut device);
     pinned_bandwidth(c, &stream, &data, &mut host, &mut device);
     ok(host.synchronize(), "synchronize");

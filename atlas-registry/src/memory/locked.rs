@@ -18,8 +18,8 @@
 //!   note, so access costs no driver call until the next copy;
 //! - a copy on another stream than the fence's last record first makes that stream wait for the
 //!   fence (`cuStreamWaitEvent`), so that the fence, recorded again, follows both copies;
-//! - a copy on a stream that Atlas captures is refused: the graph copies at every replay, long
-//!   after the capture, where no fence follows it.
+//! - a copy on a stream whose work goes into a capture Atlas began is refused: the graph copies at
+//!   every replay, long after the capture, where no fence follows it.
 //!
 //! One copy on the stream of the previous one is two driver calls: the copy and the record.
 
@@ -273,9 +273,10 @@ impl<T: DeviceCopy> Locked<T> {
         Ok(())
     }
 
-    /// Refuses work on a stream Atlas captures (one atomic load when nothing is captured).
+    /// Refuses work on a stream whose work goes into a capture Atlas began: its own, a fork's, or
+    /// one it joined (one atomic load when nothing is captured anywhere).
     fn refuse_captured(&self, stream: &CudaStream) -> Result<()> {
-        if capture::is_recorded(stream.raw()) {
+        if capture::graph_of(stream.raw()).is_some() {
             return Err(AtlasError::Capture(CaptureMisuse::PageLockedCopy));
         }
         Ok(())

@@ -219,9 +219,8 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         init(ptr.as_ptr());
         // SAFETY: `ptr` is aligned, holds `len` elements initialised by `init`, page-locked in
         // `context` by `cuMemHostAlloc` and owned by nothing else; not mapped yet.
-        let mut memory = unsafe {
-            Locked::new(ptr, len, context.raw(), Backing::Allocated, 0, false, fence)
-        };
+        let mut memory =
+            unsafe { Locked::new(ptr, len, context.raw(), Backing::Allocated, 0, false, fence) };
         if flags.is_mapped() {
             // SAFETY: mapped memory (DEVICEMAP), live; its context is current (bound above).
             match unsafe { calls::mem_host_device_pointer(raw) } {

@@ -327,13 +327,17 @@ impl<T: DeviceCopy> Drop for HostRegistration<T> {
 /// A registration refused by Atlas or the driver, with the `Vec` it was given, untouched.
 /// Converts into its [`AtlasError`] for `?`.
 pub struct RegistrationFailed<T> {
-    error: AtlasError,
+    /// Boxed: the refusal stays small on the success path's `Result`.
+    error: Box<AtlasError>,
     vec: Vec<T>,
 }
 
 impl<T> RegistrationFailed<T> {
     fn new(error: AtlasError, vec: Vec<T>) -> Self {
-        Self { error, vec }
+        Self {
+            error: Box::new(error),
+            vec,
+        }
     }
 
     /// Why the registration was refused.
@@ -343,7 +347,7 @@ impl<T> RegistrationFailed<T> {
 
     /// The error and the `Vec`.
     pub fn into_parts(self) -> (AtlasError, Vec<T>) {
-        (self.error, self.vec)
+        (*self.error, self.vec)
     }
 
     /// The `Vec`, as it was given.
@@ -370,12 +374,12 @@ impl<T> fmt::Display for RegistrationFailed<T> {
 impl<T> std::error::Error for RegistrationFailed<T> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         // The error's own text is this one's: its source comes next.
-        std::error::Error::source(&self.error)
+        std::error::Error::source(&*self.error)
     }
 }
 
 impl<T> From<RegistrationFailed<T>> for AtlasError {
     fn from(failed: RegistrationFailed<T>) -> Self {
-        failed.error
+        *failed.error
     }
 }
