@@ -428,6 +428,8 @@ fn captures_refuse_copies_and_waits_and_defer_releases() {
     let dropped = PinnedBuffer::<f32>::alloc(ctx, 8, PinnedFlags::new()).unwrap();
     let unregistered =
         HostRegistration::register(ctx, vec![0.0f32; 8], RegisterFlags::new()).unwrap();
+    let handed_back =
+        HostRegistration::register(ctx, vec![0.0f32; 8], RegisterFlags::new()).unwrap();
     // A download on another stream, not waited for yet.
     host.copy_from_device(&other, &device).unwrap();
     let mut capture = stream.begin_capture().unwrap();
@@ -480,13 +482,17 @@ fn captures_refuse_copies_and_waits_and_defer_releases() {
     drop(dropped);
     drop(unregistered);
     assert_eq!(
+        capture_misuse(handed_back.into_vec()),
+        CaptureMisuse::HostWaitWhileCapturing
+    );
+    assert_eq!(
         (p.count("cuMemFreeHost"), p.count("cuMemHostUnregister")),
         (frees, unregisters)
     );
     let graph = capture.end().expect("the capture was not invalidated");
     assert_eq!(
         (p.count("cuMemFreeHost"), p.count("cuMemHostUnregister")),
-        (frees + 1, unregisters + 1)
+        (frees + 1, unregisters + 2)
     );
     drop(graph);
     // After the capture, everything works again.
