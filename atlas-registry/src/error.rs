@@ -184,6 +184,88 @@ pub enum CaptureMisuse {
          into; make it with `conditional_handle` on this capture"
     )]
     ForeignConditionalHandle,
+    /// A safe copy to or from page-locked host memory ([`PinnedBuffer`](crate::PinnedBuffer),
+    /// [`HostRegistration`](crate::HostRegistration)) on a stream being captured: the graph would
+    /// read or write the memory at every replay, long after the event that lets the host wait
+    /// for the copy.
+    #[error(
+        "a copy to or from page-locked host memory on a stream being captured would run at every \
+         replay of the graph, where Atlas cannot make the host wait for it; capture the raw \
+         `copy_to_device_async`/`copy_to_host_async` (unsafe: the memory must outlive the graph \
+         and be left alone while it runs), or copy outside the capture (the capture goes on)"
+    )]
+    PageLockedCopy,
+    /// Page-locking host memory (`PinnedBuffer::alloc`, `HostRegistration::register`) from a
+    /// thread that is capturing: the driver refuses it and invalidates the capture.
+    #[error(
+        "this thread is capturing a stream, and page-locking host memory (`cuMemHostAlloc`, \
+         `cuMemHostRegister`) would invalidate the capture; allocate or register before the \
+         capture (the capture goes on)"
+    )]
+    PageLockWhileCapturing,
+    /// Host access to page-locked memory whose copies are still to be waited for, from a thread
+    /// that is capturing: waiting for them (`cuEventSynchronize`) would invalidate the capture.
+    #[error(
+        "this thread is capturing a stream, and waiting for the copies of page-locked host \
+         memory before handing it to the host would invalidate the capture; use the memory \
+         after the capture ends, or from another thread (the capture goes on)"
+    )]
+    HostWaitWhileCapturing,
+}
+
+/// Page-locked host memory asked for, or used, in a way that cannot work
+/// ([`AtlasError::HostMemory`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HostMemoryRefusal {
+    /// Page-locked memory of no bytes (no elements, or elements of no size): nothing to lock.
+    #[error(
+        "page-locked host memory of {len} element(s) of {element_size} bytes is empty; ask for at \
+         least one byte"
+    )]
+    Empty {
+        /// Elements asked for.
+        len: usize,
+        /// Bytes per element.
+        element_size: usize,
+    },
+    /// A registration of memory that overlaps memory already page-locked: registered (by Atlas
+    /// or anyone else) or allocated page-locked (`CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`).
+    #[error(
+        "the {bytes} bytes at {address:#x} overlap host memory that is page-locked already \
+         (registered, or allocated page-locked); copy through that memory, or unregister it first"
+    )]
+    AlreadyRegistered {
+        /// Where the memory to register begins.
+        address: usize,
+        /// Its size in bytes.
+        bytes: usize,
+    },
+    /// A copy from the device into memory registered read-only for the device.
+    #[error(
+        "the memory is registered read-only for the device (`RegisterFlags::read_only`): a copy \
+         from the device cannot write it; register it without `read_only`"
+    )]
+    ReadOnly,
+    /// The driver returned page-locked memory not aligned for the element type.
+    #[error(
+        "the driver returned page-locked memory at {address:#x}, not aligned to the {align} \
+         bytes the element type needs; use an element type of smaller alignment"
+    )]
+    Misaligned {
+        /// The address the driver returned.
+        address: usize,
+        /// The alignment the element type needs.
+        align: usize,
+    },
+    /// A copy was enqueued, but neither the event that makes the host wait for it could be
+    /// recorded after it nor its stream synchronized: the device may still use the memory.
+    #[error(
+        "a copy of this page-locked memory was enqueued, but neither recording the event after it \
+         nor synchronizing its stream succeeded, so the device may still use the memory: the host \
+         may not touch it, and it is leaked when dropped"
+    )]
+    Unfenced,
 }
 
 /// A use of an event that cannot work.
@@ -366,6 +448,10 @@ pub enum AtlasError {
     /// An event used in a way the driver cannot take ([`EventMisuse`]); nothing reached it.
     #[error("{0}")]
     Event(EventMisuse),
+    /// Page-locked host memory asked for or used in a way that cannot work
+    /// ([`HostMemoryRefusal`]); nothing reached the driver, or the driver refused it so.
+    #[error("{0}")]
+    HostMemory(HostMemoryRefusal),
     /// A kernel node index past the instantiated graph's kernel nodes.
     #[error("the graph has {count} kernel node(s); there is no kernel node {index}")]
     NoSuchNode {

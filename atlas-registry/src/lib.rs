@@ -155,6 +155,18 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Copies from host memory
+//!
+//! [`DeviceBuffer::copy_from`], [`copy_to`](DeviceBuffer::copy_to) and
+//! [`to_vec`](DeviceBuffer::to_vec) take ordinary (pageable) host memory and wait for the copy:
+//! the driver stages pageable memory, so such a copy overlaps nothing anyway. Page-locked memory,
+//! allocated as a [`PinnedBuffer`] or a `Vec` registered in place as a [`HostRegistration`], is
+//! copied by the device directly and at full bus bandwidth, while the host and other streams
+//! work on: its copies only enqueue, and they are safe, because the buffer records an event after
+//! each one and waits for it before the host touches the memory again (or it is freed). Locked
+//! memory is taken from the rest of the system and slow to allocate: allocate it once, and reuse
+//! it as a staging buffer.
+//!
 //! # One load for every GPU
 //!
 //! [`AtlasLibrary::load`] loads a model once with `cuLibraryLoadData`, independent of any
@@ -228,7 +240,8 @@ pub use error::AttributeRefusal;
 pub use error::CompileRefusal;
 pub use error::ContextLimitRefusal;
 pub use error::{
-    AtlasError, CaptureMisuse, EventMisuse, LaunchRefusal, LimitError, NotFoundKind, Result,
+    AtlasError, CaptureMisuse, EventMisuse, HostMemoryRefusal, LaunchRefusal, LimitError,
+    NotFoundKind, Result,
 };
 pub use error::{GraphFeature, UpdateRefusal};
 pub use graph::capture::{Capture, CudaGraph};
@@ -242,6 +255,8 @@ pub use launch::held::GraphHolds;
 pub use launch::kernel::{FunctionAttributes, Kernel};
 pub use memory::buffer::{DeviceBuffer, DeviceCopy};
 pub use memory::copy::{copy_to_device_async, copy_to_host_async};
+pub use memory::pinned::{PinnedBuffer, PinnedFlags};
+pub use memory::registered::{HostRegistration, RegisterFlags, RegistrationFailed};
 pub use memory::symbol::DeviceSymbol;
 pub use registry::cache::FunctionCache;
 pub use registry::function::{CudaFunction, FunctionRef, RawCudaFunc};
@@ -267,6 +282,8 @@ mod send_sync {
         send_sync::<CudaContext>();
         send_sync::<CudaStream>();
         send_sync::<DeviceBuffer<f32>>();
+        send_sync::<PinnedBuffer<f32>>();
+        send_sync::<HostRegistration<f32>>();
         send_sync::<FunctionCache>();
         send_sync::<AtlasError>();
         send_sync::<AtlasLibrary>();

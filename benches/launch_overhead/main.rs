@@ -27,12 +27,15 @@
 //! | PDL chain               | `pdl_chain/{eager,eager_pdl,graph,graph_pdl}` (per kernel of 64 dependent steps)   |
 //! | launch with attributes  | `launch_ex_paired/pdl/{raw,raw_built,atlas,atlas_raw}` (× raw `cuLaunchKernelEx`)  |
 //! | events, paired          | `event_paired/record_wait/{raw,atlas}` (× raw `cuEventRecord` + `cuStreamWaitEvent`) |
+//! | pinned copies, paired   | `pinned_paired/{upload,download}/{raw,atlas}` (256 MiB, × raw `cuMemcpy*Async_v2` from the same pinned memory) |
+//! | pageable vs pinned      | `pinned_bandwidth/{upload,download}/{pageable,pinned}` (256 MiB, bytes per second) |
 //!
 //! Each bench lives in the file named after its benchmark group (`enqueue.rs`, `roundtrip.rs`,
 //! `lookup.rs`, `replaced.rs`, `model_load.rs`, `graph_replay.rs`, `load_all_devices.rs`;
 //! `graph_capture.rs` holds `graph_capture`, `graph_capture_paired` and `graph_replay_paired`;
 //! `stream_memory.rs` holds `alloc_paired` and `synchronize_paired`, `pdl.rs` `pdl_chain` and
-//! `launch_ex_paired`, `graph_update.rs` `graph_update` and `while_loop`, `events.rs` `event_paired`);
+//! `launch_ex_paired`, `graph_update.rs` `graph_update` and `while_loop`, `events.rs` `event_paired`,
+//! `pinned.rs` `pinned_paired` and `pinned_bandwidth`);
 //! `launches.rs` holds the launches that enqueue and round trip share, `paired.rs` the ratio
 //! measurement.
 //!
@@ -63,6 +66,7 @@ mod lookup;
 mod model_load;
 mod paired;
 mod pdl;
+mod pinned;
 mod replaced;
 mod roundtrip;
 mod stream_memory;
@@ -227,6 +231,7 @@ fn main() {
     stream_memory::stream_memory(&mut paired, &env);
     pdl::pdl(&mut c, &mut paired, &env);
     events::events(&mut paired, &env);
+    pinned::pinned(&mut c, &mut paired, &env);
 
     c.final_summary();
     paired.final_summary();

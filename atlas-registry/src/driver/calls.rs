@@ -37,9 +37,11 @@ macro_rules! call {
 }
 
 mod event;
+mod host_memory;
 mod info;
 
 pub(crate) use event::*;
+pub(crate) use host_memory::*;
 pub use info::ContextLimit;
 pub(crate) use info::*;
 

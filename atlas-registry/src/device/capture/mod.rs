@@ -11,7 +11,8 @@
 //! capture waits for it instead ([`free`]): `cuMemFree` from a capturing thread, and the free of
 //! memory that graphs used (which synchronizes the context first), wait for that thread's
 //! captures to end; `cuMemFreeAsync` on a stream being captured (of memory allocated before the
-//! capture) waits for that capture to end. In thread-local mode a capture is not disturbed by
+//! capture) waits for that capture to end. The release of page-locked host memory
+//! (`cuMemFreeHost`, `cuMemHostUnregister`) from a capturing thread waits as `cuMemFree` does. In thread-local mode a capture is not disturbed by
 //! what other threads call, so a free from a thread that is not capturing is made at once, and
 //! never under the record's lock.
 //!
@@ -72,7 +73,13 @@ pub(crate) struct Free {
     /// Host data that work of the context may still use (a captured host function), dropped
     /// after the device's work.
     payload: Option<Box<dyn Send>>,
+    /// For [`How::Host`]: the release of page-locked host memory.
+    host: Option<HostRelease>,
 }
+
+/// The release of page-locked host memory (`cuMemFreeHost`, `cuMemHostUnregister`, after waiting
+/// for the copies that use it), made with its context current.
+pub(crate) type HostRelease = Box<dyn FnOnce() -> Result<()> + Send>;
 
 /// How a [`Free`] is made.
 #[derive(Clone, Copy)]
@@ -88,10 +95,13 @@ pub(crate) enum How {
     /// `cuCtxSynchronize`, then `cuMemFree` (and the payload dropped): memory graphs used, whose
     /// replays may still run.
     AfterDevice,
+    /// The release of page-locked host memory: from a capturing thread, the driver refuses it
+    /// and invalidates the thread's captures, as it does `cuMemFree`.
+    Host,
 }
 
 // SAFETY: a Free holds a device address and handle addresses, never dereferenced by Rust (the
-// driver takes them from any thread), and a payload that is `Send`.
+// driver takes them from any thread), and a payload and a host release that are `Send`.
 unsafe impl Send for Free {}
 
 impl Free {
@@ -102,6 +112,18 @@ impl Free {
             ptr,
             how,
             payload: None,
+            host: None,
+        }
+    }
+
+    /// The release of page-locked host memory of `context`.
+    pub(crate) fn host(context: CUcontext, release: HostRelease) -> Self {
+        Self {
+            context: context as usize,
+            ptr: 0,
+            how: How::Host,
+            payload: None,
+            host: Some(release),
         }
     }
 
@@ -113,13 +135,14 @@ impl Free {
             ptr: 0,
             how: How::AfterDevice,
             payload: Some(payload),
+            host: None,
         }
     }
 
     /// What the free would break while a capture is in progress.
     fn conflict(&self) -> Conflict {
         match self.how {
-            How::Plain => Conflict::ThisThread,
+            How::Plain | How::Host => Conflict::ThisThread,
             How::AfterDevice => Conflict::Context(self.context),
             How::OnStream(stream) => Conflict::Stream(StreamKey(stream)),
             How::InCapture(_) => Conflict::Nothing,
@@ -149,6 +172,11 @@ impl Free {
                 }
                 // No replay uses it any more (the context was synchronized).
                 drop(self.payload.take());
+            }
+            How::Host => {
+                if let Some(release) = self.host.take() {
+                    release()?
+                }
             }
         }
         Ok(())
@@ -270,6 +298,13 @@ pub(crate) fn refuse_allocation() -> Result<()> {
         return Err(AtlasError::Capture(CaptureMisuse::AllocateWhileCapturing));
     }
     Ok(())
+}
+
+/// Whether the calling thread has a capture in progress that Atlas began: one atomic load when
+/// none is in progress anywhere.
+#[inline]
+pub(crate) fn thread_is_capturing() -> bool {
+    captures().thread_is_capturing()
 }
 
 /// Refuses a copy that waits for `stream` while Atlas captures `stream` or the calling thread

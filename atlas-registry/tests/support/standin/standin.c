@@ -144,6 +144,9 @@ static const struct {
     {ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "a kernel accessed memory it may not"},
     {CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "the context was destroyed"},
     {LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "a kernel failed (trap or fault)"},
+    {712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+     "part of the range is page-locked already"},
+    {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "the pointer does not begin a registration"},
     {NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "the stand-in does not model this"},
     {STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
      "the operation is not permitted when the stream is capturing"},
@@ -200,7 +203,10 @@ static CUresult status_string(CUresult error, const char **out, int want_name) {
     X(cuLaunchHostFunc)                                                                         \
     /* Device information: identity, context limits, block size of best occupancy */            \
     X(cuDeviceGetUuid) X(cuDeviceGetUuid_v2) X(cuDeviceGetPCIBusId) X(cuCtxSetLimit)            \
-    X(cuCtxGetLimit) X(cuOccupancyMaxPotentialBlockSize)
+    X(cuCtxGetLimit) X(cuOccupancyMaxPotentialBlockSize)                                        \
+    /* Page-locked host memory. */                                                              \
+    X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemHostRegister_v2) X(cuMemHostUnregister)          \
+    X(cuMemHostGetDevicePointer_v2)
 
 /* Things that happen inside calls, counted for tests. */
 #define EVENTS(X)                                                                               \
@@ -762,9 +768,11 @@ static struct allocation *find_allocation(const void *p, size_t bytes) {
     return NULL;
 }
 
+static int mapped_host_ok(struct object *ctx, const void *p, size_t bytes);
+
 static int device_range_ok(struct object *ctx, const void *p, size_t bytes) {
     struct allocation *a = find_allocation(p, bytes);
-    return a != NULL && a->ctx == ctx;
+    return (a != NULL && a->ctx == ctx) || mapped_host_ok(ctx, p, bytes);
 }
 
 static CUresult add_allocation(size_t size, struct object *ctx, int user, char **out) {
@@ -3222,4 +3230,138 @@ int standin_max_dynamic_shared(void *function) {
     int v = f ? f->u.function.max_dynamic_shared : -1;
     pthread_mutex_unlock(&lock);
     return v;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Page-locked host memory                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Ranges of host memory page-locked through the stand-in: allocated by cuMemHostAlloc (filled
+ * with 0xA5, so that a reader of memory nobody wrote sees garbage, as it may from the driver) or
+ * registered by cuMemHostRegister_v2. A registration that overlaps a live range (by any byte) is
+ * refused with CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, as the driver refuses it; a zero size
+ * is CUDA_ERROR_INVALID_VALUE. All four calls are refused from a capturing thread, invalidating
+ * its capture (the driver answers cuMemHostRegister with 900 there). Copies reach the memory as
+ * any host memory; kernels reach mapped (DEVICEMAP) ranges of their context, or portable ones, at
+ * the address cuMemHostGetDevicePointer_v2 gives: the host address, as under unified addressing. */
+
+#define HOST_MEMORY_ALREADY_REGISTERED 712
+#define HOST_MEMORY_NOT_REGISTERED 713
+#define HOST_PORTABLE 0x1
+#define HOST_DEVICEMAP 0x2
+#define HOST_MAX_RANGES 256
+
+struct host_range {
+    char *base;
+    size_t size;
+    struct object *ctx;
+    unsigned flags;
+    int allocated; /* cuMemHostAlloc'd, as opposed to registered */
+};
+static struct host_range host_ranges[HOST_MAX_RANGES];
+static int host_range_count;
+
+/* The live range that holds `p`, or NULL. Call with the lock held. */
+static struct host_range *host_range_at(const void *p) {
+    uintptr_t at = (uintptr_t)p;
+    for (int i = 0; i < host_range_count; i++) {
+        uintptr_t base = (uintptr_t)host_ranges[i].base;
+        if (at >= base && at - base < host_ranges[i].size) return &host_ranges[i];
+    }
+    return NULL;
+}
+
+/* Whether [p, p + bytes) lies in one mapped range that kernels of `ctx` reach. Lock held. */
+static int mapped_host_ok(struct object *ctx, const void *p, size_t bytes) {
+    struct host_range *r = host_range_at(p);
+    if (r == NULL || !(r->flags & HOST_DEVICEMAP)) return 0;
+    if (r->ctx != ctx && !(r->flags & HOST_PORTABLE)) return 0;
+    return bytes <= r->size - (size_t)((const char *)p - r->base);
+}
+
+static CUresult add_host_range(char *base, size_t size, unsigned flags, int allocated) {
+    if (host_range_count == HOST_MAX_RANGES) return OUT_OF_MEMORY;
+    struct object *ctx = current();
+    CUresult status = usable(ctx);
+    if (status != SUCCESS) return status;
+    host_ranges[host_range_count++] = (struct host_range){base, size, ctx, flags, allocated};
+    return SUCCESS;
+}
+
+static void remove_host_range(struct host_range *r) { *r = host_ranges[--host_range_count]; }
+
+CUresult cuMemHostAlloc(void **pp, size_t bytes, unsigned flags) {
+    ENTER(cuMemHostAlloc);
+    CUresult refused = refuse_while_thread_captures();
+    if (refused != SUCCESS) return refused;
+    if (pp == NULL || bytes == 0 || (flags & ~7u) != 0) return INVALID_VALUE;
+    char *base = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    if (base == NULL) return OUT_OF_MEMORY;
+    memset(base, 0xA5, bytes);
+    pthread_mutex_lock(&lock);
+    CUresult status = add_host_range(base, bytes, flags, 1);
+    pthread_mutex_unlock(&lock);
+    if (status != SUCCESS) {
+        free(base);
+        return status;
+    }
+    *pp = base;
+    return SUCCESS;
+}
+
+CUresult cuMemFreeHost(void *p) {
+    ENTER(cuMemFreeHost);
+    CUresult refused = refuse_while_thread_captures();
+    if (refused != SUCCESS) return refused;
+    pthread_mutex_lock(&lock);
+    struct host_range *r = host_range_at(p);
+    CUresult status = r != NULL && r->allocated && r->base == (char *)p ? SUCCESS : INVALID_VALUE;
+    if (status == SUCCESS) remove_host_range(r);
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS) free(p);
+    return status;
+}
+
+CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned flags) {
+    ENTER(cuMemHostRegister_v2);
+    CUresult refused = refuse_while_thread_captures();
+    if (refused != SUCCESS) return refused;
+    if (p == NULL || bytes == 0 || (flags & ~15u) != 0) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    CUresult status = SUCCESS;
+    uintptr_t at = (uintptr_t)p;
+    for (int i = 0; i < host_range_count; i++) {
+        uintptr_t base = (uintptr_t)host_ranges[i].base;
+        if (at < base + host_ranges[i].size && base < at + bytes)
+            status = HOST_MEMORY_ALREADY_REGISTERED;
+    }
+    if (status == SUCCESS) status = add_host_range(p, bytes, flags, 0);
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuMemHostUnregister(void *p) {
+    ENTER(cuMemHostUnregister);
+    CUresult refused = refuse_while_thread_captures();
+    if (refused != SUCCESS) return refused;
+    pthread_mutex_lock(&lock);
+    struct host_range *r = host_range_at(p);
+    CUresult status = HOST_MEMORY_NOT_REGISTERED;
+    if (r != NULL && r->allocated) status = INVALID_VALUE;
+    else if (r != NULL && r->base == (char *)p) status = SUCCESS;
+    if (status == SUCCESS) remove_host_range(r);
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned flags) {
+    ENTER(cuMemHostGetDevicePointer_v2);
+    if (pdptr == NULL || flags != 0) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct host_range *r = host_range_at(p);
+    CUresult status = usable(current());
+    if (status == SUCCESS && (r == NULL || !(r->flags & HOST_DEVICEMAP))) status = INVALID_VALUE;
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS) *pdptr = (CUdeviceptr)(uintptr_t)p;
+    return status;
 }
