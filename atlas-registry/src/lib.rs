@@ -222,6 +222,7 @@ pub use driver::status::{CUDA_ERROR_DEINITIALIZED, cuda_error_text, is_teardown_
 pub use error::AttributeRefusal;
 pub use error::CompileRefusal;
 pub use error::{AtlasError, CaptureMisuse, LaunchRefusal, LimitError, NotFoundKind, Result};
+pub use error::{CopySide, MemoryRefusal};
 pub use error::{GraphFeature, UpdateRefusal};
 pub use graph::capture::{Capture, CudaGraph};
 pub use graph::conditional::ConditionalHandle;
@@ -234,6 +235,9 @@ pub use launch::held::GraphHolds;
 pub use launch::kernel::Kernel;
 pub use memory::buffer::{DeviceBuffer, DeviceCopy};
 pub use memory::copy::{copy_to_device_async, copy_to_host_async};
+pub use memory::device_memory::{DeviceMemory, DeviceMemoryMut};
+pub use memory::pitched::Copy2d;
+pub use memory::view::{DeviceChunks, DeviceChunksMut, DeviceSlice, DeviceSliceMut};
 pub use memory::symbol::DeviceSymbol;
 pub use registry::cache::FunctionCache;
 pub use registry::function::{CudaFunction, FunctionRef, RawCudaFunc};
@@ -259,6 +263,10 @@ mod send_sync {
         send_sync::<CudaContext>();
         send_sync::<CudaStream>();
         send_sync::<DeviceBuffer<f32>>();
+        send_sync::<DeviceSlice<'static, f32>>();
+        send_sync::<DeviceSliceMut<'static, f32>>();
+        send_sync::<DeviceChunks<'static, f32>>();
+        send_sync::<DeviceChunksMut<'static, f32>>();
         send_sync::<FunctionCache>();
         send_sync::<AtlasError>();
         send_sync::<AtlasLibrary>();

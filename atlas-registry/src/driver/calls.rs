@@ -36,9 +36,13 @@ macro_rules! call {
     }};
 }
 
+mod copy;
 mod event;
+mod peer;
 
+pub(crate) use copy::*;
 pub(crate) use event::*;
+pub(crate) use peer::*;
 
 // Devices and contexts.
 
