@@ -146,7 +146,26 @@ pub trait DeviceMemory<T: DeviceCopy>: sealed::Sealed {
 /// keeps the allocations of the buffers they touch, as it does for a typed launch. Memory that
 /// enqueued work touches stays allocated until that work has run, whatever the caller drops (see
 /// [`DeviceBuffer`]). Source and destination never overlap: the destination is borrowed mutably,
-/// so no view of the same elements can be the source.
+/// so no view of the same elements can be the source:
+///
+/// ```compile_fail
+/// # fn f(x: &mut atlas_registry::DeviceBuffer<f32>, stream: &atlas_registry::CudaStream) -> atlas_registry::Result<()> {
+/// use atlas_registry::DeviceMemoryMut;
+/// x.copy_from_device(stream, &*x)?; // refused: `x` is borrowed mutably and immutably at once
+/// # Ok(()) }
+/// ```
+///
+/// ```compile_fail
+/// # fn f(x: &mut atlas_registry::DeviceBuffer<f32>, stream: &atlas_registry::CudaStream) -> atlas_registry::Result<()> {
+/// use atlas_registry::{DeviceMemory, DeviceMemoryMut};
+/// let mut high = x.range_mut(8..)?;
+/// let overlapping = x.range(..16)?; // refused: `x` is borrowed mutably by `high`
+/// high.copy_from_device(stream, &overlapping.range(..8)?)?;
+/// # Ok(()) }
+/// ```
+///
+/// Two halves of one buffer ([`split_at_mut`](Self::split_at_mut)) are disjoint, and may be
+/// copied into each other.
 ///
 /// # Examples
 ///
