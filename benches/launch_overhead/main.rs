@@ -26,6 +26,7 @@
 //! | synchronize, paired     | `synchronize_paired/idle/{raw,atlas}` (× raw `cuStreamSynchronize`)                |
 //! | PDL chain               | `pdl_chain/{eager,eager_pdl,graph,graph_pdl}` (per kernel of 64 dependent steps)   |
 //! | launch with attributes  | `launch_ex_paired/pdl/{raw,raw_built,atlas,atlas_raw}` (× raw `cuLaunchKernelEx`)  |
+//! | device-to-device copy   | `copy_dtod/1g/{raw,atlas}` (bandwidth), `copy_dtod_paired/{1g,4k}/{raw,atlas}` (× raw `cuMemcpyDtoDAsync_v2`) |
 //!
 //! Each bench lives in the file named after its benchmark group (`enqueue.rs`, `roundtrip.rs`,
 //! `lookup.rs`, `replaced.rs`, `model_load.rs`, `graph_replay.rs`, `load_all_devices.rs`;
@@ -51,6 +52,7 @@
 //! driver cannot be used (none, no device, a missing function) the binary prints one line saying
 //! what is wrong and exits 0.
 
+mod copies;
 mod enqueue;
 mod graph_capture;
 mod graph_replay;
@@ -224,6 +226,7 @@ fn main() {
     load_all_devices::load_all_devices(&mut c, &mut paired);
     stream_memory::stream_memory(&mut paired, &env);
     pdl::pdl(&mut c, &mut paired, &env);
+    copies::copies(&mut c, &mut paired, &env);
 
     c.final_summary();
     paired.final_summary();
