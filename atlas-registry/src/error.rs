@@ -275,7 +275,11 @@ pub enum MemoryRefusal {
 }
 
 fn reversed(start: usize, end: usize) -> &'static str {
-    if start > end { " (it ends before it starts)" } else { "" }
+    if start > end {
+        " (it ends before it starts)"
+    } else {
+        ""
+    }
 }
 
 /// Everything that can go wrong in Atlas. Each variant says what was being done and names the

@@ -11,7 +11,8 @@ mod support;
 use atlas_kernels::ptx_for_model;
 use atlas_registry::sys::CUgraphNodeType;
 use atlas_registry::{
-    AtlasError, AtlasRegistry, Copy2d, CopySide, CudaStream, DeviceBuffer, DeviceMemory, DeviceMemoryMut, FunctionCache, LaunchConfig, MemoryRefusal, device_count, host,
+    AtlasError, AtlasRegistry, Copy2d, CopySide, CudaStream, DeviceBuffer, DeviceMemory,
+    DeviceMemoryMut, FunctionCache, LaunchConfig, MemoryRefusal, device_count, host,
 };
 use support::blobs::load;
 use support::child;
@@ -125,7 +126,9 @@ fn copies_between_views_match_the_cpu(registry: &AtlasRegistry) {
     assert_bits(&z.to_vec(&stream).unwrap(), &want, "a whole buffer");
 
     // Elements of 3 bytes: unaligned addresses and lengths.
-    let bytes: Vec<[u8; 3]> = (0..1001).map(|_| rng.bytes(3).try_into().unwrap()).collect();
+    let bytes: Vec<[u8; 3]> = (0..1001)
+        .map(|_| rng.bytes(3).try_into().unwrap())
+        .collect();
     let b = DeviceBuffer::from_slice(ctx, &stream, &bytes).unwrap();
     let mut c = DeviceBuffer::from_slice(ctx, &stream, &vec![[0xEE; 3]; 1001]).unwrap();
     let mut want = vec![[0xEE; 3]; 1001];
@@ -198,7 +201,11 @@ fn fills_match_the_cpu(registry: &AtlasRegistry) {
             .fill(&stream, v32)
             .unwrap();
         f_want[at..at + len].fill(v32);
-        let v64 = if rng.chance(50) { 0.0 } else { f64::from_bits(u64::MAX) };
+        let v64 = if rng.chance(50) {
+            0.0
+        } else {
+            f64::from_bits(u64::MAX)
+        };
         d.range_mut(at..at + len)
             .unwrap()
             .fill(&stream, v64)
@@ -210,7 +217,12 @@ fn fills_match_the_cpu(registry: &AtlasRegistry) {
     f_want[..3].fill(f32::from_bits(bits));
     assert_eq!(h.to_vec(&stream).unwrap(), h_want, "typed fills of u16");
     assert_bits(&f.to_vec(&stream).unwrap(), &f_want, "typed fills of f32");
-    let d_got: Vec<u64> = d.to_vec(&stream).unwrap().iter().map(|v| v.to_bits()).collect();
+    let d_got: Vec<u64> = d
+        .to_vec(&stream)
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect();
     let d_want: Vec<u64> = d_want.iter().map(|v| v.to_bits()).collect();
     assert_eq!(d_got, d_want, "typed fills of f64");
 
@@ -219,10 +231,18 @@ fn fills_match_the_cpu(registry: &AtlasRegistry) {
     drop(DeviceBuffer::from_slice(ctx, &stream, &vec![POISON; len]).unwrap());
     let zeroed = DeviceBuffer::<f32>::zeroed(ctx, &stream, len).unwrap();
     assert!(
-        zeroed.to_vec(&stream).unwrap().iter().all(|v| v.to_bits() == 0),
+        zeroed
+            .to_vec(&stream)
+            .unwrap()
+            .iter()
+            .all(|v| v.to_bits() == 0),
         "a zeroed buffer holds zeros"
     );
-    assert!(DeviceBuffer::<f32>::zeroed(ctx, &stream, 0).unwrap().is_empty());
+    assert!(
+        DeviceBuffer::<f32>::zeroed(ctx, &stream, 0)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// A block of a row-major matrix copied out packed, into a padded layout (the padding stays
@@ -251,7 +271,11 @@ fn copies_2d_match_the_cpu(registry: &AtlasRegistry) {
     block
         .copy_2d_from_device(&stream, &m.range(corner..).unwrap(), out_of_matrix)
         .unwrap();
-    assert_bits(&block.to_vec(&stream).unwrap(), &block_want, "a block, packed");
+    assert_bits(
+        &block.to_vec(&stream).unwrap(),
+        &block_want,
+        "a block, packed",
+    );
 
     // Into rows `pitch` apart: exactly `(h - 1) * pitch + w` elements, the gaps untouched.
     let pitch = w + 1 + rng.index(5);
@@ -270,7 +294,11 @@ fn copies_2d_match_the_cpu(registry: &AtlasRegistry) {
     for r in 0..h {
         padded_want[r * pitch..][..w].copy_from_slice(&block_want[r * w..][..w]);
     }
-    assert_bits(&padded.to_vec(&stream).unwrap(), &padded_want, "a padded layout");
+    assert_bits(
+        &padded.to_vec(&stream).unwrap(),
+        &padded_want,
+        "a padded layout",
+    );
 
     // From pitched host memory, and back out to it.
     let host_pitch = w + 3;
@@ -288,7 +316,11 @@ fn copies_2d_match_the_cpu(registry: &AtlasRegistry) {
     from_host
         .copy_2d_from_host(&stream, &host_src, host_rows)
         .unwrap();
-    assert_bits(&from_host.to_vec(&stream).unwrap(), &block_want, "from the host");
+    assert_bits(
+        &from_host.to_vec(&stream).unwrap(),
+        &block_want,
+        "from the host",
+    );
     let mut back = vec![POISON; (h - 1) * host_pitch + w];
     let to_host_rows = Copy2d {
         width: w,
@@ -312,7 +344,7 @@ fn views_as_kernel_arguments_match_the_cpu(registry: &AtlasRegistry) {
     let data = rng.vec(2 * n);
     let mut x = DeviceBuffer::from_slice(registry.ctx(), &stream, &data).unwrap();
     let (scale, axpy) = (SCALE.get(registry).unwrap(), AXPY.get(registry).unwrap());
-    let (at, len) = (1 + rng.index(n / 2), n / 3 | 1);
+    let (at, len) = (1 + rng.index(n / 2), (n / 3) | 1);
     let factor = rng.f32_in(-4.0, 4.0);
     let cfg = LaunchConfig::for_elements(len as u32, 256);
     let view = x.range_mut(at..at + len).unwrap();
@@ -398,8 +430,16 @@ fn captured_copies_and_fills_replay_after_their_buffers_are_dropped(registry: &A
         // SAFETY: the graph keeps every buffer its nodes touch and the registry of its kernel.
         unsafe { exec.launch(&stream) }.unwrap();
         stream.synchronize().unwrap();
-        assert_bits(&y.to_vec(&stream).unwrap(), &want, "replayed copies and fills");
-        assert_bits(&block.to_vec(&stream).unwrap(), &block_want, "replayed 2D copy");
+        assert_bits(
+            &y.to_vec(&stream).unwrap(),
+            &want,
+            "replayed copies and fills",
+        );
+        assert_bits(
+            &block.to_vec(&stream).unwrap(),
+            &block_want,
+            "replayed 2D copy",
+        );
     }
 }
 
@@ -416,7 +456,7 @@ fn peer_copies_match_the_cpu() {
     let mut y0 = DeviceBuffer::from_slice(c0, &s0, &vec![POISON; n + 100]).unwrap();
     let mut want = vec![POISON; n + 100];
     let mut copies = |y0: &mut DeviceBuffer<f32>, want: &mut Vec<f32>| {
-        let (at, from, len) = (1 + rng.index(99), rng.index(n / 2), n / 2 | 1);
+        let (at, from, len) = (1 + rng.index(99), rng.index(n / 2), (n / 2) | 1);
         y0.range_mut(at..at + n)
             .unwrap()
             .copy_from_peer(&s0, &x1)
@@ -451,7 +491,12 @@ fn peer_copies_match_the_cpu() {
     let mut s0 = s0;
     let capture = s0.begin_capture().unwrap();
     // SAFETY: captured: the graph keeps `x1`.
-    unsafe { y0.range_mut(100..100 + n).unwrap().copy_from_peer_async(&capture, &x1) }.unwrap();
+    unsafe {
+        y0.range_mut(100..100 + n)
+            .unwrap()
+            .copy_from_peer_async(&capture, &x1)
+    }
+    .unwrap();
     let exec = capture.end().unwrap().instantiate().unwrap();
     drop(x1);
     y0.fill(&s0, POISON).unwrap();
@@ -490,7 +535,10 @@ fn a_capture_of_copies_and_fills_keeps_their_memory_on_the_standin() {
 
 #[test]
 fn each_copy_and_fill_on_a_created_stream_is_exactly_one_driver_call() {
-    standin::run(each_copy_and_fill_is_one_driver_call, &["-DSTANDIN_DEVICES=2"]);
+    standin::run(
+        each_copy_and_fill_is_one_driver_call,
+        &["-DSTANDIN_DEVICES=2"],
+    );
 }
 
 #[test]
@@ -507,7 +555,10 @@ fn copies_fills_and_views_refuse_before_the_driver() {
 
 #[test]
 fn peer_access_and_copies_between_devices_on_the_standin() {
-    standin::run(standin_peer_access_and_peer_copies, &["-DSTANDIN_DEVICES=2"]);
+    standin::run(
+        standin_peer_access_and_peer_copies,
+        &["-DSTANDIN_DEVICES=2"],
+    );
     standin::run(
         peer_access_that_cannot_be_enabled_is_refused_and_copies_still_work,
         &["-DSTANDIN_DEVICES=2", "-DSTANDIN_NO_PEER_ACCESS"],
@@ -516,7 +567,10 @@ fn peer_access_and_copies_between_devices_on_the_standin() {
 
 #[test]
 fn memory_touched_by_enqueued_work_is_freed_after_the_device() {
-    standin::run(a_buffer_touched_by_enqueued_work_is_freed_after_the_device, &[]);
+    standin::run(
+        a_buffer_touched_by_enqueued_work_is_freed_after_the_device,
+        &[],
+    );
 }
 
 fn standin_copies_between_views_match_the_cpu() {
@@ -549,7 +603,11 @@ fn standin_captured_copies_and_fills_replay_after_their_buffers_are_dropped() {
     captured_copies_and_fills_replay_after_their_buffers_are_dropped(&registry);
     assert_eq!(p.count("fault"), 0, "a replay touched freed memory");
     assert_eq!(p.count("copy_overlap"), 0);
-    assert_eq!(p.count("live_allocations"), live, "what the graph kept is freed");
+    assert_eq!(
+        p.count("live_allocations"),
+        live,
+        "what the graph kept is freed"
+    );
 }
 
 /// Views are made without a driver call, relative to their view, and refused out of range.
@@ -570,10 +628,19 @@ fn views_are_bounds_checked_and_reach_no_driver_call() {
     assert!(x.range(100..).unwrap().is_empty());
     let (a, b) = x.split_at(100).unwrap();
     assert_eq!((a.len(), b.len(), b.device_ptr()), (100, 0, base + 400));
-    let chunks: Vec<_> = x.chunks(30).unwrap().map(|c| (c.len(), c.device_ptr())).collect();
+    let chunks: Vec<_> = x
+        .chunks(30)
+        .unwrap()
+        .map(|c| (c.len(), c.device_ptr()))
+        .collect();
     assert_eq!(
         chunks,
-        [(30, base), (30, base + 120), (30, base + 240), (10, base + 360)]
+        [
+            (30, base),
+            (30, base + 120),
+            (30, base + 240),
+            (10, base + 360)
+        ]
     );
     assert_eq!(x.chunks(30).unwrap().len(), 4);
     let out = |result: atlas_registry::Result<_>, start, end, len| {
@@ -589,13 +656,13 @@ fn views_are_bounds_checked_and_reach_no_driver_call() {
     #[allow(clippy::reversed_empty_ranges)]
     out(x.range(30..10).map(drop), 30, 10, 100);
     out(x.split_at(101).map(drop), 0, 101, 100);
-    assert_eq!(
-        refusal(x.chunks(0).map(drop)),
-        MemoryRefusal::ZeroChunkSize
-    );
+    assert_eq!(refusal(x.chunks(0).map(drop)), MemoryRefusal::ZeroChunkSize);
 
     let (low, high) = x.split_at_mut(40).unwrap();
-    assert_eq!((low.len(), high.len(), high.device_ptr()), (40, 60, base + 160));
+    assert_eq!(
+        (low.len(), high.len(), high.device_ptr()),
+        (40, 60, base + 160)
+    );
     let inner = high.range_mut(50..).unwrap();
     assert_eq!((inner.len(), inner.device_ptr()), (10, base + 360));
     let sizes: Vec<usize> = x.chunks_mut(7).unwrap().map(|c| c.len()).collect();
@@ -620,9 +687,19 @@ fn views_are_bounds_checked_and_reach_no_driver_call() {
     let mut host = [0u32; 3];
     x.range(97..).unwrap().copy_to(stream, &mut host).unwrap();
     assert_eq!(host, [97, 98, 99]);
-    x.range_mut(1..4).unwrap().copy_from(stream, &[7, 8, 9]).unwrap();
-    assert_eq!(x.range(..5).unwrap().to_vec(stream).unwrap(), [0, 7, 8, 9, 4]);
-    let e = x.range(..4).unwrap().copy_to(stream, &mut host).unwrap_err();
+    x.range_mut(1..4)
+        .unwrap()
+        .copy_from(stream, &[7, 8, 9])
+        .unwrap();
+    assert_eq!(
+        x.range(..5).unwrap().to_vec(stream).unwrap(),
+        [0, 7, 8, 9, 4]
+    );
+    let e = x
+        .range(..4)
+        .unwrap()
+        .copy_to(stream, &mut host)
+        .unwrap_err();
     assert!(matches!(e, AtlasError::SizeMismatch { .. }), "{e}");
 }
 
@@ -650,7 +727,10 @@ fn each_copy_and_fill_is_one_driver_call() {
     one_call(copy, &mut || y.copy_from_device(&stream, &x).unwrap());
     one_call(copy, &mut || {
         let src = x.range(100..107).unwrap();
-        y.range_mut(3..10).unwrap().copy_from_device(&stream, &src).unwrap()
+        y.range_mut(3..10)
+            .unwrap()
+            .copy_from_device(&stream, &src)
+            .unwrap()
     });
     one_call("cuMemsetD8Async", &mut || y.fill_bytes(&stream, 0).unwrap());
     one_call("cuMemsetD16Async", &mut || y.fill_u16(&stream, 7).unwrap());
@@ -769,7 +849,9 @@ fn copies_and_fills_refuse_what_does_not_fit_before_the_driver() {
         refusal(y0.copy_from_peer(&s0, &x1.range(1..).unwrap())),
         mismatch
     );
-    let e = y0.copy_from_device(&s0, &x0.range(1..).unwrap()).unwrap_err();
+    let e = y0
+        .copy_from_device(&s0, &x0.range(1..).unwrap())
+        .unwrap_err();
     assert_eq!(
         e.to_string(),
         "the destination holds 64 element(s) and the source 63: a copy needs equal lengths (copy \
@@ -876,7 +958,10 @@ fn copies_and_fills_refuse_what_does_not_fit_before_the_driver() {
         .unwrap()
         .copy_2d_from_device(&s0, &x0.range(..0).unwrap(), Copy2d::packed(0, 0))
         .unwrap();
-    b0.range_mut(..4).unwrap().fill_u32(&s0, 0x0403_0201).unwrap();
+    b0.range_mut(..4)
+        .unwrap()
+        .fill_u32(&s0, 0x0403_0201)
+        .unwrap();
     d0.fill(&s0, 0.0).unwrap();
     assert_eq!(y0.to_vec(&s0).unwrap(), data);
     assert_eq!(&b0.to_vec(&s0).unwrap()[..4], [1, 2, 3, 4]);
@@ -919,7 +1004,12 @@ fn a_view_of_another_devices_buffer_is_refused_as_a_kernel_argument() {
         axpy.launch(
             gpu0.stream(),
             &cfg,
-            (y0.range(..32).unwrap(), &x1.range(..32).unwrap(), 1.0f32, 32u32),
+            (
+                y0.range(..32).unwrap(),
+                &x1.range(..32).unwrap(),
+                1.0f32,
+                32u32,
+            ),
         )
     };
     wrong(e.unwrap_err(), 1);
@@ -927,8 +1017,14 @@ fn a_view_of_another_devices_buffer_is_refused_as_a_kernel_argument() {
     // The views of device 0's own buffer go through.
     let (low, mut high) = y0.split_at_mut(32).unwrap();
     // SAFETY: axpy reads 32 floats of `low` and updates 32 of `high`; `to_vec` waits for it.
-    unsafe { axpy.launch(gpu0.stream(), &cfg, (&low.into_slice(), &mut high, 2.0f32, 32u32)) }
-        .unwrap();
+    unsafe {
+        axpy.launch(
+            gpu0.stream(),
+            &cfg,
+            (&low.into_slice(), &mut high, 2.0f32, 32u32),
+        )
+    }
+    .unwrap();
     let got = y0.to_vec(gpu0.stream()).unwrap();
     assert_eq!(&got[..32], [1.0; 32]);
     assert_eq!(&got[32..], [3.0; 32]);
@@ -948,7 +1044,11 @@ fn standin_peer_access_and_peer_copies() {
     let (queries, calls) = (p.count("cuDeviceCanAccessPeer"), p.count("calls"));
     c0.enable_peer_access(c0).unwrap();
     assert!(c0.can_access_peer(c0).unwrap());
-    assert_eq!(p.count("calls"), calls, "a device and itself: no driver call");
+    assert_eq!(
+        p.count("calls"),
+        calls,
+        "a device and itself: no driver call"
+    );
     assert_eq!(p.count("cuDeviceCanAccessPeer"), queries);
     assert_eq!(
         p.count("cuCtxEnablePeerAccess") - enables,
@@ -970,10 +1070,7 @@ fn peer_access_that_cannot_be_enabled_is_refused_and_copies_still_work() {
     assert!(!c0.can_access_peer(c1).unwrap());
     let e = c0.enable_peer_access(c1).unwrap_err();
     assert!(
-        matches!(
-            e,
-            AtlasError::PeerAccessUnsupported { device: 0, peer: 1 }
-        ),
+        matches!(e, AtlasError::PeerAccessUnsupported { device: 0, peer: 1 }),
         "{e}"
     );
     assert!(
@@ -982,7 +1079,11 @@ fn peer_access_that_cannot_be_enabled_is_refused_and_copies_still_work() {
         ),
         "{e}"
     );
-    assert_eq!(p.count("cuCtxEnablePeerAccess"), 0, "refused before the driver");
+    assert_eq!(
+        p.count("cuCtxEnablePeerAccess"),
+        0,
+        "refused before the driver"
+    );
     let (s0, s1) = (CudaStream::new(c0).unwrap(), CudaStream::new(c1).unwrap());
     let data = Rng::new().vec(999);
     let x1 = DeviceBuffer::from_slice(c1, &s1, &data).unwrap();

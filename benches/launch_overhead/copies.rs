@@ -32,7 +32,10 @@ const SMALL_COPIES: usize = 256;
 pub(crate) fn copies(c: &mut Criterion, paired: &mut PairedCriterion, env: &Env) {
     let ctx = env.registry.ctx();
     let stream = ok(CudaStream::new(ctx), "creating a stream");
-    let src = ok(DeviceBuffer::<u8>::zeroed(ctx, &stream, LARGE), "allocating 1 GiB");
+    let src = ok(
+        DeviceBuffer::<u8>::zeroed(ctx, &stream, LARGE),
+        "allocating 1 GiB",
+    );
     let mut dst = ok(DeviceBuffer::<u8>::alloc(ctx, LARGE), "allocating 1 GiB");
     ok(stream.synchronize(), "synchronize");
     let copy = sym!(env.cuda, cuMemcpyDtoDAsync_v2);

@@ -137,7 +137,10 @@ pub(crate) fn enqueue<T: DeviceCopy, const N: usize>(
 }
 
 /// `Ok` when `src` is memory of `context`, else the refusal naming both devices.
-pub(crate) fn check_source(context: CUcontext, src: &DeviceSlice<'_, impl DeviceCopy>) -> Result<()> {
+pub(crate) fn check_source(
+    context: CUcontext,
+    src: &DeviceSlice<'_, impl DeviceCopy>,
+) -> Result<()> {
     if src.context() == context {
         return Ok(());
     }
@@ -153,7 +156,10 @@ pub(crate) fn check_lengths(dst_len: usize, src_len: usize) -> Result<()> {
     if dst_len == src_len {
         return Ok(());
     }
-    Err(AtlasError::Memory(MemoryRefusal::LengthMismatch { dst_len, src_len }))
+    Err(AtlasError::Memory(MemoryRefusal::LengthMismatch {
+        dst_len,
+        src_len,
+    }))
 }
 
 /// `Ok` when device memory of `len` elements and a host slice of `given` agree.
@@ -316,7 +322,10 @@ pub(crate) unsafe fn to_host_async<T: DeviceCopy>(
 }
 
 /// `src` in a new `Vec`, after the stream's earlier work.
-pub(crate) fn to_vec<T: DeviceCopy>(stream: &CudaStream, src: DeviceSlice<'_, T>) -> Result<Vec<T>> {
+pub(crate) fn to_vec<T: DeviceCopy>(
+    stream: &CudaStream,
+    src: DeviceSlice<'_, T>,
+) -> Result<Vec<T>> {
     check_stream(src.context(), stream)?;
     capture::refuse_waiting_copy(stream.raw())?;
     let len = src.len();

@@ -196,7 +196,10 @@ pub trait DeviceMemoryMut<T: DeviceCopy>: DeviceMemory<T> {
 
     /// Views of the elements `..mid` and `mid..` that may be written at once (copied into each
     /// other, given to one kernel); `mid` past the end is refused.
-    fn split_at_mut(&mut self, mid: usize) -> Result<(DeviceSliceMut<'_, T>, DeviceSliceMut<'_, T>)> {
+    fn split_at_mut(
+        &mut self,
+        mid: usize,
+    ) -> Result<(DeviceSliceMut<'_, T>, DeviceSliceMut<'_, T>)> {
         self.as_slice_mut().split_at_mut(mid)
     }
 

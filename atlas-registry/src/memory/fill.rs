@@ -20,11 +20,11 @@ pub(crate) fn fill<T: DeviceCopy>(
 ) -> Result<()> {
     check_stream(dst.context(), stream)?;
     let (bytes, width) = (bytes_of::<T>(dst.len()), value.width());
-    if bytes % width != 0 {
+    if !bytes.is_multiple_of(width) {
         return Err(AtlasError::Memory(MemoryRefusal::FillSize { width, bytes }));
     }
     let address = dst.device_ptr();
-    if address % width as u64 != 0 {
+    if !address.is_multiple_of(width as u64) {
         return Err(AtlasError::Memory(MemoryRefusal::FillAlignment {
             width,
             address,
@@ -82,10 +82,7 @@ mod tests {
         assert_eq!(pattern(7u8).unwrap(), FillValue::U8(7));
         assert_eq!(pattern(0x1234u16).unwrap(), FillValue::U16(0x1234));
         assert_eq!(pattern(-2i16).unwrap(), FillValue::U16(0xfffe));
-        assert_eq!(
-            pattern(1.0f32).unwrap(),
-            FillValue::U32(1.0f32.to_bits())
-        );
+        assert_eq!(pattern(1.0f32).unwrap(), FillValue::U32(1.0f32.to_bits()));
         assert_eq!(pattern(0.0f64).unwrap(), FillValue::U32(0));
         assert_eq!(pattern(-1i64).unwrap(), FillValue::U32(u32::MAX));
         assert_eq!(

@@ -5,8 +5,8 @@
 
 use crate::device::capture;
 use crate::device::stream::CudaStream;
-use crate::driver::calls::{self, Rows, Side2d};
 use crate::driver::About;
+use crate::driver::calls::{self, Rows, Side2d};
 use crate::error::{AtlasError, CopySide, MemoryRefusal, Result};
 use crate::memory::buffer::{DeviceCopy, check_stream};
 use crate::memory::copy::{check_source, enqueue};
@@ -121,7 +121,10 @@ pub(crate) fn device_to_device<T: DeviceCopy>(
     shape.check(CopySide::Destination, shape.dst_pitch, dst.len())?;
     stream.bind_if_default()?;
     let rows = shape.rows::<T>();
-    let (to, from) = (Side2d::Device(dst.device_ptr()), Side2d::Device(src.device_ptr()));
+    let (to, from) = (
+        Side2d::Device(dst.device_ptr()),
+        Side2d::Device(src.device_ptr()),
+    );
     enqueue(stream, [dst.buffer(), src.buffer()], || {
         // SAFETY: every row of each side lies in its view (checked above), so in a live
         // allocation of the stream's context (views are bounds-checked, contexts checked above);
@@ -155,8 +158,7 @@ pub(crate) fn from_host<T: DeviceCopy>(
     // SAFETY: the rows lie in `src` (read only) and in the view's live allocation of the
     // stream's context (checked above). `src` outlives the copy: the stream is synchronized
     // before returning, and a capture begun since the check is invalidated by it, not kept.
-    unsafe { calls::copy_2d(to, from, shape.rows::<T>(), stream.raw()) }
-        .about(|| about(&shape))?;
+    unsafe { calls::copy_2d(to, from, shape.rows::<T>(), stream.raw()) }.about(|| about(&shape))?;
     stream.synchronize_unchecked()
 }
 
@@ -183,8 +185,7 @@ pub(crate) fn to_host<T: DeviceCopy>(
     // SAFETY: as for `from_host`, with `dst` borrowed mutably (nothing else reads or writes it)
     // until the stream is synchronized; every bit pattern the device writes is a valid T
     // (DeviceCopy).
-    unsafe { calls::copy_2d(to, from, shape.rows::<T>(), stream.raw()) }
-        .about(|| about(&shape))?;
+    unsafe { calls::copy_2d(to, from, shape.rows::<T>(), stream.raw()) }.about(|| about(&shape))?;
     stream.synchronize_unchecked()
 }
 

@@ -50,15 +50,14 @@ use atlas_sys::{CUcontext, CUdeviceptr};
 use crate::error::{AtlasError, MemoryRefusal, Result};
 use crate::memory::buffer::{DeviceBuffer, DeviceCopy};
 
-/// A read-only view of part of a [`DeviceBuffer`] (made by [`DeviceMemory::range`],
-/// [`split_at`](DeviceMemory::split_at), [`chunks`](DeviceMemory::chunks) or
-/// [`as_slice`](DeviceMemory::as_slice)): the elements `start..end` of the buffer, borrowed.
+/// A read-only view of part of a [`DeviceBuffer`] (made by
+/// [`DeviceMemory::range`](crate::DeviceMemory::range),
+/// [`split_at`](crate::DeviceMemory::split_at), [`chunks`](crate::DeviceMemory::chunks) or
+/// [`as_slice`](crate::DeviceMemory::as_slice)): the elements `start..end` of the buffer,
+/// borrowed.
 ///
 /// It is `Copy`, and its own methods take it by value, so a view of a view lives as long as the
 /// buffer's borrow (`'a`). A kernel takes it by value (or `&view`), as it takes `&buf`.
-///
-/// [`DeviceMemory`]: crate::DeviceMemory
-/// [`DeviceMemory::range`]: crate::DeviceMemory::range
 ///
 /// # Examples
 ///

@@ -20,8 +20,11 @@ pub(crate) fn can_access_peer(device: CUdevice, peer: CUdevice) -> Result<bool> 
 /// 1. `peer` is a live context, and the context to enable access from is current (and is not
 ///    `peer`).
 pub(crate) unsafe fn enable_peer_access(peer: CUcontext) -> Result<()> {
-    let f = atlas_sys::resolve(&driver()?.cuda.cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess")
-        .map_err(crate::driver::Error::Missing)?;
+    let f = atlas_sys::resolve(
+        &driver()?.cuda.cuCtxEnablePeerAccess,
+        "cuCtxEnablePeerAccess",
+    )
+    .map_err(crate::driver::Error::Missing)?;
     // SAFETY: duty 1; the flags must be 0.
     match unsafe { f(peer, 0) } {
         CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
