@@ -14,10 +14,7 @@ use crate::device::host::ordinal_of;
 use crate::device::stream::CudaStream;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, Result, report_cleanup};
-use crate::memory::copy;
-use crate::memory::device_memory::DeviceMemoryMut;
 use crate::memory::pool::require_memory_pools;
-use crate::memory::view::{DeviceSlice, DeviceSliceMut};
 
 /// Plain data that can be copied to and from the device byte for byte.
 ///
@@ -65,7 +62,7 @@ unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 /// capture Atlas began is in progress anywhere, when the last one has ended). So a buffer dropped
 /// during or after the capture never leaves a replay pointing at freed memory.
 ///
-/// Copies and fills enqueued on a stream ([`DeviceMemoryMut`], for the buffer and its views)
+/// Copies and fills enqueued on a stream ([`DeviceMemoryMut`](crate::DeviceMemoryMut), for the buffer and its views)
 /// finish after they return, so a buffer they touched is freed after its device's work: dropped,
 /// a buffer of [`alloc`](Self::alloc) that such a copy or fill used is freed with
 /// `cuCtxSynchronize`, then `cuMemFree` (waiting, as above, for a capture in progress in its
@@ -207,7 +204,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     ///    another stream only once that stream waits for `stream` (an event recorded on `stream`
     ///    after this call) or `stream` has been synchronized since. Atlas's safe copies and fills
     ///    ([`copy_from`](Self::copy_from), [`to_vec`](Self::to_vec), those of
-    ///    [`DeviceMemoryMut`] and [`DeviceMemory`](crate::DeviceMemory), of the buffer or a view
+    ///    [`DeviceMemoryMut`](crate::DeviceMemoryMut) and [`DeviceMemory`](crate::DeviceMemory), of the buffer or a view
     ///    of it) on another stream are such uses.
     /// 3. When the buffer is freed, every use of it on other streams has finished or is ordered
     ///    before that point of `stream` (the free takes effect in `stream`'s order, not at once).
@@ -324,31 +321,6 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         }
     }
 
-    /// A buffer of `len` elements set to zero: allocated ([`alloc`](Self::alloc)), then filled
-    /// with zero bytes on `stream` (`cuMemsetD8Async`), in `stream`'s order: work enqueued on
-    /// `stream` afterwards sees zeros, work on other streams once they wait for `stream`.
-    ///
-    /// A stream of another context than `context` is refused ([`AtlasError::WrongContext`])
-    /// before anything is allocated; refused as [`alloc`](Self::alloc) is while the calling
-    /// thread captures.
-    #[doc(alias = "cuMemsetD8Async")]
-    pub fn zeroed(context: &CudaContext, stream: &CudaStream, len: usize) -> Result<Self> {
-        check_stream(context.raw(), stream)?;
-        let mut buffer = Self::alloc(context, len)?;
-        buffer.fill_bytes(stream, 0)?;
-        Ok(buffer)
-    }
-
-    /// A new buffer holding a copy of `data`, in the stream's context; waits for the copy. A
-    /// stream of another context than `context` is refused ([`AtlasError::WrongContext`]) before
-    /// anything is allocated.
-    pub fn from_slice(context: &CudaContext, stream: &CudaStream, data: &[T]) -> Result<Self> {
-        check_stream(context.raw(), stream)?;
-        let mut buffer = Self::alloc(context, data.len())?;
-        buffer.copy_from(stream, data)?;
-        Ok(buffer)
-    }
-
     /// Number of elements.
     pub fn len(&self) -> usize {
         self.len
@@ -374,60 +346,6 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     pub(crate) fn device_ptr_slot(&self) -> &CUdeviceptr {
         &self.ptr
     }
-
-    /// Copies `src` into the buffer on `stream` and waits for the copy to finish: as
-    /// [`DeviceMemoryMut::copy_from`], which views have too.
-    ///
-    /// A stream of another context than the buffer's is refused ([`AtlasError::WrongContext`]),
-    /// here and in every copy of the buffer. Refused before anything is enqueued
-    /// ([`CaptureMisuse::WaitingCopyWhileCapturing`](crate::CaptureMisuse::WaitingCopyWhileCapturing))
-    /// while Atlas captures `stream` or the calling thread captures: a copy that waits cannot be
-    /// captured. The same holds for [`copy_to`](Self::copy_to) and [`to_vec`](Self::to_vec).
-    #[doc(alias = "cuMemcpyHtoDAsync_v2")]
-    pub fn copy_from(&mut self, stream: &CudaStream, src: &[T]) -> Result<()> {
-        copy::from_host(stream, &DeviceSliceMut::whole(self), src)
-    }
-
-    /// Copies the buffer into `dst` on `stream` and waits for the copy to finish: as
-    /// [`DeviceMemory::copy_to`](crate::DeviceMemory::copy_to).
-    #[doc(alias = "cuMemcpyDtoHAsync_v2")]
-    pub fn copy_to(&self, stream: &CudaStream, dst: &mut [T]) -> Result<()> {
-        copy::to_host(stream, DeviceSlice::whole(self), dst)
-    }
-
-    /// The buffer's contents in a new `Vec`, after the stream's earlier work: as
-    /// [`DeviceMemory::to_vec`](crate::DeviceMemory::to_vec).
-    pub fn to_vec(&self, stream: &CudaStream) -> Result<Vec<T>> {
-        copy::to_vec(stream, DeviceSlice::whole(self))
-    }
-
-    /// Enqueues a copy of `src` into the buffer on `stream` (`cuMemcpyHtoDAsync`): as
-    /// [`DeviceMemoryMut::copy_from_async`].
-    ///
-    /// # Safety
-    ///
-    /// 1. `src` must stay alive and unmodified until the copy has finished (synchronize the stream,
-    ///    or an event recorded after it). From pageable memory the driver has read `src` before this
-    ///    returns; from page-locked memory it reads it later.
-    #[doc(alias = "cuMemcpyHtoDAsync_v2")]
-    pub unsafe fn copy_from_async(&mut self, stream: &CudaStream, src: &[T]) -> Result<()> {
-        // SAFETY: the caller's duty 1.
-        unsafe { copy::from_host_async(stream, &DeviceSliceMut::whole(self), src) }
-    }
-
-    /// Enqueues a copy of the buffer into `dst` on `stream` (`cuMemcpyDtoHAsync`): as
-    /// [`DeviceMemory::copy_to_async`](crate::DeviceMemory::copy_to_async).
-    ///
-    /// # Safety
-    ///
-    /// 1. `dst` must stay alive and must not be read or written until the copy has finished.
-    ///    Into pageable memory the driver returns only when the copy is done; into page-locked memory
-    ///    it returns at once.
-    #[doc(alias = "cuMemcpyDtoHAsync_v2")]
-    pub unsafe fn copy_to_async(&self, stream: &CudaStream, dst: &mut [T]) -> Result<()> {
-        // SAFETY: the caller's duty 1.
-        unsafe { copy::to_host_async(stream, DeviceSlice::whole(self), dst) }
-    }
 }
 
 /// `Ok` when `stream` is of `context`, else the refusal naming both devices.
@@ -441,6 +359,38 @@ pub(crate) fn check_stream(context: CUcontext, stream: &CudaStream) -> Result<()
         expected: ordinal_of(context),
         given: ordinal_of(stream.context()),
     })
+}
+
+/// Enqueues `op` on `stream`, an operation (a copy, a fill) that touches the memory of `touched`:
+/// each buffer is freed only after its device's work from now on, and a capture of `stream` that
+/// Atlas began keeps each one for its graph, as it does for a typed launch's buffer arguments.
+/// Outside a capture this adds one atomic load (and a store the first time a buffer is touched)
+/// to the driver call `op` makes. The capture is looked for once, before `op`: one of `stream`
+/// begins and ends only through `&mut CudaStream`, so none does while `stream` is borrowed here.
+#[inline]
+pub(crate) fn enqueue<T: DeviceCopy, const N: usize>(
+    stream: &CudaStream,
+    touched: [&DeviceBuffer<T>; N],
+    op: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    for buffer in touched {
+        buffer.note_enqueued_use();
+    }
+    if capture::watch().capturing() {
+        hold_for_capture(stream.raw(), &touched);
+    }
+    op()
+}
+
+/// When `stream` is captured by a capture Atlas began, leaves its graph the memory of `touched`.
+#[cold]
+#[inline(never)]
+fn hold_for_capture<T: DeviceCopy>(stream: CUstream, touched: &[&DeviceBuffer<T>]) {
+    let Some(graph) = capture::graph_of(stream) else {
+        return;
+    };
+    let holds = touched.iter().filter_map(|b| b.hold_for_graph()).collect();
+    capture::hold(graph, holds, false);
 }
 
 impl<T: DeviceCopy> fmt::Debug for DeviceBuffer<T> {

@@ -4,23 +4,24 @@
 //! driver call.
 //!
 //! The copies of Atlas's buffers and views ([`DeviceMemory`](crate::DeviceMemory),
-//! [`DeviceMemoryMut`](crate::DeviceMemoryMut)) are checked here: the stream and the source of the
-//! memory's context, the lengths equal. The enqueued ones go through [`enqueue`], as the fills,
-//! 2D copies and peer copies do: the memory they touch is freed only after its device's work, and
-//! a capture that takes them in keeps it for its graph.
+//! [`DeviceMemoryMut`](crate::DeviceMemoryMut), and the buffer's own copy methods, defined here)
+//! are checked here: the stream and the source of the memory's context, the lengths equal. The
+//! enqueued ones go through `buffer::enqueue`, as the fills, 2D copies and peer copies do: the
+//! memory they touch is freed only after its device's work, and a capture that takes them in keeps
+//! it for its graph.
 
 use std::ffi::c_void;
 
 use atlas_sys::{CUcontext, CUdeviceptr, CUstream};
 
 use crate::device::capture;
+use crate::device::context::CudaContext;
 use crate::device::context::ensure_bound;
 use crate::device::host::ordinal_of;
 use crate::device::stream::CudaStream;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, MemoryRefusal, Result};
-use crate::launch::held;
-use crate::memory::buffer::{DeviceBuffer, DeviceCopy, check_stream};
+use crate::memory::buffer::{DeviceBuffer, DeviceCopy, check_stream, enqueue};
 use crate::memory::view::{DeviceSlice, DeviceSliceMut};
 
 /// Enqueues a copy of `bytes` from host memory `src` to device address `dst` on `stream`
@@ -111,29 +112,72 @@ pub(crate) unsafe fn dtoh(
         .about(|| format!("{bytes} bytes"))?)
 }
 
-/// Enqueues `op` on `stream`, which touches the memory of `touched`: each buffer is freed only
-/// after its device's work from now on, and a capture of `stream` that Atlas began keeps each one
-/// for its graph. Outside a capture this adds one atomic load (and a store the first time a
-/// buffer is touched) to the driver call `op` makes.
-#[inline]
-pub(crate) fn enqueue<T: DeviceCopy, const N: usize>(
-    stream: &CudaStream,
-    touched: [&DeviceBuffer<T>; N],
-    op: impl FnOnce() -> Result<()>,
-) -> Result<()> {
-    for buffer in touched {
-        buffer.note_enqueued_use();
+/// The buffer's copies to and from the host: the doors of [`DeviceMemory`](crate::DeviceMemory)
+/// and [`DeviceMemoryMut`](crate::DeviceMemoryMut) that a buffer has without importing them.
+impl<T: DeviceCopy> DeviceBuffer<T> {
+    /// A new buffer holding a copy of `data`, in the stream's context; waits for the copy. A
+    /// stream of another context than `context` is refused ([`AtlasError::WrongContext`]) before
+    /// anything is allocated.
+    pub fn from_slice(context: &CudaContext, stream: &CudaStream, data: &[T]) -> Result<Self> {
+        check_stream(context.raw(), stream)?;
+        let mut buffer = Self::alloc(context, data.len())?;
+        buffer.copy_from(stream, data)?;
+        Ok(buffer)
     }
-    held::enqueue(
-        stream.raw(),
-        false,
-        |holds| {
-            for buffer in touched {
-                holds.buffer(buffer);
-            }
-        },
-        op,
-    )
+
+    /// Copies `src` into the buffer on `stream` and waits for the copy to finish: as
+    /// [`DeviceMemoryMut::copy_from`](crate::DeviceMemoryMut::copy_from), which views have too.
+    ///
+    /// A stream of another context than the buffer's is refused ([`AtlasError::WrongContext`]),
+    /// here and in every copy of the buffer. Refused before anything is enqueued
+    /// ([`CaptureMisuse::WaitingCopyWhileCapturing`](crate::CaptureMisuse::WaitingCopyWhileCapturing))
+    /// while Atlas captures `stream` or the calling thread captures: a copy that waits cannot be
+    /// captured. The same holds for [`copy_to`](Self::copy_to) and [`to_vec`](Self::to_vec).
+    #[doc(alias = "cuMemcpyHtoDAsync_v2")]
+    pub fn copy_from(&mut self, stream: &CudaStream, src: &[T]) -> Result<()> {
+        from_host(stream, &DeviceSliceMut::whole(self), src)
+    }
+
+    /// Copies the buffer into `dst` on `stream` and waits for the copy to finish: as
+    /// [`DeviceMemory::copy_to`](crate::DeviceMemory::copy_to).
+    #[doc(alias = "cuMemcpyDtoHAsync_v2")]
+    pub fn copy_to(&self, stream: &CudaStream, dst: &mut [T]) -> Result<()> {
+        to_host(stream, DeviceSlice::whole(self), dst)
+    }
+
+    /// The buffer's contents in a new `Vec`, after the stream's earlier work: as
+    /// [`DeviceMemory::to_vec`](crate::DeviceMemory::to_vec).
+    pub fn to_vec(&self, stream: &CudaStream) -> Result<Vec<T>> {
+        to_vec(stream, DeviceSlice::whole(self))
+    }
+
+    /// Enqueues a copy of `src` into the buffer on `stream` (`cuMemcpyHtoDAsync`): as
+    /// [`DeviceMemoryMut::copy_from_async`](crate::DeviceMemoryMut::copy_from_async).
+    ///
+    /// # Safety
+    ///
+    /// 1. `src` must stay alive and unmodified until the copy has finished (synchronize the stream,
+    ///    or an event recorded after it). From pageable memory the driver has read `src` before this
+    ///    returns; from page-locked memory it reads it later.
+    #[doc(alias = "cuMemcpyHtoDAsync_v2")]
+    pub unsafe fn copy_from_async(&mut self, stream: &CudaStream, src: &[T]) -> Result<()> {
+        // SAFETY: the caller's duty 1.
+        unsafe { from_host_async(stream, &DeviceSliceMut::whole(self), src) }
+    }
+
+    /// Enqueues a copy of the buffer into `dst` on `stream` (`cuMemcpyDtoHAsync`): as
+    /// [`DeviceMemory::copy_to_async`](crate::DeviceMemory::copy_to_async).
+    ///
+    /// # Safety
+    ///
+    /// 1. `dst` must stay alive and must not be read or written until the copy has finished.
+    ///    Into pageable memory the driver returns only when the copy is done; into page-locked memory
+    ///    it returns at once.
+    #[doc(alias = "cuMemcpyDtoHAsync_v2")]
+    pub unsafe fn copy_to_async(&self, stream: &CudaStream, dst: &mut [T]) -> Result<()> {
+        // SAFETY: the caller's duty 1.
+        unsafe { to_host_async(stream, DeviceSlice::whole(self), dst) }
+    }
 }
 
 /// `Ok` when `src` is memory of `context`, else the refusal naming both devices.
@@ -257,7 +301,7 @@ unsafe fn device_to_host<T: DeviceCopy>(
 }
 
 /// Copies `src` into `dst` on `stream` and waits: see
-/// [`DeviceMemoryMut::copy_from`](crate::DeviceMemoryMut::copy_from).
+/// [`DeviceMemoryMut::copy_from`](crate::DeviceMemoryMut::copy_from)(crate::DeviceMemoryMut::copy_from).
 pub(crate) fn from_host<T: DeviceCopy>(
     stream: &CudaStream,
     dst: &DeviceSliceMut<'_, T>,

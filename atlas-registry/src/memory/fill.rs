@@ -1,14 +1,36 @@
 //! Fills of device memory with 1-, 2- or 4-byte values (`cuMemsetD8/16/32Async`), enqueued on a
 //! stream and capturable, and the typed fill that picks the widest of them a value allows.
 
+use crate::device::context::CudaContext;
 use crate::device::stream::CudaStream;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, MemoryRefusal, Result};
-use crate::memory::buffer::{DeviceCopy, check_stream};
-use crate::memory::copy::{bytes_of, enqueue};
+use crate::memory::buffer::{DeviceBuffer, DeviceCopy, check_stream, enqueue};
+use crate::memory::copy::bytes_of;
 use crate::memory::view::DeviceSliceMut;
 
 pub(crate) use crate::driver::calls::FillValue;
+
+impl<T: DeviceCopy> DeviceBuffer<T> {
+    /// A buffer of `len` elements set to zero: allocated ([`alloc`](Self::alloc)), then filled
+    /// with zero bytes on `stream` (`cuMemsetD8Async`), in `stream`'s order: work enqueued on
+    /// `stream` afterwards sees zeros, work on other streams once they wait for `stream`.
+    ///
+    /// A stream of another context than `context` is refused ([`AtlasError::WrongContext`])
+    /// before anything is allocated; refused as [`alloc`](Self::alloc) is while the calling
+    /// thread captures.
+    #[doc(alias = "cuMemsetD8Async")]
+    pub fn zeroed(context: &CudaContext, stream: &CudaStream, len: usize) -> Result<Self> {
+        check_stream(context.raw(), stream)?;
+        let mut buffer = Self::alloc(context, len)?;
+        fill(
+            stream,
+            &DeviceSliceMut::whole(&mut buffer),
+            FillValue::U8(0),
+        )?;
+        Ok(buffer)
+    }
+}
 
 /// Enqueues a fill of `dst` with `value` on `stream`: one driver call, after checking the stream's
 /// context and that `dst`'s size and address are multiples of the value's width.

@@ -14,8 +14,8 @@ use crate::device::context::CudaContext;
 use crate::device::stream::CudaStream;
 use crate::driver::{self, About, calls};
 use crate::error::{AtlasError, Result};
-use crate::memory::buffer::{DeviceCopy, check_stream};
-use crate::memory::copy::{bytes_of, check_lengths, enqueue};
+use crate::memory::buffer::{DeviceCopy, check_stream, enqueue};
+use crate::memory::copy::{bytes_of, check_lengths};
 use crate::memory::view::{DeviceSlice, DeviceSliceMut};
 
 impl CudaContext {

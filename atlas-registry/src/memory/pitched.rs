@@ -8,8 +8,8 @@ use crate::device::stream::CudaStream;
 use crate::driver::About;
 use crate::driver::calls::{self, Rows, Side2d};
 use crate::error::{AtlasError, CopySide, MemoryRefusal, Result};
-use crate::memory::buffer::{DeviceCopy, check_stream};
-use crate::memory::copy::{check_source, enqueue};
+use crate::memory::buffer::{DeviceCopy, check_stream, enqueue};
+use crate::memory::copy::check_source;
 use crate::memory::view::{DeviceSlice, DeviceSliceMut};
 
 /// The shape of a 2D copy, in elements: `height` rows of `width` elements, the source's rows
