@@ -382,7 +382,9 @@ pub(crate) fn enqueue<T: DeviceCopy, const N: usize>(
     op()
 }
 
-/// When `stream` is captured by a capture Atlas began, leaves its graph the memory of `touched`.
+/// When `stream` is captured by a capture Atlas began, leaves its graph the memory of `touched`:
+/// what `launch::held` does for a launch's arguments, asked of the same record (memory sits below
+/// launch, so it asks the record itself).
 #[cold]
 #[inline(never)]
 fn hold_for_capture<T: DeviceCopy>(stream: CUstream, touched: &[&DeviceBuffer<T>]) {

@@ -22,7 +22,9 @@
  * its nodes in order on the host when launched. Calls the driver refuses while capturing invalidate
  * the capture: cuStreamSynchronize of the capturing stream, cuCtxSynchronize of its context,
  * cuMemAlloc_v2 and cuMemFree_v2 from the capturing thread, cuMemFreeAsync in a capture of memory
- * that is not one of its graph's allocations. Copies during a capture still run at once. What the
+ * that is not one of its graph's allocations. Copies between host and device memory during a
+ * capture still run at once; copies between device memory and fills become memcpy and memset nodes,
+ * whose replay faults (losing the context) when the memory is freed by then. What the
  * driver does not synchronize is watched: two calls on one graph at once (a node captured into a
  * graph another call is using included) count "graph_race", and each such call sleeps 300 us (lock
  * released) so that racing callers overlap; a launch into a stream whose capture is beginning or
