@@ -280,6 +280,129 @@ pub enum EventMisuse {
     NeverRecorded,
 }
 
+/// Which side of a copy a refusal concerns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CopySide {
+    /// Where the copy reads.
+    Source,
+    /// Where the copy writes.
+    Destination,
+}
+
+impl fmt::Display for CopySide {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Source => "source",
+            Self::Destination => "destination",
+        })
+    }
+}
+
+/// Why a view, a copy or a fill of device memory was refused before the driver was called
+/// ([`AtlasError::Memory`]). Lengths, ranges, widths and pitches are in elements of the memory's
+/// type unless they say bytes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemoryRefusal {
+    /// A range that does not lie in the memory (or ends before it starts).
+    #[error(
+        "elements {start}..{end} are not a range of device memory of {len} element(s){}",
+        reversed(*.start, *.end)
+    )]
+    OutOfRange {
+        /// The first element asked for.
+        start: usize,
+        /// One past the last element asked for.
+        end: usize,
+        /// The elements the memory holds.
+        len: usize,
+    },
+    /// A copy between memory of different lengths.
+    #[error(
+        "the destination holds {dst_len} element(s) and the source {src_len}: a copy needs \
+         equal lengths (copy a range of the longer)"
+    )]
+    LengthMismatch {
+        /// The destination's elements.
+        dst_len: usize,
+        /// The source's elements.
+        src_len: usize,
+    },
+    /// `chunks` or `chunks_mut` asked for chunks of no elements.
+    #[error("chunks of 0 elements: the chunk size must be at least 1")]
+    ZeroChunkSize,
+    /// A fill of `width`-byte values on memory whose size is not a multiple of `width`.
+    #[error(
+        "a fill of {width}-byte values needs a size that is a multiple of {width} bytes; the \
+         memory has {bytes} bytes (fill bytes, or a range of whole values)"
+    )]
+    FillSize {
+        /// The fill's value width in bytes.
+        width: usize,
+        /// The memory's size in bytes.
+        bytes: usize,
+    },
+    /// A fill of `width`-byte values on memory whose address is not a multiple of `width`.
+    #[error(
+        "a fill of {width}-byte values needs an address aligned to {width} bytes; the memory \
+         starts at {address:#x}"
+    )]
+    FillAlignment {
+        /// The fill's value width in bytes.
+        width: usize,
+        /// The memory's device address.
+        address: u64,
+    },
+    /// A typed fill of elements whose bytes do not repeat every 1, 2 or 4 bytes: the driver
+    /// fills only such patterns.
+    #[error(
+        "a value of {element_size} bytes whose bytes do not repeat every 1, 2 or 4 bytes cannot be \
+         filled by the driver's memsets; write it with a kernel or a copy"
+    )]
+    FillPattern {
+        /// The element's size in bytes.
+        element_size: usize,
+    },
+    /// A 2D copy whose rows are wider than one side's pitch (its rows would overlap).
+    #[error("rows of {width} element(s) do not fit the {side}'s pitch of {pitch}")]
+    RowWiderThanPitch {
+        /// The side whose pitch is too small.
+        side: CopySide,
+        /// The row width asked for.
+        width: usize,
+        /// That side's pitch.
+        pitch: usize,
+    },
+    /// A 2D copy whose last row ends past one side's memory.
+    #[error(
+        "{height} row(s) of {width} element(s) at a pitch of {pitch} end at element {end}, past \
+         the {side}'s {len}"
+    )]
+    RowsOutOfRange {
+        /// The side that is too short.
+        side: CopySide,
+        /// The row width asked for.
+        width: usize,
+        /// The rows asked for.
+        height: usize,
+        /// That side's pitch.
+        pitch: usize,
+        /// One past the last element the rows reach (saturated at `usize::MAX`).
+        end: usize,
+        /// The elements that side holds.
+        len: usize,
+    },
+}
+
+fn reversed(start: usize, end: usize) -> &'static str {
+    if start > end {
+        " (it ends before it starts)"
+    } else {
+        ""
+    }
+}
+
 /// Everything that can go wrong in Atlas. Each variant says what was being done and names the
 /// module, function, symbol or call involved. Refusals carry their reason as data; the text of a
 /// driver status is looked up only when the error is displayed.
@@ -556,6 +679,23 @@ pub enum AtlasError {
         feature: GraphFeature,
         /// The entry points the driver lacks.
         missing: Vec<&'static str>,
+    },
+    /// A view, copy or fill of device memory refused before the driver was called: a range out
+    /// of bounds, lengths that differ, a fill width the memory does not fit.
+    #[error("{0}")]
+    Memory(MemoryRefusal),
+    /// Peer access asked between devices that cannot reach each other's memory directly
+    /// (`cuDeviceCanAccessPeer` says no); nothing was changed.
+    #[error(
+        "device {device} cannot access device {peer}'s memory directly (cuDeviceCanAccessPeer), \
+         so peer access between them cannot be enabled; copies between them still work, staged \
+         through host memory by the driver"
+    )]
+    PeerAccessUnsupported {
+        /// The device that would access the other's memory.
+        device: usize,
+        /// The device whose memory it would access.
+        peer: usize,
     },
     /// NVRTC, the CUDA run-time compiler, cannot be loaded (not installed, or a wrong
     /// `ATLAS_NVRTC_PATH`): a model with sources cannot be compiled.

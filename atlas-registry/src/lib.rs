@@ -46,8 +46,8 @@
 //!   with the blob's, else to the driver's last; from the blob alone on drivers without it. When
 //!   neither can tell, a typed launch is refused ([`AtlasError::ParamsUnknown`]); it is never
 //!   launched unchecked.
-//! - **Devices and contexts**: the stream and every [`DeviceBuffer`] argument belong to the
-//!   function's context ([`AtlasError::WrongDevice`], naming both devices). Allocations, loads and
+//! - **Devices and contexts**: the stream and every [`DeviceBuffer`] argument (or view of one)
+//!   belong to the function's context ([`AtlasError::WrongDevice`], naming both devices). Allocations, loads and
 //!   copies happen in Atlas's own context whatever context other code left current (see
 //!   "Threads and contexts").
 //! - **Limits**: grid, block and shared memory against the device's [`DeviceLimits`]; the >48 KiB
@@ -115,10 +115,11 @@
 //! driver call and whose kernel arguments [`GraphExec::set_kernel_args`] changes in place.
 //!
 //! A graph owns what it launches: the registry of every kernel captured into it (so its modules
-//! stay loaded) and the memory of every [`DeviceBuffer`] given to a captured typed launch (freed by
-//! the last graph that uses it). So the registry, the function handle and the buffers may go
-//! before the graph does; what a replay still asks of the caller is only memory the graph cannot
-//! see (addresses passed as integers, captured copies).
+//! stay loaded) and the memory of every [`DeviceBuffer`] given to a captured typed launch, copy or
+//! fill, whole or through a view (freed by the last graph that uses it). So the registry, the
+//! function handle and the buffers may go before the graph does; what a replay still asks of the
+//! caller is only memory the graph cannot see (addresses passed as integers, the host side of
+//! captured host copies).
 //!
 //! ```no_run
 //! # fn f(registry: atlas_registry::AtlasRegistry, mut x: atlas_registry::DeviceBuffer<f32>) -> atlas_registry::Result<()> {
@@ -166,6 +167,51 @@
 //! each one and waits for it before the host touches the memory again (or it is freed). Locked
 //! memory is taken from the rest of the system and slow to allocate: allocate it once, and reuse
 //! it as a staging buffer.
+//! # Device memory: views, copies and fills
+//!
+//! A [`DeviceBuffer`] is one allocation; [`DeviceSlice`] and [`DeviceSliceMut`] are views of part
+//! of one, bounds-checked when made and borrowing the buffer, so they cannot outlive it and a
+//! view that may be written is the only view of its elements. Kernels take views as they take
+//! buffers. The sealed traits [`DeviceMemory`] (read) and [`DeviceMemoryMut`] (written) give
+//! buffers and views the same methods, each written once:
+//!
+//! - views: `range`, `split_at`, `chunks` and their `_mut` forms;
+//! - copies between device memory of one device ([`DeviceMemoryMut::copy_from_device`],
+//!   `cuMemcpyDtoDAsync`), of rows of pitched layouts ([`copy_2d_from_device`](DeviceMemoryMut::copy_2d_from_device),
+//!   `cuMemcpy2DAsync`) and fills of 1, 2 or 4 bytes or of a typed value ([`fill`](DeviceMemoryMut::fill),
+//!   `cuMemsetD8/16/32Async`): enqueued, one driver call each, capturable through a [`&Capture`](Capture);
+//! - copies from another device's memory ([`copy_from_peer`](DeviceMemoryMut::copy_from_peer),
+//!   `cuMemcpyPeerAsync`), direct once [`CudaContext::enable_peer_access`] has let the devices
+//!   reach each other, staged through the host otherwise;
+//! - copies to and from the host that wait for the stream (refused during a capture), and
+//!   `unsafe` ones that do not.
+//!
+//! Each is checked before the driver is called: the stream and the source belong to the memory's
+//! context ([`AtlasError::WrongContext`]), lengths agree, ranges, rows and fill widths fit the
+//! memory ([`AtlasError::Memory`], a [`MemoryRefusal`] naming the numbers). Memory that an
+//! enqueued copy or fill touches stays allocated until the device has done it: its buffer is
+//! freed after the device's work, and a graph that captured it keeps it.
+//!
+//! ```no_run
+//! # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
+//! use atlas_registry::{Copy2d, DeviceBuffer, DeviceMemory, DeviceMemoryMut, LaunchConfig};
+//! let (ctx, stream) = (registry.ctx(), registry.stream());
+//! let rows: Vec<f32> = (0..64 * 64).map(|i| i as f32).collect();
+//! let matrix = DeviceBuffer::from_slice(ctx, stream, &rows)?; // 64×64, row-major
+//! let mut out = DeviceBuffer::<f32>::zeroed(ctx, stream, 2 * 256)?;
+//! let (mut block, mut tail) = out.split_at_mut(256)?;
+//! // The 16×16 block at row 8, column 4, packed: one cuMemcpy2DAsync.
+//! let shape = Copy2d { width: 16, height: 16, src_pitch: 64, dst_pitch: 16 };
+//! block.copy_2d_from_device(stream, &matrix.range(8 * 64 + 4..)?, shape)?;
+//! tail.copy_from_device(stream, &block)?; // one cuMemcpyDtoDAsync
+//! tail.range_mut(..16)?.fill(stream, -1.0)?; // one cuMemsetD32Async
+//! let scale = registry.function_cached("elementwise", "scale")?;
+//! // SAFETY: `scale` touches the 256 floats of the view; `to_vec` waits for it.
+//! unsafe { scale.launch(stream, &LaunchConfig::for_elements(256, 256), (block, 2.0f32, 256u32))? };
+//! let host = out.to_vec(stream)?;
+//! assert_eq!((host[0], host[16], host[256], host[256 + 16]), (1032.0, 1160.0, -1.0, 580.0));
+//! # Ok(()) }
+//! ```
 //!
 //! # One load for every GPU
 //!
@@ -243,6 +289,7 @@ pub use error::{
     AtlasError, CaptureMisuse, EventMisuse, HostMemoryRefusal, LaunchRefusal, LimitError,
     NotFoundKind, Result,
 };
+pub use error::{CopySide, MemoryRefusal};
 pub use error::{GraphFeature, UpdateRefusal};
 pub use graph::capture::{Capture, CudaGraph};
 pub use graph::conditional::ConditionalHandle;
@@ -255,9 +302,12 @@ pub use launch::held::GraphHolds;
 pub use launch::kernel::{FunctionAttributes, Kernel};
 pub use memory::buffer::{DeviceBuffer, DeviceCopy};
 pub use memory::copy::{copy_to_device_async, copy_to_host_async};
+pub use memory::device_memory::{DeviceMemory, DeviceMemoryMut};
 pub use memory::pinned::{PinnedBuffer, PinnedFlags};
+pub use memory::pitched::Copy2d;
 pub use memory::registered::{HostRegistration, RegisterFlags, RegistrationFailed};
 pub use memory::symbol::DeviceSymbol;
+pub use memory::view::{DeviceChunks, DeviceChunksMut, DeviceSlice, DeviceSliceMut};
 pub use registry::cache::FunctionCache;
 pub use registry::function::{CudaFunction, FunctionRef, RawCudaFunc};
 pub use registry::library::AtlasLibrary;
@@ -284,6 +334,10 @@ mod send_sync {
         send_sync::<DeviceBuffer<f32>>();
         send_sync::<PinnedBuffer<f32>>();
         send_sync::<HostRegistration<f32>>();
+        send_sync::<DeviceSlice<'static, f32>>();
+        send_sync::<DeviceSliceMut<'static, f32>>();
+        send_sync::<DeviceChunks<'static, f32>>();
+        send_sync::<DeviceChunksMut<'static, f32>>();
         send_sync::<FunctionCache>();
         send_sync::<AtlasError>();
         send_sync::<AtlasLibrary>();

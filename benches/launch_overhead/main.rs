@@ -29,6 +29,7 @@
 //! | events, paired          | `event_paired/record_wait/{raw,atlas}` (× raw `cuEventRecord` + `cuStreamWaitEvent`) |
 //! | pinned copies, paired   | `pinned_paired/{upload,download}/{raw,atlas}` (256 MiB, × raw `cuMemcpy*Async_v2` from the same pinned memory) |
 //! | pageable vs pinned      | `pinned_bandwidth/{upload,download}/{pageable,pinned}` (256 MiB, bytes per second) |
+//! | device-to-device copy   | `copy_dtod/1g/{raw,atlas}` (bandwidth), `copy_dtod_paired/{1g,4k}/{raw,atlas}` (× raw `cuMemcpyDtoDAsync_v2`) |
 //!
 //! Each bench lives in the file named after its benchmark group (`enqueue.rs`, `roundtrip.rs`,
 //! `lookup.rs`, `replaced.rs`, `model_load.rs`, `graph_replay.rs`, `load_all_devices.rs`;
@@ -55,6 +56,7 @@
 //! driver cannot be used (none, no device, a missing function) the binary prints one line saying
 //! what is wrong and exits 0.
 
+mod copies;
 mod enqueue;
 mod events;
 mod graph_capture;
@@ -232,6 +234,7 @@ fn main() {
     pdl::pdl(&mut c, &mut paired, &env);
     events::events(&mut paired, &env);
     pinned::pinned(&mut c, &mut paired, &env);
+    copies::copies(&mut c, &mut paired, &env);
 
     c.final_summary();
     paired.final_summary();

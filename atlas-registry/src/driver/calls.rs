@@ -36,14 +36,18 @@ macro_rules! call {
     }};
 }
 
+mod copy;
 mod event;
 mod host_memory;
 mod info;
+mod peer;
 
+pub(crate) use copy::*;
 pub(crate) use event::*;
 pub(crate) use host_memory::*;
 pub use info::ContextLimit;
 pub(crate) use info::*;
+pub(crate) use peer::*;
 
 // Devices and contexts.
 

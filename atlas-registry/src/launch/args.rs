@@ -54,11 +54,14 @@ use atlas_sys::{CUcontext, CUdeviceptr};
 
 use crate::launch::held::GraphHolds;
 use crate::memory::buffer::{DeviceBuffer, DeviceCopy};
+use crate::memory::view::{DeviceSlice, DeviceSliceMut};
 
 /// One kernel argument: where its bytes are, how many, and which context's memory it refers to.
 ///
-/// Implemented for every [`DeviceCopy`] value (passed by value) and for `&DeviceBuffer<T>` and
-/// `&mut DeviceBuffer<T>` (passed as the buffer's device address).
+/// Implemented for every [`DeviceCopy`] value (passed by value), for `&DeviceBuffer<T>` and
+/// `&mut DeviceBuffer<T>` (passed as the buffer's device address), and for views of part of a
+/// buffer: [`DeviceSlice`] (by value or `&view`) and [`DeviceSliceMut`] (by value, `&mut view`,
+/// or `&view` to read it), passed as the view's first element's address.
 ///
 /// # Safety
 ///
@@ -68,7 +71,7 @@ use crate::memory::buffer::{DeviceBuffer, DeviceCopy};
 ///    memory was allocated in (a launch refuses memory of another context); `None` only for values
 ///    that are not addresses of device memory Atlas can attribute.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` is not a kernel argument: pass a `DeviceBuffer` as `&buf` (read) or `&mut buf` (written), a scalar by value"
+    message = "`{Self}` is not a kernel argument: pass a `DeviceBuffer` as `&buf` (read) or `&mut buf` (written), a view (`DeviceSlice`, `DeviceSliceMut`) by value, a scalar by value"
 )]
 pub unsafe trait KernelParam {
     /// The argument's size in bytes, as the kernel's parameter must have it.
@@ -82,7 +85,8 @@ pub unsafe trait KernelParam {
         None
     }
     /// For a launch captured into a graph, adds what the graph must keep alive for this argument
-    /// to `holds`: the memory of a [`DeviceBuffer`] ([`GraphHolds::buffer`]); nothing for a plain
+    /// to `holds`: the memory of a [`DeviceBuffer`], or of the buffer a view is of
+    /// ([`GraphHolds::buffer`]); nothing for a plain
     /// value (the default). Called only while a capture Atlas began takes the launch in. A type
     /// that wraps a buffer hands it over here; memory it does not hand over stays the caller's to
     /// keep allocated while the graph may be replayed.
@@ -141,6 +145,40 @@ unsafe impl<T: DeviceCopy> KernelParam for &mut DeviceBuffer<T> {
         holds.buffer(self);
     }
 }
+
+/// `KernelParam` for views, taken as the view's first element's address: the address is stored
+/// in the view itself, which the argument keeps alive and unchanged while borrowed (duty 1); the
+/// view's buffer knows the context its memory was allocated in (duty 2); a captured launch keeps
+/// the buffer's whole allocation.
+macro_rules! view_param {
+    ($($view:ty),*) => {$(
+        // SAFETY: see the macro's comment.
+        unsafe impl<T: DeviceCopy> KernelParam for $view {
+            const SIZE: usize = size_of::<CUdeviceptr>();
+            #[inline]
+            fn param_ptr(&self) -> *mut c_void {
+                (self.device_ptr_slot() as *const CUdeviceptr)
+                    .cast_mut()
+                    .cast()
+            }
+            #[inline]
+            fn memory_context(&self) -> Option<CUcontext> {
+                Some(self.context())
+            }
+            #[inline]
+            fn hold_for_graph(&self, holds: &mut GraphHolds) {
+                holds.buffer(self.buffer());
+            }
+        }
+    )*};
+}
+view_param!(
+    DeviceSlice<'_, T>,
+    &DeviceSlice<'_, T>,
+    DeviceSliceMut<'_, T>,
+    &DeviceSliceMut<'_, T>,
+    &mut DeviceSliceMut<'_, T>
+);
 
 mod sealed {
     /// Implemented only for the tuples of [`KernelParam`](super::KernelParam)s below.

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use atlas_sys::{CUcontext, CUdeviceptr, CUstream};
@@ -13,7 +14,6 @@ use crate::device::host::ordinal_of;
 use crate::device::stream::CudaStream;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, Result, report_cleanup};
-use crate::memory::copy::{dtoh, htod};
 use crate::memory::pool::require_memory_pools;
 
 /// Plain data that can be copied to and from the device byte for byte.
@@ -62,8 +62,18 @@ unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 /// capture Atlas began is in progress anywhere, when the last one has ended). So a buffer dropped
 /// during or after the capture never leaves a replay pointing at freed memory.
 ///
+/// Copies and fills enqueued on a stream ([`DeviceMemoryMut`](crate::DeviceMemoryMut), for the buffer and its views)
+/// finish after they return, so a buffer they touched is freed after its device's work: dropped,
+/// a buffer of [`alloc`](Self::alloc) that such a copy or fill used is freed with
+/// `cuCtxSynchronize`, then `cuMemFree` (waiting, as above, for a capture in progress in its
+/// context), never under work still running. A stream-ordered buffer is freed in its stream's
+/// order, after its own stream's work; work on other streams is its caller's to order (duty 3 of
+/// [`alloc_async`](Self::alloc_async)).
+///
 /// A kernel takes a buffer as `&buf` (it reads it) or `&mut buf` (it writes it): the buffer's
-/// device address, checked to be memory of the function's context.
+/// device address, checked to be memory of the function's context. Parts of it are views
+/// ([`DeviceSlice`](crate::DeviceSlice), [`DeviceSliceMut`](crate::DeviceSliceMut)), which
+/// kernels, copies and fills take as they take the buffer.
 ///
 /// ```no_run
 /// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
@@ -90,6 +100,8 @@ pub struct DeviceBuffer<T: DeviceCopy> {
     /// Set by the first captured launch that uses the buffer: the memory, shared with the graphs
     /// that use it from then on.
     shared: OnceLock<Arc<SharedMemory>>,
+    /// Set by the first copy or fill enqueued on the buffer: its free then waits for the device.
+    enqueued: AtomicBool,
     _elements: PhantomData<T>,
 }
 
@@ -155,6 +167,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             free_on: None,
             in_graph: false,
             shared: OnceLock::new(),
+            enqueued: AtomicBool::new(false),
             _elements: PhantomData,
         })
     }
@@ -189,9 +202,10 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     ///    [`free`](Self::free)d.
     /// 2. The memory is used only after the allocation in stream order: on `stream`, or on
     ///    another stream only once that stream waits for `stream` (an event recorded on `stream`
-    ///    after this call) or `stream` has been synchronized since. Atlas's safe copies
-    ///    ([`copy_from`](Self::copy_from), [`copy_to`](Self::copy_to), [`to_vec`](Self::to_vec))
-    ///    on another stream are such uses.
+    ///    after this call) or `stream` has been synchronized since. Atlas's safe copies and fills
+    ///    ([`copy_from`](Self::copy_from), [`to_vec`](Self::to_vec), those of
+    ///    [`DeviceMemoryMut`](crate::DeviceMemoryMut) and [`DeviceMemory`](crate::DeviceMemory), of the buffer or a view
+    ///    of it) on another stream are such uses.
     /// 3. When the buffer is freed, every use of it on other streams has finished or is ordered
     ///    before that point of `stream` (the free takes effect in `stream`'s order, not at once).
     /// 4. An allocation made while `stream` is being captured is freed in the same capture (the
@@ -227,6 +241,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             free_on: Some(stream.raw()),
             in_graph,
             shared: OnceLock::new(),
+            enqueued: AtomicBool::new(false),
             _elements: PhantomData,
         })
     }
@@ -274,6 +289,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             return Ok(());
         }
         let how = match self.free_on {
+            None if *self.enqueued.get_mut() => How::AfterDevice,
             None => How::Plain,
             Some(stream) if self.in_graph => How::InCapture(stream as usize),
             Some(stream) => How::OnStream(stream as usize),
@@ -296,14 +312,13 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         Some(Arc::clone(shared) as Hold)
     }
 
-    /// A new buffer holding a copy of `data`, in the stream's context; waits for the copy. A
-    /// stream of another context than `context` is refused ([`AtlasError::WrongContext`]) before
-    /// anything is allocated.
-    pub fn from_slice(context: &CudaContext, stream: &CudaStream, data: &[T]) -> Result<Self> {
-        check_stream(context.raw(), stream)?;
-        let mut buffer = Self::alloc(context, data.len())?;
-        buffer.copy_from(stream, data)?;
-        Ok(buffer)
+    /// Notes that a copy or fill touching the buffer was enqueued: from now on its free waits for
+    /// the device's work. One relaxed load, and a store the first time.
+    #[inline]
+    pub(crate) fn note_enqueued_use(&self) {
+        if !self.enqueued.load(Ordering::Relaxed) {
+            self.enqueued.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Number of elements.
@@ -331,116 +346,11 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     pub(crate) fn device_ptr_slot(&self) -> &CUdeviceptr {
         &self.ptr
     }
-
-    /// Copies `src` into the buffer on `stream` and waits for the copy to finish.
-    ///
-    /// A stream of another context than the buffer's is refused ([`AtlasError::WrongContext`]),
-    /// here and in every copy of the buffer. Refused before anything is enqueued
-    /// ([`CaptureMisuse::WaitingCopyWhileCapturing`](crate::CaptureMisuse::WaitingCopyWhileCapturing))
-    /// while Atlas captures `stream` or the calling thread captures: a copy that waits cannot be
-    /// captured. The same holds for [`copy_to`](Self::copy_to) and [`to_vec`](Self::to_vec).
-    pub fn copy_from(&mut self, stream: &CudaStream, src: &[T]) -> Result<()> {
-        capture::refuse_waiting_copy(stream.raw())?;
-        // SAFETY: the stream is synchronized before `src` is released; should a capture of it have
-        // begun since the check, the synchronize invalidates it, so no graph keeps this copy.
-        unsafe { self.copy_from_async(stream, src) }?;
-        stream.synchronize_unchecked()
-    }
-
-    /// Copies the buffer into `dst` on `stream` and waits for the copy to finish.
-    pub fn copy_to(&self, stream: &CudaStream, dst: &mut [T]) -> Result<()> {
-        capture::refuse_waiting_copy(stream.raw())?;
-        // SAFETY: as for `copy_from`, with `dst`.
-        unsafe { self.copy_to_async(stream, dst) }?;
-        stream.synchronize_unchecked()
-    }
-
-    /// The buffer's contents in a new `Vec`, after the stream's earlier work.
-    pub fn to_vec(&self, stream: &CudaStream) -> Result<Vec<T>> {
-        check_stream(self.context, stream)?;
-        capture::refuse_waiting_copy(stream.raw())?;
-        let mut out: Vec<T> = Vec::with_capacity(self.len);
-        let bytes = self.len * size_of::<T>();
-        // SAFETY: `out` has room for `len` elements; the copy is complete (synchronized, and a
-        // capture begun since the check is invalidated, not kept) before set_len, and every bit
-        // pattern is a valid T (DeviceCopy).
-        unsafe {
-            dtoh(
-                self.context,
-                out.as_mut_ptr().cast(),
-                self.ptr,
-                bytes,
-                stream.raw(),
-            )?;
-            stream.synchronize_unchecked()?;
-            out.set_len(self.len);
-        }
-        Ok(out)
-    }
-
-    /// Enqueues a copy of `src` into the buffer on `stream` (`cuMemcpyHtoDAsync`).
-    ///
-    /// # Safety
-    ///
-    /// 1. `src` must stay alive and unmodified until the copy has finished (synchronize the stream,
-    ///    or an event recorded after it). From pageable memory the driver has read `src` before this
-    ///    returns; from page-locked memory it reads it later.
-    #[doc(alias = "cuMemcpyHtoDAsync_v2")]
-    pub unsafe fn copy_from_async(&mut self, stream: &CudaStream, src: &[T]) -> Result<()> {
-        check_stream(self.context, stream)?;
-        self.check_len("copy to the device", src.len())?;
-        // SAFETY: lengths match; the caller keeps `src` alive until the copy is done.
-        unsafe {
-            htod(
-                self.context,
-                self.ptr,
-                src.as_ptr().cast(),
-                size_of_val(src),
-                stream.raw(),
-            )
-        }
-    }
-
-    /// Enqueues a copy of the buffer into `dst` on `stream` (`cuMemcpyDtoHAsync`).
-    ///
-    /// # Safety
-    ///
-    /// 1. `dst` must stay alive and must not be read or written until the copy has finished.
-    ///    Into pageable memory the driver returns only when the copy is done; into page-locked memory
-    ///    it returns at once.
-    #[doc(alias = "cuMemcpyDtoHAsync_v2")]
-    pub unsafe fn copy_to_async(&self, stream: &CudaStream, dst: &mut [T]) -> Result<()> {
-        check_stream(self.context, stream)?;
-        self.check_len("copy to the host", dst.len())?;
-        // SAFETY: lengths match; the caller keeps `dst` alive and untouched until the copy is done.
-        unsafe {
-            dtoh(
-                self.context,
-                dst.as_mut_ptr().cast(),
-                self.ptr,
-                size_of_val(dst),
-                stream.raw(),
-            )
-        }
-    }
-
-    fn check_len(&self, what: &str, given: usize) -> Result<()> {
-        if given == self.len {
-            return Ok(());
-        }
-        Err(AtlasError::SizeMismatch {
-            what: format!(
-                "{what}: a device buffer of {} elements and a host slice of {given}",
-                self.len
-            ),
-            expected: self.len * size_of::<T>(),
-            given: given * size_of::<T>(),
-        })
-    }
 }
 
 /// `Ok` when `stream` is of `context`, else the refusal naming both devices.
-fn check_stream(context: CUcontext, stream: &CudaStream) -> Result<()> {
+#[inline]
+pub(crate) fn check_stream(context: CUcontext, stream: &CudaStream) -> Result<()> {
     if stream.context() == context {
         return Ok(());
     }
@@ -449,6 +359,40 @@ fn check_stream(context: CUcontext, stream: &CudaStream) -> Result<()> {
         expected: ordinal_of(context),
         given: ordinal_of(stream.context()),
     })
+}
+
+/// Enqueues `op` on `stream`, an operation (a copy, a fill) that touches the memory of `touched`:
+/// each buffer is freed only after its device's work from now on, and a capture of `stream` that
+/// Atlas began keeps each one for its graph, as it does for a typed launch's buffer arguments.
+/// Outside a capture this adds one atomic load (and a store the first time a buffer is touched)
+/// to the driver call `op` makes. The capture is looked for once, before `op`: one of `stream`
+/// begins and ends only through `&mut CudaStream`, so none does while `stream` is borrowed here.
+#[inline]
+pub(crate) fn enqueue<T: DeviceCopy, const N: usize>(
+    stream: &CudaStream,
+    touched: [&DeviceBuffer<T>; N],
+    op: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    for buffer in touched {
+        buffer.note_enqueued_use();
+    }
+    if capture::watch().capturing() {
+        hold_for_capture(stream.raw(), &touched);
+    }
+    op()
+}
+
+/// When `stream` is captured by a capture Atlas began, leaves its graph the memory of `touched`:
+/// what `launch::held` does for a launch's arguments, asked of the same record (memory sits below
+/// launch, so it asks the record itself).
+#[cold]
+#[inline(never)]
+fn hold_for_capture<T: DeviceCopy>(stream: CUstream, touched: &[&DeviceBuffer<T>]) {
+    let Some(graph) = capture::graph_of(stream) else {
+        return;
+    };
+    let holds = touched.iter().filter_map(|b| b.hold_for_graph()).collect();
+    capture::hold(graph, holds, false);
 }
 
 impl<T: DeviceCopy> fmt::Debug for DeviceBuffer<T> {

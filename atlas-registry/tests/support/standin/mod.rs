@@ -31,7 +31,7 @@
 //! `-DSTANDIN_NO_MEMORY_POOLS`, `-DSTANDIN_NO_MEMORY_POOL_API`,
 //! `-DSTANDIN_NO_LAUNCH_EX`, `-DSTANDIN_CC_MAJOR=8`, `-DSTANDIN_CC_MINOR=6`, `-DSTANDIN_CC1=80`,
 //! `-DSTANDIN_DRIVER_VERSION=12040`, `-DSTANDIN_NO_COOPERATIVE`,
-//! `-DSTANDIN_NO_CONDITIONAL`, `-DSTANDIN_NO_UUID_V2`. Inside a child,
+//! `-DSTANDIN_NO_CONDITIONAL`, `-DSTANDIN_NO_UUID_V2`, `-DSTANDIN_NO_PEER_ACCESS`. Inside a child,
 //! [`probe`] reads what the stand-in saw (calls, contexts, limits) and injects failures.
 
 use std::any::type_name;
@@ -147,6 +147,7 @@ pub struct Probe {
     ctx_create: unsafe extern "C" fn(*mut CUcontext, c_uint, c_int) -> c_uint,
     ctx_get_current: unsafe extern "C" fn(*mut CUcontext) -> c_uint,
     last_attribute: unsafe extern "C" fn(c_int, *mut c_longlong) -> c_int,
+    peer_enabled: unsafe extern "C" fn(c_int, c_int) -> c_int,
     /// Keeps the functions above loaded; the probe lives in a static, so they always are.
     _library: libloading::Library,
 }
@@ -183,6 +184,7 @@ pub fn probe() -> &'static Probe {
             ctx_create: get(&library, "cuCtxCreate_v2"),
             ctx_get_current: get(&library, "cuCtxGetCurrent"),
             last_attribute: get(&library, "standin_last_attribute"),
+            peer_enabled: get(&library, "standin_peer_enabled"),
             _library: library,
         }
     })
@@ -192,8 +194,10 @@ impl Probe {
     /// How many times entry point `what` was called (`"cuLaunchKernel"`, failed calls included;
     /// `"calls"`: every entry point), how often an event happened (`"stale_handle"`: a destroyed
     /// or unloaded handle was used; `"context_mismatch"`: a launch on a stream of another context
-    /// than the function's; `"fault"`: a kernel faulted and lost its context; `"graph_race"`: two
-    /// calls used one graph at once), or how many of a thing are alive (`"live_allocations"`,
+    /// than the function's, or a copy or fill of memory of another context than its stream's;
+    /// `"fault"`: a kernel, or a replayed copy or fill, touched what it may not and lost its
+    /// context; `"graph_race"`: two calls used one graph at once; `"copy_overlap"`: a copy between
+    /// overlapping memory), or how many of a thing are alive (`"live_allocations"`,
     /// `"live_modules"`, `"live_graphs"`, `"live_execs"`). Counts run from the start or the last
     /// [`reset`](Self::reset).
     pub fn count(&self, what: &str) -> u64 {
@@ -299,6 +303,13 @@ impl Probe {
         // SAFETY: `out` has room for the three values the stand-in writes.
         let found = unsafe { (self.last_attribute)(id, out.as_mut_ptr()) };
         (found == 1).then_some(out)
+    }
+
+    /// Whether the context of `device` enabled direct access to the memory of device `peer`
+    /// (`cuCtxEnablePeerAccess`).
+    pub fn peer_enabled(&self, device: i32, peer: i32) -> bool {
+        // SAFETY: any integers are accepted; out-of-range devices give 0.
+        unsafe { (self.peer_enabled)(device, peer) != 0 }
     }
 
     /// Plays another library: creates a new context on `device` and makes it current on the

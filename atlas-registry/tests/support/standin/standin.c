@@ -22,7 +22,9 @@
  * its nodes in order on the host when launched. Calls the driver refuses while capturing invalidate
  * the capture: cuStreamSynchronize of the capturing stream, cuCtxSynchronize of its context,
  * cuMemAlloc_v2 and cuMemFree_v2 from the capturing thread, cuMemFreeAsync in a capture of memory
- * that is not one of its graph's allocations. Copies during a capture still run at once. What the
+ * that is not one of its graph's allocations. Copies between host and device memory during a
+ * capture still run at once; copies between device memory and fills become memcpy and memset nodes,
+ * whose replay faults (losing the context) when the memory is freed by then. What the
  * driver does not synchronize is watched: two calls on one graph at once (a node captured into a
  * graph another call is using included) count "graph_race", and each such call sleeps 300 us (lock
  * released) so that racing callers overlap; a launch into a stream whose capture is beginning or
@@ -51,6 +53,9 @@
  *                            cuFuncLoad exports (a driver older than CUDA 12.4). Otherwise a module
  *                            lists the kernels whose names its blob holds as whole words.
  *   STANDIN_NO_UUID_V2       no cuDeviceGetUuid_v2 export (a driver older than CUDA 11.4).
+ *   STANDIN_NO_PEER_ACCESS   the devices cannot reach each other's memory (cuDeviceCanAccessPeer
+ *                            answers 0, cuCtxEnablePeerAccess CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
+ *                            copies between them still work, as the driver stages them.
  *
  * Blob markers: a blob containing STANDIN_JIT_ERROR fails to JIT (CUDA_ERROR_INVALID_PTX) with a
  * log; one containing STANDIN_EARLY_FAIL fails the same way before touching any JIT option; one
@@ -206,12 +211,16 @@ static CUresult status_string(CUresult error, const char **out, int want_name) {
     X(cuCtxGetLimit) X(cuOccupancyMaxPotentialBlockSize)                                        \
     /* Page-locked host memory. */                                                              \
     X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemHostRegister_v2) X(cuMemHostUnregister)          \
-    X(cuMemHostGetDevicePointer_v2)
+    X(cuMemHostGetDevicePointer_v2)                                                             \
+    /* Copies between device memory, 2D copies, fills, peer access */                          \
+    X(cuMemcpyDtoDAsync_v2) X(cuMemcpyPeerAsync) X(cuMemcpy2DAsync_v2) X(cuMemsetD8Async)       \
+    X(cuMemsetD16Async) X(cuMemsetD32Async) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)
 
 /* Things that happen inside calls, counted for tests. */
 #define EVENTS(X)                                                                               \
     X(stale_handle) X(context_mismatch) X(fault) X(graph_race) X(capture_race)                 \
-    X(capture_during_sync) X(sync_waited_out)
+    X(capture_during_sync) X(sync_waited_out)                                                  \
+    X(copy_overlap)
 
 #define AS_ENUM(n) E_##n,
 enum entry { ENTRY_POINTS(AS_ENUM) ENTRY_COUNT };
@@ -561,7 +570,10 @@ enum kind {
 };
 
 /* Graph node types (CUgraphNodeType) the stand-in builds. */
-enum { NODE_KERNEL = 0, NODE_HOST = 3, NODE_MEM_ALLOC = 10, NODE_MEM_FREE = 11, NODE_CONDITIONAL = 13 };
+enum {
+    NODE_KERNEL = 0, NODE_MEMCPY = 1, NODE_MEMSET = 2, NODE_HOST = 3, NODE_MEM_ALLOC = 10,
+    NODE_MEM_FREE = 11, NODE_CONDITIONAL = 13
+};
 
 #define PARAM_BYTES 64
 
@@ -2110,6 +2122,8 @@ static void collect_handles(struct object *e, struct object *g) {
         if (handles[i].graph == g) e->u.exec.handles[e->u.exec.handle_count++] = i + 1;
 }
 
+static void run_memory_node(const struct node_data *d, struct object *ctx);
+
 /* Runs `count` nodes on the host, in `ctx`. Called with the lock held. */
 static CUresult run_nodes(const struct node_data *nodes, size_t count, struct object *ctx) {
     for (size_t i = 0; i < count; i++) {
@@ -2130,6 +2144,8 @@ static CUresult run_nodes(const struct node_data *nodes, size_t count, struct ob
                        d->cluster[0] ? d->cluster[0] : 1);
         } else if (d->type == NODE_HOST) {
             d->host_fn(d->host_data); /* the lock held: a host function makes no CUDA call */
+        } else if (d->type == NODE_MEMCPY || d->type == NODE_MEMSET) {
+            run_memory_node(d, ctx);
         } else if (d->type == NODE_CONDITIONAL && d->handle >= 1 && d->handle <= handle_count) {
             unsigned long rounds = 0;
             while (handles[d->handle - 1].value != 0 && rounds++ < 1000000) {
@@ -2930,6 +2946,254 @@ CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, void *funct
     *min_grid = best_blocks * STANDIN_SMS;
     *block = best_block;
     return SUCCESS;
+}
+
+/* Copies between device memory, 2D copies, fills, peer access                                */
+/* ------------------------------------------------------------------------------------------ */
+
+#define PEER_ACCESS_UNSUPPORTED 217
+#define PEER_ACCESS_ALREADY_ENABLED 704
+
+/* Memory types of CUDA_MEMCPY2D. */
+enum { MEMORY_HOST = 1, MEMORY_DEVICE = 2 };
+
+/* CUDA_MEMCPY2D as cuda.h lays it out. */
+struct memcpy_2d {
+    size_t src_x, src_y;
+    int src_type;
+    const void *src_host;
+    CUdeviceptr src_device;
+    void *src_array;
+    size_t src_pitch;
+    size_t dst_x, dst_y;
+    int dst_type;
+    void *dst_host;
+    CUdeviceptr dst_device;
+    void *dst_array;
+    size_t dst_pitch;
+    size_t width, height;
+};
+
+/* What a copy or fill does, as data: rows of `width` bytes, `height` of them, each side's rows a
+ * pitch apart (a 1D copy is one row). A copy or fill node keeps it in its params bytes. */
+struct memory_op {
+    unsigned long long dst, src; /* addresses; src unused by fills */
+    unsigned long long width, height, dst_pitch, src_pitch;
+    unsigned value, value_width; /* fills: the value and its width in bytes (1, 2, 4) */
+};
+_Static_assert(sizeof(struct memory_op) <= PARAM_BYTES, "a memory op fits a node's params");
+
+/* The live allocation holding the rows of one side, or NULL. */
+static struct allocation *rows_allocation(unsigned long long at, const struct memory_op *op,
+                                          unsigned long long pitch) {
+    if (op->height == 0 || op->width == 0) return NULL;
+    size_t extent = (size_t)((op->height - 1) * pitch + op->width);
+    return find_allocation((const void *)(uintptr_t)at, extent);
+}
+
+/* Whether the byte ranges the rows of the two sides span overlap. */
+static int op_overlaps(const struct memory_op *op) {
+    unsigned long long dst_end = op->dst + (op->height - 1) * op->dst_pitch + op->width;
+    unsigned long long src_end = op->src + (op->height - 1) * op->src_pitch + op->width;
+    return op->dst < src_end && op->src < dst_end;
+}
+
+/* Does `op` on device memory now (every side device memory of live allocations). */
+static void apply_memory_op(const struct memory_op *op, int fill) {
+    for (unsigned long long r = 0; r < op->height; r++) {
+        unsigned char *dst = (unsigned char *)(uintptr_t)(op->dst + r * op->dst_pitch);
+        if (!fill) {
+            memmove(dst, (const void *)(uintptr_t)(op->src + r * op->src_pitch), op->width);
+            continue;
+        }
+        for (unsigned long long b = 0; b < op->width; b += op->value_width)
+            memcpy(dst + b, &op->value, op->value_width); /* little-endian, as the device */
+    }
+}
+
+/* A replay of a copy or fill node: the memory it touches must still be allocated; if it is not,
+ * the device faults and its context is lost, as the real one's is. Called with the lock held. */
+static void run_memory_node(const struct node_data *d, struct object *ctx) {
+    struct memory_op op;
+    memcpy(&op, d->params, sizeof op);
+    int fill = d->type == NODE_MEMSET;
+    if (rows_allocation(op.dst, &op, op.dst_pitch) == NULL ||
+        (!fill && rows_allocation(op.src, &op, op.src_pitch) == NULL)) {
+        fprintf(stderr, "standin: a replayed copy or fill touched freed memory\n");
+        note(E_fault);
+        ctx->u.ctx.lost = ILLEGAL_ADDRESS;
+        return;
+    }
+    apply_memory_op(&op, fill);
+}
+
+/* Checks a copy or fill of device memory on `stream` and does it now, or, on a capturing stream,
+ * records it as a node. `dst_ctx`/`src_ctx`: the contexts the memory must be of (a peer copy's
+ * arguments), or NULL for the stream's, whose violation Atlas must never cause (counted as
+ * "context_mismatch"). Called with the lock held. */
+static CUresult memory_op(const char *call, const struct memory_op *op, int fill, void *stream,
+                          struct object *dst_ctx, struct object *src_ctx, int peer) {
+    struct object *ctx = NULL;
+    CUresult status = stream_context(stream, call, &ctx);
+    if (status == SUCCESS) status = usable(ctx);
+    if (status != SUCCESS) return status;
+    if (op->width == 0 || op->height == 0) return SUCCESS;
+    struct allocation *d = rows_allocation(op->dst, op, op->dst_pitch);
+    struct allocation *s = fill ? NULL : rows_allocation(op->src, op, op->src_pitch);
+    if (d == NULL || (!fill && s == NULL)) return INVALID_VALUE;
+    if (peer) {
+        if (d->ctx != dst_ctx || s->ctx != src_ctx) return INVALID_VALUE;
+    } else if (d->ctx != ctx || (s != NULL && s->ctx != ctx)) {
+        note(E_context_mismatch);
+        fprintf(stderr, "standin: %s was given memory of another context than its stream's\n", call);
+    }
+    if (!fill && op_overlaps(op)) {
+        note(E_copy_overlap);
+        fprintf(stderr, "standin: %s was given overlapping source and destination\n", call);
+    }
+    struct object *st = as(stream, K_STREAM);
+    if (st != NULL && st->u.stream.capture != 0) {
+        struct node_data n;
+        memset(&n, 0, sizeof n);
+        n.type = fill ? NODE_MEMSET : NODE_MEMCPY;
+        memcpy(n.params, op, sizeof *op);
+        return capture_node(st, &n);
+    }
+    apply_memory_op(op, fill);
+    return SUCCESS;
+}
+
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes, void *stream) {
+    ENTER(cuMemcpyDtoDAsync_v2);
+    struct memory_op op = {dst, src, bytes, 1, bytes, bytes, 0, 0};
+    pthread_mutex_lock(&lock);
+    CUresult status = memory_op("cuMemcpyDtoDAsync_v2", &op, 0, stream, NULL, NULL, 0);
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuMemcpyPeerAsync(CUdeviceptr dst, void *dst_context, CUdeviceptr src, void *src_context,
+                           size_t bytes, void *stream) {
+    ENTER(cuMemcpyPeerAsync);
+    struct memory_op op = {dst, src, bytes, 1, bytes, bytes, 0, 0};
+    pthread_mutex_lock(&lock);
+    struct object *dc = as(dst_context, K_CONTEXT), *sc = as(src_context, K_CONTEXT);
+    CUresult status = usable(dc);
+    if (status == SUCCESS) status = usable(sc);
+    if (status == SUCCESS)
+        status = memory_op("cuMemcpyPeerAsync", &op, 0, stream, dc, sc, 1);
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* Device-to-device rows are a copy like any other; a side in host memory is copied at once, even
+ * under capture (as the host/device copies above are). */
+CUresult cuMemcpy2DAsync_v2(const struct memcpy_2d *p, void *stream) {
+    ENTER(cuMemcpy2DAsync_v2);
+    if (p == NULL || p->src_x != 0 || p->src_y != 0 || p->dst_x != 0 || p->dst_y != 0 ||
+        (p->height > 1 && (p->width > p->src_pitch || p->width > p->dst_pitch)))
+        return INVALID_VALUE;
+    int src_device = p->src_type == MEMORY_DEVICE, dst_device = p->dst_type == MEMORY_DEVICE;
+    if ((!src_device && p->src_type != MEMORY_HOST) || (!dst_device && p->dst_type != MEMORY_HOST))
+        return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    CUresult status = SUCCESS;
+    if (src_device && dst_device) {
+        struct memory_op op = {p->dst_device, p->src_device, p->width, p->height, p->dst_pitch,
+                               p->src_pitch, 0, 0};
+        status = memory_op("cuMemcpy2DAsync_v2", &op, 0, stream, NULL, NULL, 0);
+    } else {
+        struct object *ctx = NULL;
+        status = stream_context(stream, "cuMemcpy2DAsync_v2", &ctx);
+        if (status == SUCCESS) status = usable(ctx);
+        struct memory_op op = {p->dst_device, p->src_device, p->width, p->height, p->dst_pitch,
+                               p->src_pitch, 0, 0};
+        if (status == SUCCESS && p->width != 0 && p->height != 0) {
+            if (dst_device && rows_allocation(op.dst, &op, op.dst_pitch) == NULL) status = INVALID_VALUE;
+            if (src_device && rows_allocation(op.src, &op, op.src_pitch) == NULL) status = INVALID_VALUE;
+        }
+        for (size_t r = 0; status == SUCCESS && r < p->height; r++) {
+            unsigned char *to = dst_device ? (unsigned char *)(uintptr_t)p->dst_device
+                                           : (unsigned char *)p->dst_host;
+            const unsigned char *from = src_device ? (const unsigned char *)(uintptr_t)p->src_device
+                                                   : (const unsigned char *)p->src_host;
+            memcpy(to + r * p->dst_pitch, from + r * p->src_pitch, p->width);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* A fill of `count` values of `width` bytes; the address must be aligned to the width. */
+static CUresult memset_async(const char *call, CUdeviceptr dst, unsigned value, unsigned width,
+                             size_t count, void *stream) {
+    if (dst % width != 0) return INVALID_VALUE;
+    struct memory_op op = {dst, 0, (unsigned long long)count * width, 1, 0, 0, value, width};
+    op.dst_pitch = op.width;
+    pthread_mutex_lock(&lock);
+    CUresult status = memory_op(call, &op, 1, stream, NULL, NULL, 0);
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, void *stream) {
+    ENTER(cuMemsetD8Async);
+    return memset_async("cuMemsetD8Async", dst, value, 1, count, stream);
+}
+
+CUresult cuMemsetD16Async(CUdeviceptr dst, unsigned short value, size_t count, void *stream) {
+    ENTER(cuMemsetD16Async);
+    return memset_async("cuMemsetD16Async", dst, value, 2, count, stream);
+}
+
+CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, size_t count, void *stream) {
+    ENTER(cuMemsetD32Async);
+    return memset_async("cuMemsetD32Async", dst, value, 4, count, stream);
+}
+
+/* Which device's context enabled access to which device's memory. */
+static unsigned char peer_enabled[STANDIN_DEVICES][STANDIN_DEVICES];
+
+CUresult cuDeviceCanAccessPeer(int *can, CUdevice device, CUdevice peer) {
+    ENTER(cuDeviceCanAccessPeer);
+    if (can == NULL) return INVALID_VALUE;
+    if (device < 0 || device >= STANDIN_DEVICES || peer < 0 || peer >= STANDIN_DEVICES)
+        return INVALID_DEVICE;
+#ifdef STANDIN_NO_PEER_ACCESS
+    *can = 0;
+#else
+    *can = device != peer;
+#endif
+    return SUCCESS;
+}
+
+CUresult cuCtxEnablePeerAccess(void *peer_context, unsigned int flags) {
+    ENTER(cuCtxEnablePeerAccess);
+    if (flags != 0) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *ctx = current(), *peer = as(peer_context, K_CONTEXT);
+    CUresult status = usable(ctx);
+    if (status == SUCCESS) status = usable(peer);
+    if (status == SUCCESS && ctx == peer) status = INVALID_CONTEXT;
+#ifdef STANDIN_NO_PEER_ACCESS
+    if (status == SUCCESS) status = PEER_ACCESS_UNSUPPORTED;
+#endif
+    if (status == SUCCESS) {
+        unsigned char *enabled = &peer_enabled[ctx->u.ctx.device][peer->u.ctx.device];
+        if (*enabled) status = PEER_ACCESS_ALREADY_ENABLED;
+        *enabled = 1;
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* Whether the context of `device` enabled access to the memory of device `peer` (0 or 1). */
+int standin_peer_enabled(int device, int peer) {
+    if (device < 0 || device >= STANDIN_DEVICES || peer < 0 || peer >= STANDIN_DEVICES) return 0;
+    pthread_mutex_lock(&lock);
+    int enabled = peer_enabled[device][peer];
+    pthread_mutex_unlock(&lock);
+    return enabled;
 }
 
 /* ------------------------------------------------------------------------------------------ */
