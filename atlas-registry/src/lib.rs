@@ -52,10 +52,8 @@
 //!   "Threads and contexts").
 //! - **Limits**: grid, block and shared memory against the device's [`DeviceLimits`]; the >48 KiB
 //!   dynamic shared memory opt-in is made for the launch that needs it.
-//! - **Blobs**: modules whose structure the driver's loader would read outside of, or crash on,
-//!   are refused before the driver parses them (what it reads safely, or refuses cleanly itself,
-//!   is left to it), and so is code the device cannot run (other architectures only, PTX newer
-//!   than the driver), naming both sides.
+//! - **Blobs**: malformed modules are refused before the driver parses them, and so is code the
+//!   device cannot run (other architectures only, PTX newer than the driver), naming both sides.
 //!   Checking one allocates at most [`UNCOMPRESSED_LIMIT`] for the compressed code it reads
 //!   ([`validate_blob`], "Memory"), whatever the blob declares.
 //! - **Lifetimes**: a function handle keeps its module loaded ([`CudaFunction`]) or borrows the

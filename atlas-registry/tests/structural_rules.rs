@@ -13,12 +13,8 @@
 //! end of the file first (`support/cubin.rs`), a change of layout that the controls show the
 //! driver takes.
 //!
-//! - `every_mutant_breaks_its_rule` (no GPU): each mutant of a kept rule is refused by
-//!   `validate_blob` with its rule's words; each of a relaxed rule, every control and every
-//!   accepted layout passes; each of a rule relaxed for entries Atlas does not decompress
-//!   (`Class::Picked`) passes a load's check on the sweep's device exactly where the driver
-//!   loaded it. `classes_follow_the_committed_verdicts` (no GPU): the rules the committed sweep
-//!   found the driver does without are relaxed, or kept for a reason in `KEPT_AGAINST_THE_SWEEP`.
+//! - `every_mutant_breaks_its_rule` (no GPU): each mutant is refused by `validate_blob` with its
+//!   rule's words, and every control and accepted layout passes.
 //! - `gpu_structural_rules_against_the_driver` (`#[ignore]`d: it needs an NVIDIA GPU): hands
 //!   each mutant to a plain `cuModuleLoadData` in child processes (`support/pool.rs`), twice:
 //!   copied to end exactly where a `PROT_NONE` guard begins, and to start exactly where one
@@ -195,14 +191,11 @@ enum Class {
     /// A rule relaxed after a sweep found that the driver does without it: its mutants pass
     /// Atlas, and the driver must neither crash on them nor read outside them. Relaxing a rule
     /// is deleting its check at its site and giving it this class.
+    #[allow(
+        dead_code,
+        reason = "no rule is relaxed before the first sweep on a GPU"
+    )]
     Relaxed,
-    /// A rule of a compressed fatbin entry's sizes or compression, relaxed in the entry's header
-    /// (an entry no device picks is read no further), but not for an entry whose code Atlas
-    /// checks: Atlas checks only what it decompresses (RELIABILITY.md, rule 3), and these
-    /// fields say what to decompress. On the sweep's device (`validate_blob_for_device`, 9.0)
-    /// its mutants pass exactly where the driver loaded them (the committed verdicts), and are
-    /// refused with the rule's words where it refused them.
-    Picked,
     /// Code that passes Atlas in a format NVIDIA's driver does not read (a clang offload bundle,
     /// which SCALE's driver reads): what the driver does with it says whether the rules of that
     /// format can matter to it.
@@ -219,7 +212,6 @@ impl Class {
             Class::Accepted => "accepted",
             Class::Control => "control",
             Class::Relaxed => "relaxed",
-            Class::Picked => "picked",
             Class::Foreign => "foreign",
         }
     }
@@ -545,7 +537,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.ident-version",
-            Relaxed,
+            Layout,
             "elf/mod.rs Elf::parse",
             &[&["identification version"]],
             C,
@@ -559,7 +551,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.machine",
-            Relaxed,
+            Layout,
             "elf/mod.rs Elf::parse",
             &[&["an ELF file for machine"]],
             C,
@@ -573,7 +565,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.machine-amd-in-fatbin",
-            Relaxed,
+            Layout,
             "elf/mod.rs Elf::parse (Machines::Cuda)",
             &[&["(AMD GPU) inside an NVIDIA fatbin"]],
             F,
@@ -594,7 +586,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.type",
-            Relaxed,
+            Shape,
             "elf/mod.rs Elf::parse",
             &[&["ELF file type"]],
             C,
@@ -608,7 +600,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.ehsize",
-            Relaxed,
+            Layout,
             "elf/mod.rs Elf::parse",
             &[&["e_ehsize is"]],
             C,
@@ -664,7 +656,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.shnum-reserved",
-            Relaxed,
+            Layout,
             "elf/mod.rs Elf::parse",
             &[&["reserved range"]],
             C,
@@ -795,7 +787,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.shstrtab-nul",
-            Relaxed,
+            Bounds,
             "elf/mod.rs Elf::parse",
             &[&["(the section name table, e_shstrndx): does not end with a NUL"]],
             C,
@@ -841,7 +833,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.pht-overlaps-header",
-            Relaxed,
+            Shape,
             "elf/mod.rs check_table (program header table)",
             &[&["program header table at offset", "overlaps the ELF header"]],
             C,
@@ -855,7 +847,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.segment-bounds",
-            Relaxed,
+            Bounds,
             "elf/mod.rs Elf::check_program_headers",
             &[&["(type 0x", "is past the end"]],
             C,
@@ -895,7 +887,7 @@ fn rules() -> Vec<Rule> {
         // -------------------------------------------------------------------------------------
         rule(
             "elf.section0",
-            Relaxed,
+            Shape,
             "elf/mod.rs Elf::check_sections",
             &[&["section 0 has a non-zero byte"]],
             C,
@@ -909,7 +901,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.two-symbol-tables",
-            Relaxed,
+            Shape,
             "elf/mod.rs Elf::check_sections",
             &[&["are both symbol tables"]],
             C,
@@ -931,7 +923,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.no-symtab",
-            Relaxed,
+            Shape,
             "elf/mod.rs Elf::check_sections",
             &[&["without a symbol table"]],
             C,
@@ -945,7 +937,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.sections-overlap",
-            Relaxed,
+            Shape,
             "elf/mod.rs Elf::check_sections",
             &[&["overlap; sections of an ELF file do not"]],
             C,
@@ -1024,7 +1016,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.section-align",
-            Relaxed,
+            Shape,
             "elf/mod.rs Elf::check_section",
             &[&["is not a power of two"]],
             C,
@@ -1045,7 +1037,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.section-link",
-            Relaxed,
+            Bounds,
             "elf/mod.rs Elf::check_section",
             &[&["sh_link", "is not one of the"]],
             C,
@@ -1072,7 +1064,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.info-link",
-            Relaxed,
+            Bounds,
             "elf/mod.rs Elf::check_flagged",
             &[&["flagged as a section index (SHF_INFO_LINK)"]],
             C,
@@ -1099,7 +1091,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.compressed-section",
-            Relaxed,
+            Bounds,
             "elf/mod.rs Elf::check_compressed",
             &[&["flagged compressed (SHF_COMPRESSED)"]],
             C,
@@ -1121,7 +1113,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.strtab-nul",
-            Relaxed,
+            Bounds,
             "elf/mod.rs Elf::check_section",
             &[&["the string table does not end with a NUL"]],
             C,
@@ -1141,7 +1133,7 @@ fn rules() -> Vec<Rule> {
         // -------------------------------------------------------------------------------------
         rule(
             "elf.symtab-link",
-            Relaxed,
+            Bounds,
             "elf/mod.rs Elf::strings",
             &[&["which is not a string table"]],
             C,
@@ -1163,7 +1155,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.table-link",
-            Relaxed,
+            Bounds,
             "elf/mod.rs Elf::check_sections (Elf::symbols, Elf::strings)",
             &[
                 &["which is not a symbol table"],
@@ -1197,7 +1189,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.symtab-entsize",
-            Relaxed,
+            Layout,
             "elf/mod.rs Elf::symbols",
             &[&["a symbol table has whole 24-byte entries"]],
             C,
@@ -1221,7 +1213,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.symtab-info",
-            Relaxed,
+            Bounds,
             "elf/mod.rs Elf::check_symbols",
             &[&["(its first global symbol) is past its"]],
             C,
@@ -1239,7 +1231,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.symbol0",
-            Relaxed,
+            Shape,
             "elf/mod.rs Elf::check_symbols",
             &[&["symbol 0 is not all zeros"]],
             C,
@@ -1254,7 +1246,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.symbol-name",
-            Relaxed,
+            Bounds,
             "elf/mod.rs Elf::symbol_fault (Name)",
             &[&["its name offset", "-byte string table"]],
             C,
@@ -1276,7 +1268,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.symbol-reserved",
-            Relaxed,
+            Shape,
             "elf/mod.rs Elf::symbol_fault (Reserved)",
             &[&["one of them is reserved"]],
             C,
@@ -1346,7 +1338,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.symbol-range",
-            Relaxed,
+            Bounds,
             "elf/mod.rs Elf::symbol_fault (PastSection)",
             &[&["value", "is past the end of section"]],
             C,
@@ -1373,7 +1365,7 @@ fn rules() -> Vec<Rule> {
         // -------------------------------------------------------------------------------------
         rule(
             "elf.rel-entsize",
-            Relaxed,
+            Layout,
             "elf/mod.rs Elf::check_relocations",
             &[&["table has whole"]],
             C,
@@ -1394,7 +1386,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.rel-target-zero",
-            Relaxed,
+            Shape,
             "elf/mod.rs Elf::check_relocations",
             &[&["names no section to relocate"]],
             C,
@@ -1430,7 +1422,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.rel-symbol",
-            Relaxed,
+            Bounds,
             "elf/mod.rs Elf::check_relocations",
             &[&["relocation 0: symbol index"]],
             C,
@@ -1452,7 +1444,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.rel-type",
-            Relaxed,
+            Bounds,
             "elf/mod.rs Elf::check_relocations (cuda::is_relocation_type)",
             &[&["is neither an R_CUDA type"]],
             C,
@@ -1467,7 +1459,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.rel-offset",
-            Relaxed,
+            Bounds,
             "elf/mod.rs Elf::check_relocations",
             &[&["relocation 0: offset", "bytes is past the end of"]],
             C,
@@ -1501,7 +1493,7 @@ fn rules() -> Vec<Rule> {
         // -------------------------------------------------------------------------------------
         rule(
             "elf.note-bounds",
-            Relaxed,
+            Bounds,
             "elf/mod.rs Elf::check_notes",
             &[&["runs past the end of the"]],
             C,
@@ -1523,7 +1515,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "elf.tkinfo-short",
-            Relaxed,
+            Bounds,
             "elf/cuda.rs check_note",
             &[&["shorter than the 24 bytes"]],
             C,
@@ -1648,7 +1640,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "cuda.code-symbol",
-            Relaxed,
+            Bounds,
             "elf/cuda.rs check_section (CodeSymbol)",
             &[&["names symbol"]],
             C,
@@ -1671,7 +1663,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "cuda.callgraph-shape",
-            Relaxed,
+            Shape,
             "elf/cuda.rs check_callgraph",
             &[&["a call graph has whole 8-byte entries"]],
             C,
@@ -1691,7 +1683,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "cuda.callgraph-caller",
-            Relaxed,
+            Bounds,
             "elf/cuda.rs check_callgraph",
             &[&["entry 0: symbol index"]],
             C,
@@ -1713,7 +1705,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "cuda.record-header-bounds",
-            Relaxed,
+            Bounds,
             "elf/cuda.rs check_info, walk_records (HeaderPastEnd)",
             &[&["its 4-byte header is past the end"]],
             C,
@@ -1736,7 +1728,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "cuda.record-format",
-            Relaxed,
+            Shape,
             "elf/cuda.rs check_info, walk_records (Format)",
             &[&["has format 0x"]],
             C,
@@ -1757,7 +1749,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "cuda.record-value-bounds",
-            Relaxed,
+            Bounds,
             "elf/cuda.rs check_info, walk_records (ValuePastEnd)",
             &[&["-byte value is past the end of the"]],
             C,
@@ -1839,7 +1831,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "cuda.info-no-symbol",
-            Relaxed,
+            Bounds,
             "elf/cuda.rs check_info (NoSymbol)",
             &[&["hold no symbol index"]],
             C,
@@ -1855,7 +1847,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "cuda.syscalls-pairs",
-            Relaxed,
+            Shape,
             "elf/cuda.rs check_info (Pairs)",
             &[&["not whole pairs of symbol indexes"]],
             C,
@@ -1875,7 +1867,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "cuda.param-cbank-placement",
-            Relaxed,
+            Bounds,
             "elf/cuda.rs check_info (NoPlacement)",
             &[&["no parameter offset and size"]],
             C,
@@ -1890,7 +1882,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "cuda.param-cbank-bank",
-            Relaxed,
+            Bounds,
             "elf/cuda.rs check_info (Bank)",
             &[&["parameters at offset", "are past the end of"]],
             C,
@@ -1915,7 +1907,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "cuda.kparam-short",
-            Relaxed,
+            Bounds,
             "elf/cuda.rs check_info (ShortParam)",
             &[&["not the 12 of a parameter description"]],
             C,
@@ -1929,7 +1921,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "cuda.kparam-ordinal",
-            Relaxed,
+            Bounds,
             "elf/cuda.rs check_info (Ordinal)",
             &[&["but the kernel has"]],
             C,
@@ -1953,7 +1945,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "cuda.kparam-past-bank",
-            Relaxed,
+            Bounds,
             "elf/cuda.rs check_info (PastParams)",
             &[&["bytes of parameters"]],
             C,
@@ -1979,7 +1971,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "cuda.exit-offset",
-            Relaxed,
+            Bounds,
             "elf/cuda.rs check_info (Exit)",
             &[&["instruction offset", "is past the end of"]],
             C,
@@ -2067,7 +2059,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "fatbin.no-entries",
-            Relaxed,
+            Shape,
             "fatbin.rs entries",
             &[&["the fatbin has no entries"]],
             F,
@@ -2118,7 +2110,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "fatbin.entry-version",
-            Relaxed,
+            Layout,
             "fatbin.rs check_header",
             &[&["entry version"]],
             F,
@@ -2143,7 +2135,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "fatbin.plain-sizes",
-            Relaxed,
+            Shape,
             "fatbin.rs check_sizes",
             &[&["an uncompressed entry"]],
             F,
@@ -2170,7 +2162,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "fatbin.compressed-size",
-            Picked,
+            Bounds,
             "fatbin.rs check_sizes",
             &[&["compressed size", "does not fit the"]],
             F,
@@ -2197,7 +2189,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "fatbin.uncompressed-size",
-            Picked,
+            Shape,
             "fatbin.rs check_sizes",
             &[&["declares no uncompressed size"]],
             F,
@@ -2216,7 +2208,7 @@ fn rules() -> Vec<Rule> {
         ),
         rule(
             "fatbin.compression",
-            Picked,
+            Layout,
             "fatbin.rs code (Stored::Unknown)",
             &[&["name a compression Atlas cannot read"]],
             F,
@@ -2451,7 +2443,7 @@ fn info_symbol(id: &'static str, attribute: u8) -> Rule {
     };
     rule(
         id,
-        Class::Relaxed,
+        Class::Bounds,
         "elf/cuda.rs check_info (Symbol)",
         &[&["symbol index", "is past the"]],
         Form::Cubin,
@@ -2508,97 +2500,18 @@ fn mutants(rules: &[Rule]) -> Vec<Mutant> {
 
 /// What Atlas says of a blob: `passes`, or its refusal.
 fn atlas_verdict(blob: &[u8]) -> Result<(), String> {
-    reason(validate_blob("mutant", blob))
+    validate_blob("mutant", blob)
+        .map(drop)
+        .map_err(|e| match e {
+            AtlasError::InvalidModule { reason, .. } => reason,
+            other => other.to_string(),
+        })
 }
-
-/// What a load on the sweep's device (an H200, 9.0) says of a blob: `passes`, or its refusal.
-fn device_verdict(blob: &[u8]) -> Result<(), String> {
-    reason(validate_blob_for_device("mutant", blob, (9, 0)))
-}
-
-fn reason(verdict: atlas_registry::Result<atlas_registry::BlobKind>) -> Result<(), String> {
-    verdict.map(drop).map_err(|e| match e {
-        AtlasError::InvalidModule { reason, .. } => reason,
-        other => other.to_string(),
-    })
-}
-
-/// The committed sweep (`fixtures/structural_verdicts.tsv`): for each mutant, by rule, source and
-/// what it changes, the worse of its two loads (`loaded`, `error CUDA_ERROR_...`, ...); and each
-/// rule's verdict.
-struct Committed {
-    worse: BTreeMap<(String, String, String), String>,
-    verdicts: BTreeMap<String, String>,
-}
-
-fn committed() -> Committed {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/structural_verdicts.tsv");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut committed = Committed {
-        worse: BTreeMap::new(),
-        verdicts: BTreeMap::new(),
-    };
-    for line in text.lines().filter(|l| !l.starts_with('#')).skip(1) {
-        let fields: Vec<&str> = line.split('\t').collect();
-        let [rule, _, source, what, _, _, _, worse, verdict, _] = fields[..] else {
-            panic!("a line of 10 fields: {line:?}");
-        };
-        committed
-            .worse
-            .insert((rule.into(), source.into(), what.into()), worse.into());
-        committed.verdicts.insert(rule.into(), verdict.into());
-    }
-    committed
-}
-
-/// The rules a sweep found the driver does without (verdict `relax`) that Atlas keeps, and why
-/// (RELIABILITY.md, "The sweep of structural rules").
-const KEPT_AGAINST_THE_SWEEP: &[(&str, &str)] = &[
-    (
-        "elf.class",
-        "a file of another class is one Atlas cannot read: the driver would parse it unchecked",
-    ),
-    (
-        "elf.data",
-        "a file of another byte order is one Atlas cannot read: the driver would parse it \
-         unchecked",
-    ),
-    (
-        "elf.shnum-extended",
-        "with e_shnum 0 the driver reads a section table at e_shoff (it read outside the blob \
-         for e_shoff 0, elf.no-section-table), which Atlas would not check",
-    ),
-    (
-        "elf.symbol-xindex",
-        "SHN_XINDEX sends a reader to a SHT_SYMTAB_SHNDX table that Atlas does not check",
-    ),
-    (
-        "fatbin.version",
-        "a fatbin of another version is one Atlas cannot read: the driver would parse it \
-         unchecked",
-    ),
-    (
-        "fatbin.name",
-        "name offsets far outside the header crashed the driver (blob_fuzz.rs, DRIVER_CRASHES: \
-         seeds 27, 66, 1106 and others)",
-    ),
-    (
-        "cuda.info-unsized",
-        "a half word 0x0101 relabelled SYSCALLS_FALLBACK crashed the driver (the compressed \
-         fuzz's seed 5270, fixtures/crashes/)",
-    ),
-    (
-        "cuda.eflags-sm",
-        "Atlas reads the SM number to choose what a device runs (RELIABILITY.md, rule 2)",
-    ),
-];
 
 #[test]
 fn every_mutant_breaks_its_rule() {
     let rules = rules();
     let mutants = mutants(&rules);
-    let committed = committed();
     let mut failures = Vec::new();
     // Fatbin mutants are laid out again from their parts: what changes is only what they change.
     for source in sources().iter().filter(|s| s.form == Form::Fatbin) {
@@ -2617,32 +2530,6 @@ fn every_mutant_breaks_its_rule() {
             "{label}: {}",
             verdict.as_ref().err().map_or("passes", String::as_str)
         );
-        if rule.class == Class::Picked {
-            let key = (rule.id.to_string(), m.source.to_string(), m.what.clone());
-            let Some(worse) = committed.worse.get(&key) else {
-                failures.push(format!("{label}: not in the committed verdicts"));
-                continue;
-            };
-            match (worse == "loaded", device_verdict(&m.blob)) {
-                (true, Ok(())) => {}
-                (true, Err(reason)) => failures.push(format!(
-                    "{label}: the driver loads it, a load on 9.0 refuses it: {reason}"
-                )),
-                (false, Ok(())) => failures.push(format!(
-                    "{label}: the driver refused it ({worse}), a load on 9.0 passes it"
-                )),
-                (false, Err(reason)) => {
-                    if !rule
-                        .refusal
-                        .iter()
-                        .any(|words| words.iter().all(|w| reason.contains(w)))
-                    {
-                        failures.push(format!("{label}: refused for another rule: {reason}"));
-                    }
-                }
-            }
-            continue;
-        }
         match (rule.class.passes(), verdict) {
             (true, Ok(())) => {}
             (true, Err(reason)) => failures.push(format!("{label}: refused: {reason}")),
@@ -2668,41 +2555,6 @@ fn every_mutant_breaks_its_rule() {
         failures.len(),
         failures[0]
     );
-}
-
-/// Each rule's class follows the committed sweep: a rule it found the driver needs (`keep`) is
-/// not relaxed, and one it found the driver does without (`relax`) is relaxed or kept for a
-/// reason written down ([`KEPT_AGAINST_THE_SWEEP`]).
-#[test]
-fn classes_follow_the_committed_verdicts() {
-    let committed = committed();
-    let mut failures = Vec::new();
-    for rule in rules().iter().filter(|r| r.id != "control") {
-        let Some(verdict) = committed.verdicts.get(rule.id) else {
-            failures.push(format!("{}: no committed verdict", rule.id));
-            continue;
-        };
-        let relaxed = matches!(rule.class, Class::Relaxed | Class::Picked);
-        let kept_for = KEPT_AGAINST_THE_SWEEP.iter().find(|(id, _)| *id == rule.id);
-        if verdict.starts_with("keep") && (relaxed || kept_for.is_some()) {
-            failures.push(format!(
-                "{}: relaxed, but the sweep says {verdict}",
-                rule.id
-            ));
-        }
-        if verdict.starts_with("relax") && relaxed == kept_for.is_some() {
-            failures.push(format!(
-                "{}: the sweep says {verdict}; relax it, or say why it is kept",
-                rule.id
-            ));
-        }
-    }
-    for (id, _) in KEPT_AGAINST_THE_SWEEP {
-        if !rules().iter().any(|r| r.id == *id) {
-            failures.push(format!("{id}: kept against the sweep, but no such rule"));
-        }
-    }
-    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -3045,16 +2897,12 @@ fn gpu_structural_rules_against_the_driver() {
                 }
                 .to_string()
             }
-            Class::Relaxed | Class::Picked | Class::Foreign if harm => {
+            Class::Relaxed | Class::Foreign if harm => {
                 failures.push(format!("{}: blobs Atlas passes crash the driver", rule.id));
                 "ATLAS PASSES BLOBS THE DRIVER CRASHES ON".to_string()
             }
             Class::Relaxed | Class::Foreign => format!(
                 "passes Atlas; the driver loads {loaded}, refuses {errors} cleanly{refusals}"
-            ),
-            Class::Picked => format!(
-                "passes Atlas where the entry is not decompressed; the driver loads {loaded}, \
-                 refuses {errors} cleanly{refusals}"
             ),
             _ if harm => {
                 let why: Vec<&str> = [

@@ -19,11 +19,7 @@
 //!
 //! The reader refuses whatever it does not fully understand (unknown PTX syntax, unknown record
 //! formats, records that disagree with each other) with a [`LayoutError`] saying what and where.
-//! An error means "unknown", never a guess. Blob validation leaves the records' contents to the
-//! driver, which loads cubins whose records are malformed in many ways: the reader checks every
-//! record it uses itself, and of a loaded cubin a kernel whose records it cannot use has no
-//! layout while the others keep theirs (a typed launch of it is then refused where the driver
-//! cannot tell its layout either). Containers (fatbins, offload bundles) and other code
+//! An error means "unknown", never a guess. Containers (fatbins, offload bundles) and other code
 //! objects are [`LayoutError::NotReadable`]: their PTX and cubin entries are read one by one with
 //! [`ptx_kernel_layouts`] and [`cubin_kernel_layouts`].
 
@@ -34,7 +30,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use object::elf;
 
 use crate::code::blob::BlobKind;
-use crate::code::blob::elf::{Elf, Machines, Section, Symbol, c_string};
+use crate::code::blob::elf::{Elf, Machines, Section, c_string};
 use crate::code::target::{Code, Devices};
 
 /// One kernel parameter: where it lies in the parameter buffer and how many bytes it takes.
@@ -251,12 +247,6 @@ pub enum CubinProblem {
         /// The symbol's index in `.symtab`.
         symbol: usize,
     },
-    /// A kernel symbol whose name does not start and end (with a NUL) inside its string table.
-    #[error("kernel symbol {symbol} has a name that does not end inside its string table")]
-    NameUnterminated {
-        /// The symbol's index in `.symtab`.
-        symbol: usize,
-    },
     /// Two kernel symbols with the same name.
     #[error("two kernel symbols with this name")]
     DuplicateKernel,
@@ -405,10 +395,7 @@ pub fn kernel_layouts(blob: &[u8]) -> Result<Vec<KernelLayout>, LayoutError> {
 /// whole, so a problem in another kernel's declaration is an error here too.
 pub fn kernel_layout(blob: &[u8], name: &str) -> Result<Option<KernelLayout>, LayoutError> {
     if blob.starts_with(ELF_MAGIC) {
-        read_cubin(blob, Some(name))?
-            .pop()
-            .map(|(_, layout)| layout)
-            .transpose()
+        Ok(read_cubin(blob, Some(name))?.pop())
     } else {
         Ok(kernel_layouts(blob)?.into_iter().find(|k| k.name == name))
     }
@@ -460,7 +447,7 @@ struct Piece {
 #[derive(Debug)]
 enum Pending {
     /// Read already.
-    Read(Result<Vec<KernelRead>, LayoutError>),
+    Read(Result<Vec<KernelLayout>, LayoutError>),
     /// The code, to read.
     Kept(Vec<u8>),
     /// The code, to read, shared with the blobs this process has checked
@@ -474,7 +461,7 @@ impl BlobLayouts {
     pub(crate) fn of_blob(kind: BlobKind, blob: Cow<'_, [u8]>, devices: Devices) -> Self {
         let layouts = match kind {
             BlobKind::Ptx | BlobKind::Cubin => Pending::Kept(blob.into_owned()),
-            _ => Pending::Read(kernel_reads(&blob)),
+            _ => Pending::Read(kernel_layouts(&blob)),
         };
         Self::of(
             devices,
@@ -526,7 +513,7 @@ impl BlobLayouts {
     /// read now, anything else kept (a copy) to read at first need.
     pub(crate) fn add_entry(&mut self, code: Code, bytes: &[u8], decompressed: bool) {
         let layouts = if decompressed && matches!(code, Code::Sass(_)) {
-            Pending::Read(kernel_reads(bytes))
+            Pending::Read(kernel_layouts(bytes))
         } else {
             Pending::Kept(bytes.to_vec())
         };
@@ -620,18 +607,6 @@ fn heap_of(layouts: &DeviceLayouts) -> usize {
     chunk(slots * slot + 16) + owned
 }
 
-/// The kernels of `blob` as [`BlobLayouts`] reads them: of a cubin each kernel's layout or why
-/// that one cannot be known ([`read_cubin`]), of anything else [`kernel_layouts`].
-fn kernel_reads(blob: &[u8]) -> Result<Vec<KernelRead>, LayoutError> {
-    if blob.starts_with(ELF_MAGIC) {
-        return read_cubin(blob, None);
-    }
-    Ok(kernel_layouts(blob)?
-        .into_iter()
-        .map(|kernel| (kernel.name.clone(), Ok(kernel)))
-        .collect())
-}
-
 /// The layouts of `pieces`, merged as [`BlobLayouts`] says.
 fn merge(pieces: Vec<Piece>, devices: Devices) -> DeviceLayouts {
     let mut read = pieces.into_iter().map(|piece| {
@@ -640,13 +615,13 @@ fn merge(pieces: Vec<Piece>, devices: Devices) -> DeviceLayouts {
             Some(Code::Sass(arch)) => format!("its sm_{arch} SASS"),
             Some(Code::Ptx(arch)) => format!("its compute_{arch} PTX"),
         };
-        let kernels = match piece.layouts {
-            Pending::Read(kernels) => kernels,
-            Pending::Kept(bytes) => kernel_reads(&bytes),
-            Pending::Shared(bytes) => kernel_reads(&bytes),
+        let layouts = match piece.layouts {
+            Pending::Read(layouts) => layouts,
+            Pending::Kept(bytes) => kernel_layouts(&bytes),
+            Pending::Shared(bytes) => kernel_layouts(&bytes),
         };
-        match kernels {
-            Ok(kernels) => Ok((what, kernels)),
+        match layouts {
+            Ok(layouts) => Ok((what, layouts)),
             Err(e) => Err(format!("{what}: {e}")),
         }
     });
@@ -656,29 +631,35 @@ fn merge(pieces: Vec<Piece>, devices: Devices) -> DeviceLayouts {
         ));
     };
     let (first, layouts) = first?;
-    // A kernel read twice (a second symbol of its name) keeps the later read, the error.
     let mut kernels: HashMap<String, Result<KernelLayout, String>> = layouts
         .into_iter()
-        .map(|(name, layout)| (name, layout.map_err(|e| format!("{first}: {e}"))))
+        .map(|kernel| (kernel.name.clone(), Ok(kernel)))
         .collect();
     for next in read {
         let (what, layouts) = next?;
         let mut declared = HashSet::with_capacity(layouts.len());
-        for (name, layout) in layouts {
-            declared.insert(name.clone());
-            let why = match (kernels.get(&name), layout) {
-                (Some(Err(_)), _) => continue,
-                (Some(Ok(theirs)), Ok(kernel)) if *theirs == kernel => continue,
-                (Some(Ok(theirs)), Ok(kernel)) => format!(
+        for kernel in layouts {
+            declared.insert(kernel.name.clone());
+            let differs = |theirs: &KernelLayout| {
+                format!(
                     "the code the driver may load for {devices} declares different parameter \
                      layouts: {first} {:?}, {what} {:?}",
                     theirs.sizes().collect::<Vec<_>>(),
                     kernel.sizes().collect::<Vec<_>>()
-                ),
-                (Some(Ok(_)), Err(e)) => format!("{what}: {e}"),
-                (None, _) => format!("{what} declares it, {first} does not"),
+                )
             };
-            kernels.insert(name, Err(why));
+            match kernels.get(&kernel.name) {
+                Some(Ok(theirs)) if *theirs == kernel => {}
+                Some(Ok(theirs)) => {
+                    let why = differs(theirs);
+                    kernels.insert(kernel.name.clone(), Err(why));
+                }
+                Some(Err(_)) => {}
+                None => {
+                    let why = format!("{what} declares it, {first} does not");
+                    kernels.insert(kernel.name.clone(), Err(why));
+                }
+            }
         }
         for (name, layout) in &mut kernels {
             if layout.is_ok() && !declared.contains(name) {
@@ -1333,10 +1314,7 @@ fn lay_out(kernel: &str, decls: &[ParamDecl<'_>]) -> Result<KernelLayout, Layout
 /// records say; a kernel without parameter records has no parameters only if those records say
 /// 0 or are absent.
 pub fn cubin_kernel_layouts(cubin: &[u8]) -> Result<Vec<KernelLayout>, LayoutError> {
-    read_cubin(cubin, None)?
-        .into_iter()
-        .map(|(_, layout)| layout)
-        .collect()
+    read_cubin(cubin, None)
 }
 
 /// `st_other` bit of a kernel entry point.
@@ -1369,21 +1347,10 @@ fn elf_error(e: String) -> LayoutError {
     cubin_error(None, CubinProblem::Elf(e))
 }
 
-/// A kernel's name and its layout, or why it cannot be known.
-type KernelRead = (String, Result<KernelLayout, LayoutError>);
-
-/// The kernels of `cubin`, or only the one named `only`, each with its layout or why that cannot
-/// be known, in symbol table order; read with the ELF reader of blob validation: the header,
-/// section table and names it checks, and the bytes of each section this reads checked to lie
-/// inside the file.
-///
-/// What validation leaves to the driver is checked here where a layout needs it, and a problem
-/// of one kernel's is that kernel's alone: a kernel whose records are malformed, whose info
-/// section is missing or doubled, or whose name is a second kernel's, has no layout, and the
-/// others keep theirs. A symbol whose name is not a string of the string table (or not UTF-8)
-/// names no kernel a launch can ask for, and is passed over. A problem of the file's (its
-/// symbol table, the module's `.nv.info`) leaves every kernel unknown.
-fn read_cubin(cubin: &[u8], only: Option<&str>) -> Result<Vec<KernelRead>, LayoutError> {
+/// The kernels of `cubin`, or only the one named `only`, read with the ELF reader of blob
+/// validation: the header, section table and names it checks, and the bytes of each section
+/// this reads checked to lie inside the file.
+fn read_cubin(cubin: &[u8], only: Option<&str>) -> Result<Vec<KernelLayout>, LayoutError> {
     if cubin.get(5) == Some(&elf::ELFDATA2MSB) {
         return Err(cubin_error(None, CubinProblem::BigEndian));
     }
@@ -1396,13 +1363,10 @@ fn read_cubin(cubin: &[u8], only: Option<&str>) -> Result<Vec<KernelRead>, Layou
     }
     let image = Elf::parse(cubin, "cubin", Machines::Cuda).map_err(elf_error)?;
 
-    // Each kernel's info section by name; `None` for a name that has more than one. A section
-    // whose name cannot be read is no kernel's.
+    // Each kernel's info section by name; `None` for a name that has more than one.
     let mut infos: HashMap<&[u8], Option<(u32, Section<'_>)>> = HashMap::new();
     for (index, section) in image.sections() {
-        let Some(name) = image.section_name(&section) else {
-            continue;
-        };
+        let name = image.section_name(index, &section).map_err(elf_error)?;
         if name == b".nv.info" {
             check_module_info(image.data(index, &section).map_err(elf_error)?)?;
         } else if let Some(kernel) = name.strip_prefix(b".nv.info.") {
@@ -1416,7 +1380,7 @@ fn read_cubin(cubin: &[u8], only: Option<&str>) -> Result<Vec<KernelRead>, Layou
         return Ok(Vec::new());
     };
 
-    let mut layouts: Vec<KernelRead> = Vec::new();
+    let mut layouts: Vec<KernelLayout> = Vec::new();
     let mut names = HashSet::new();
     for (index, symbol) in symbols.iter().enumerate() {
         if symbol.kind != elf::STT_FUNC
@@ -1425,64 +1389,51 @@ fn read_cubin(cubin: &[u8], only: Option<&str>) -> Result<Vec<KernelRead>, Layou
         {
             continue;
         }
-        // A name that does not end inside the string table is read to the table's end (the
-        // driver reads no further), for the error to say whose layout is unknown.
-        let terminated = c_string(strings, symbol.name);
-        let raw = terminated
-            .or_else(|| strings.get(usize::try_from(symbol.name).ok()?..))
-            .unwrap_or_default();
+        let raw = c_string(strings, symbol.name).ok_or_else(|| {
+            elf_error(format!(
+                "symbol {index}: its name offset {} is not a string of the symbol string table",
+                symbol.name
+            ))
+        })?;
         if only.is_some_and(|name| name.as_bytes() != raw) {
             continue;
         }
-        let name = String::from_utf8_lossy(raw).into_owned();
-        let layout = if terminated.is_none() {
-            Err(CubinProblem::NameUnterminated { symbol: index })
-        } else if std::str::from_utf8(raw).is_err() {
-            Err(CubinProblem::NameNotUtf8 { symbol: index })
-        } else if !names.insert(raw) {
-            Err(CubinProblem::DuplicateKernel)
-        } else {
-            kernel_layout_of(&image, &infos, symbol, &name)
+        let name = std::str::from_utf8(raw)
+            .map_err(|_| cubin_error(None, CubinProblem::NameNotUtf8 { symbol: index }))?;
+        let fail = |problem| Err(cubin_error(Some(name), problem));
+        if !names.insert(raw) {
+            return fail(CubinProblem::DuplicateKernel);
+        }
+        let (info_index, info) = match infos.get(raw) {
+            None => return fail(CubinProblem::MissingInfo),
+            Some(None) => return fail(CubinProblem::DuplicateInfo),
+            Some(Some(info)) => *info,
         };
-        let layout = layout.map_err(|problem| cubin_error(Some(&name), problem));
-        layouts.push((name, layout));
+        let sh_type = info.kind();
+        if sh_type != SHT_CUDA_INFO {
+            return fail(CubinProblem::InfoType { sh_type });
+        }
+        // The info section names the section of the code it describes; where it names one, it
+        // must be this kernel's.
+        let linked = info.info();
+        let code = if symbol.shndx < elf::SHN_LORESERVE {
+            usize::from(symbol.shndx)
+        } else {
+            0
+        };
+        if linked != 0 && usize::try_from(linked).ok() != Some(code) {
+            return fail(CubinProblem::InfoLink { linked, code });
+        }
+        let records = image.data(info_index, &info).map_err(elf_error)?;
+        let section = format!(".nv.info.{name}");
+        let params =
+            kernel_params(records, &section).map_err(|problem| cubin_error(Some(name), problem))?;
+        layouts.push(KernelLayout {
+            name: name.to_owned(),
+            params,
+        });
     }
     Ok(layouts)
-}
-
-/// The layout of kernel `name`, of `symbol`, from its info section among `infos`.
-fn kernel_layout_of(
-    image: &Elf<'_>,
-    infos: &HashMap<&[u8], Option<(u32, Section<'_>)>>,
-    symbol: Symbol,
-    name: &str,
-) -> Result<KernelLayout, CubinProblem> {
-    let (info_index, info) = match infos.get(name.as_bytes()) {
-        None => return Err(CubinProblem::MissingInfo),
-        Some(None) => return Err(CubinProblem::DuplicateInfo),
-        Some(Some(info)) => *info,
-    };
-    let sh_type = info.kind();
-    if sh_type != SHT_CUDA_INFO {
-        return Err(CubinProblem::InfoType { sh_type });
-    }
-    // The info section names the section of the code it describes; where it names one, it
-    // must be this kernel's.
-    let linked = info.info();
-    let code = if symbol.shndx < elf::SHN_LORESERVE {
-        usize::from(symbol.shndx)
-    } else {
-        0
-    };
-    if linked != 0 && usize::try_from(linked).ok() != Some(code) {
-        return Err(CubinProblem::InfoLink { linked, code });
-    }
-    let records = image.data(info_index, &info).map_err(CubinProblem::Elf)?;
-    let params = kernel_params(records, &format!(".nv.info.{name}"))?;
-    Ok(KernelLayout {
-        name: name.to_owned(),
-        params,
-    })
 }
 
 /// One `.nv.info` record.

@@ -32,22 +32,19 @@
 //!
 //! What is checked, and why (see `RELIABILITY.md`, "Blob validation"):
 //!
-//! - Strict on structure where the driver's loader needs it, for every entry: the header lies
-//!   inside the body, and what the driver follows in it: names and options inside the header
-//!   with their NUL (measured on an H200, driver 580: a PTX entry whose name offset, options
-//!   record offset, options offset or options text, its NUL overwritten, was changed crashed
-//!   the driver inside `cuModuleLoadData`). The fatbin's version is 1, the layout read here.
-//! - Permissive on meaning: flag bits, architectures, entry header versions, toolkit versions,
-//!   option text, kinds Atlas does not know, an empty fatbin, and the sizes of compression a
-//!   plain entry declares are the driver's to judge (it loads such fatbins, or refuses them
-//!   cleanly: `tests/structural_rules.rs`).
+//! - Strict on structure, for every entry: the header lies inside the body, and what the driver
+//!   follows in it: names and options inside the header with their NUL (measured on an H200,
+//!   driver 580: a PTX entry whose name offset, options record offset, options offset or options
+//!   text, its NUL overwritten, was changed crashed the driver inside `cuModuleLoadData`), the
+//!   compressed size inside the payload and an uncompressed size for a compressed entry, no
+//!   sizes of compression on a plain one.
+//! - Permissive on meaning: flag bits, architectures, toolkit versions, option text and kinds
+//!   Atlas does not know are the driver's to judge.
 //! - Every byte the driver parses: the code of every entry the driver may pick for the device
 //!   (see [`target`](crate::code::target); for [`validate_blob`](super::validate_blob), for any
 //!   device) is checked as a blob of its kind is, compressed entries decompressed first
-//!   ([`compressed`]): such an entry must say how, in a way Atlas reads (a compression it
-//!   decodes, the compressed bytes inside the payload, an uncompressed size), or its code cannot
-//!   be checked. An entry the driver never picks for the device is not read beyond its header,
-//!   so it cannot sink a fatbin whose other entries are fine.
+//!   ([`compressed`]). An entry the driver never picks for the device is not
+//!   read beyond its header, so it cannot sink a fatbin whose other entries are fine.
 //!
 //! When what the driver loads of a fatbin for the device is settled (SASS of exactly its SM, see
 //! [`sole_sass`]), a load checks that entry's code alone and hands the driver that cubin in place
@@ -70,6 +67,9 @@ pub(super) const MAGIC: [u8; 4] = 0xBA55_ED50u32.to_le_bytes();
 const VERSION: u16 = 1;
 const HEADER_SIZE: u64 = 16;
 const ENTRY_HEADER_SIZE: u64 = 64;
+/// The version of the entry header layout, in every entry toolchains write: it says where the
+/// fields above are.
+const ENTRY_VERSION: u16 = 0x0101;
 /// An options record: `u32 offset, u32 size`.
 const OPTIONS_RECORD_SIZE: u64 = 8;
 
@@ -93,6 +93,7 @@ pub(super) struct Entry {
     pub(super) at: u64,
     /// 1 PTX, 2 ELF.
     pub(super) kind: u16,
+    version: u16,
     header_size: u64,
     payload_size: u64,
     compressed_size: u64,
@@ -192,8 +193,6 @@ pub(super) fn entries(b: &[u8]) -> Check<Entries<'_>> {
     let version = u16_at(b, 4).unwrap_or(0);
     let header_size = u64::from(u16_at(b, 6).unwrap_or(0));
     let body = u64_at(b, 8).unwrap_or(0);
-    // The layout read here. The driver refuses fatbins of other versions cleanly, but one it
-    // read as another layout would not have been checked as it reads it.
     if version != VERSION {
         return Err(format!(
             "fatbin version {version}; the layout Atlas checks is version {VERSION}'s"
@@ -208,6 +207,9 @@ pub(super) fn entries(b: &[u8]) -> Check<Entries<'_>> {
             ));
         }
     };
+    if body == 0 {
+        return Err("the fatbin has no entries".into());
+    }
     Ok(Entries {
         b,
         at: header_size,
@@ -243,6 +245,7 @@ impl Iterator for Entries<'_> {
         let entry = Entry {
             at,
             kind: u16_(0),
+            version: u16_(2),
             header_size: u32_(4),
             payload_size: u64_(8),
             compressed_size: u32_(16),
@@ -373,17 +376,14 @@ fn check_entry<'a>(
     Ok(Some(code))
 }
 
-/// The code of `entry` of fatbin `b`: its payload (the sizes of compression a plain entry may
-/// declare are not read), or, compressed, what that decompresses to (in `buffer`); refused when
-/// Atlas cannot tell what the driver would decompress ([`check_sizes`], a compression it does
-/// not read).
+/// The code of `entry` of fatbin `b`: its payload, or, compressed, what that decompresses to (in
+/// `buffer`). Its sizes have been checked ([`check_header`]).
 fn code<'a>(b: &'a [u8], entry: &Entry, buffer: &'a mut Vec<u8>) -> Refused<&'a [u8]> {
+    // The compressed size lies inside the payload (`check_header`).
     let payload = payload(b, entry);
     match entry.stored() {
         Stored::Plain => Ok(payload),
         Stored::Compressed(scheme) => {
-            check_sizes(entry)?;
-            // Inside the payload (checked above).
             let stream = payload
                 .get(..entry.compressed_size as usize)
                 .unwrap_or_default();
@@ -434,11 +434,17 @@ pub(in crate::code) fn codes(b: &[u8]) -> impl Iterator<Item = Option<Code>> + '
         .map(|entry| entry.code())
 }
 
-/// The structure of an entry's header that the driver follows before it picks an entry: its
-/// strings. `header` is the whole header, extension included. Its version (0x0101 in every
-/// entry toolchains write) and its sizes of compression are the driver's to judge: it reads the
-/// same layout whatever the version, and the sizes only of an entry it decompresses.
+/// The structure of an entry's header, which the driver follows before it picks an entry: the
+/// layout version, its strings, and the sizes of its payload. `header` is the whole header,
+/// extension included.
 fn check_header(header: &[u8], entry: &Entry) -> Check {
+    if entry.version != ENTRY_VERSION {
+        return Err(format!(
+            "entry version {:#06x}, not the {ENTRY_VERSION:#06x} of the layout Atlas checks",
+            entry.version
+        ));
+    }
+    check_sizes(entry)?;
     if string_in_header(header, entry.name_offset, entry.name_size, true).is_none() {
         return Err(format!(
             "its name at offset {} + size {} (at 32) is not a NUL-terminated string inside its \
@@ -480,23 +486,28 @@ fn check_header(header: &[u8], entry: &Entry) -> Check {
     Ok(())
 }
 
-/// The sizes of a compressed payload that Atlas decompresses to check its code: the compressed
-/// bytes inside it, and an uncompressed size to bound what they decompress to.
+/// The sizes of a compressed payload (the compressed bytes inside it, an uncompressed size), or
+/// none for a plain one.
 fn check_sizes(entry: &Entry) -> Check {
+    if entry.stored() == Stored::Plain {
+        if entry.compressed_size != 0 || entry.uncompressed_size != 0 {
+            return Err(format!(
+                "an uncompressed entry (flags {:#x}) that declares a compressed size {} and an \
+                 uncompressed size {} (at 16 and 56, 0 in uncompressed entries)",
+                entry.flags, entry.compressed_size, entry.uncompressed_size
+            ));
+        }
+        return Ok(());
+    }
     if entry.compressed_size == 0 || entry.compressed_size > entry.payload_size {
         return Err(format!(
-            "compressed size {} does not fit the {}-byte payload, so the code the driver would \
-             decompress cannot be checked",
+            "compressed size {} does not fit the {}-byte payload",
             entry.compressed_size,
             Size(entry.payload_size)
         ));
     }
     if entry.uncompressed_size == 0 {
-        return Err(
-            "a compressed payload that declares no uncompressed size, so the code the driver \
-             would decompress cannot be checked"
-                .into(),
-        );
+        return Err("a compressed payload that declares no uncompressed size".into());
     }
     Ok(())
 }

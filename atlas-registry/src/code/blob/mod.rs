@@ -5,21 +5,17 @@
 //! section header table or symbol table can crash the process inside `cuModuleLoadData`. So every
 //! blob is checked here first, without the driver, and refused with
 //! [`AtlasError::InvalidModule`] naming the structure that is wrong. The policy, each rule with
-//! its reason, is in `RELIABILITY.md` ("Blob validation"): strict on structure only where the
-//! driver's loader needs it, permissive on meaning, every byte the driver parses checked, every
-//! format known and the rest refused, in linear time. Which structure the driver needs was
-//! measured rule by rule on an H200 (`tests/structural_rules.rs`): a rule is kept where the
-//! driver, handed a blob that breaks it, crashed, hung or read outside the blob, and where Atlas
-//! could not otherwise check what the driver reads; the others are the driver's to judge.
+//! its reason, is in `RELIABILITY.md` ("Blob validation"): strict on structure, permissive on
+//! meaning, every byte the driver parses checked, every format known and the rest refused, in
+//! linear time.
 //!
 //! - PTX ([`ptx`]): UTF-8 text that starts with a `.version` directive, no NUL byte before its
 //!   end; handed over NUL-terminated.
-//! - ELF (NVIDIA cubins, AMD GPU code objects): the structure the driver's ELF reader follows
-//!   unchecked ([`elf`]), and what it crashed on in NVIDIA's own sections of a cubin
-//!   ([`elf::cuda`]).
-//! - Fatbins ([`fatbin`]): the header and what the driver follows in every entry's header; the
-//!   code of every entry the driver may pick for the device (or, without a device, for any
-//!   device), checked as above, compressed entries decompressed first ([`compressed`]).
+//! - ELF (NVIDIA cubins, AMD GPU code objects): the structure every ELF reader follows
+//!   ([`elf`]), and NVIDIA's own sections of a cubin ([`elf::cuda`]).
+//! - Fatbins ([`fatbin`]): the header and every entry's header; the code of every entry the
+//!   driver may pick for the device (or, without a device, for any device), checked as above,
+//!   compressed entries decompressed first ([`compressed`]).
 //! - Clang offload bundles, plain or compressed ([`bundle`]): the entry table, every entry's id
 //!   and code object inside the blob, each ELF code object checked as above.
 //!
@@ -33,7 +29,7 @@
 //! whose table is not in file order, and for the message of a refusal. They run on
 //! every load, so they are written to take few steps: one pass over a cubin's sections, each
 //! field read where it is used, refusals formatted by cold functions on the way out. A 4.5 KiB
-//! cubin with two kernels takes about 1,800 instructions, a tenth to a fifth of a microsecond
+//! cubin with two kernels takes about 3,100 instructions, a quarter to half a microsecond
 //! (`cargo run --release -p atlas-registry --example validate_blobs`).
 
 mod bundle;
@@ -107,20 +103,15 @@ fn magic(blob: &[u8]) -> Option<BlobKind> {
 /// Checks the structure of module `module`'s blob as [`AtlasRegistry::load`] does before handing
 /// it to the driver, without a driver or a GPU, for any device, and says what kind of blob it is.
 ///
-/// A blob that passes has no offset, size or index that the driver's loader follows unchecked
-/// pointing outside it or at nothing (see [`BlobKind`] for the kinds): the ELF header's table
-/// sizes, the section and program header tables, the section name table and section names,
-/// every section's bytes, symbols' section indexes, the sections that relocations and a kernel's
-/// data and attributes name, a cubin's toolkit note, the `.nv.info` records the driver crashed
-/// on, fatbin headers and entry headers (names, options), offload-bundle entries, and the code
-/// inside compressed entries. What the driver was found to read safely or refuse cleanly itself
-/// is its to judge (`RELIABILITY.md`, "The sweep of structural rules": links between sections,
-/// alignments, the shape of symbol tables and relocations, the values in `.nv.info` records, and
-/// more), and so is whether the code is right, and flag bits, versions and architectures: an
-/// entry of a fatbin that no device can pick is checked only for its header. A blob that fails is
-/// an [`AtlasError::InvalidModule`] naming `module` and the structure at fault, e.g. "section 7
-/// (.nv.info.scale): offset 4500 + size 88 is past the end of the 4,584-byte blob (truncated or
-/// corrupt)"; bytes of no format Atlas knows are refused too.
+/// A blob that passes has no offset, size or index that points outside it or at the wrong thing
+/// (see [`BlobKind`] for the kinds; ELF headers, section and program header tables, string
+/// tables, symbols, relocations, notes, NVIDIA's `.nv.info` attribute records, fatbin and
+/// offload-bundle entries, and the code inside compressed entries); whether the code in it is
+/// right is for the driver to say when it loads it. Flag bits, versions and architectures are
+/// the driver's to judge too: an entry of a fatbin that no device can pick is checked only for
+/// its header. A blob that fails is an [`AtlasError::InvalidModule`] naming `module` and the
+/// structure at fault, e.g. "section 7 (.nv.info.scale): offset 4500 + size 88 is past the end of
+/// the 4,584-byte blob (truncated or corrupt)"; bytes of no format Atlas knows are refused too.
 ///
 /// This checks every entry of a fatbin that some device may pick; a load checks only those its
 /// device may pick ([`validate_blob_for_device`]), so a blob that passes here passes there for

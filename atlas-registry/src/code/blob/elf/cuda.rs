@@ -1,18 +1,19 @@
-//! NVIDIA's own parts of a cubin: the `.nv.info` attribute records, the toolkit note, the link
-//! from a kernel's data to its code, and the architecture a cubin is built for (`e_flags`, and
-//! `.nv.compat` for "a" code: [`cubin_arch`]).
+//! NVIDIA's own parts of a cubin: the `.nv.info` attribute records, the call graph, the toolkit
+//! note, the links from a kernel's sections to its symbol and code, relocation types, and the
+//! architecture a cubin is built for (`e_flags`, and `.nv.compat` for "a" code: [`cubin_arch`]).
 //!
 //! What these look like was read from cubins of two toolchains, nvcc 13.0 (the sm_90 cubins once
 //! committed) and NVRTC 12.0 (the committed sm_75 to sm_90 ones), and checked against public
-//! descriptions of the format. What is checked is only what the driver crashed on, one rule at a
-//! time (H200, driver 580: `tests/structural_rules.rs`, the fuzzers' crash fixtures); the rest
-//! (symbol indexes in records, the call graph, a kernel's code naming its symbol, the parameters'
-//! places, relocation types) the driver loads whatever it holds, or refuses cleanly.
+//! descriptions of the format. Where the two differ, both are accepted:
 //!
+//! - One symbol table (`.symtab`), which every symbol index of the cubin refers to. The sections
+//!   holding symbol indexes (relocations, `.nv.info*`, `.nv.callgraph`, `.text.<kernel>`) name it
+//!   in `sh_link` in nvcc 13's cubins, but name `.nv.info` in NVRTC 12.0's (section 5, whatever
+//!   the layout), and the driver loads both: its reader does not follow those links. So every
+//!   symbol index is checked against the one symbol table, and a second one is refused.
 //! - `.nv.info` (global) and `.nv.info.<kernel>` have type `SHT_CUDA_INFO` (0x7000_0000); for a
 //!   kernel's, `sh_info` is its `.text.<kernel>` section (flagged `SHF_INFO_LINK` by nvcc 13, not
-//!   by NVRTC 12.0), and must be a section. `.nv.compat` (0x7000_0086, nvcc 13 only) holds
-//!   records of the same form, which the driver does not read.
+//!   by NVRTC 12.0). `.nv.compat` (0x7000_0086, nvcc 13 only) holds records of the same form.
 //! - A kernel's constant banks and memory (`.nv.constant0.<kernel>`, `.nv.shared.<kernel>`) name
 //!   its code section in `sh_info`, again flagged by nvcc 13 only; so in a cubin the `sh_info` of
 //!   every loaded data section (`SHF_ALLOC`, not code) is checked as a section index, flagged or
@@ -20,7 +21,7 @@
 //! - A record is a 4-byte header, `u8 format, u8 attribute, u16 value-or-size`: format 1 has no
 //!   value, 2 a byte and 3 a half word (both in those two bytes), 4 is followed by `size` bytes.
 //!   Records start 4-byte aligned.
-//! - Attributes whose values the driver follows: the first word of `REGCOUNT` (0x2f),
+//! - Attributes whose values the driver follows as indexes: the first word of `REGCOUNT` (0x2f),
 //!   `FRAME_SIZE` (0x11), `MIN_STACK_SIZE` (0x12), `MAX_STACK_SIZE` (0x23), `LOAD_CACHE_REQUEST`
 //!   (0x26), `SAM_REGION_STACK_SIZE` (0x3b) and `PARAM_CBANK` (0x0a), and every word of `EXTERNS`
 //!   (0x0f) and `SYSCALLS_FALLBACK` (0x5d, pairs: a syscall and its fallback), are symbol
@@ -28,32 +29,40 @@
 //!   constant bank that symbol's section holds; `KPARAM_INFO` (0x17) is `u32 index, u16 ordinal,
 //!   u16 offset, u32 flags` with the size in bits 18–31, and `KPARAM_INFO_V2` (0x45: every
 //!   parameter of a kernel whose parameters take more than 4352 bytes, CUDA 12.1 and later)
-//!   `u32 index, u16 ordinal, u16 offset, u16 size, u16 flags`; `EXIT_INSTR_OFFSETS` (0x1c) are
-//!   offsets into the kernel's code section. The driver reads their values whatever the format
-//!   byte says, and crashed on one stored without a value: their records must be sized (format
-//!   4), as every toolchain writes them. Which words are symbols is how `cuobjdump` 13.2 prints
-//!   them; the attribute numbers are its names'.
-//! - `JUMPTABLE_RELOCS` (0x03) records are refused: no current toolchain writes one, and the
-//!   driver crashes on one whatever its value.
+//!   `u32 index, u16 ordinal, u16 offset, u16 size, u16 flags`; either kind inside the
+//!   `CBANK_PARAM_SIZE` (0x19) bytes of parameters, 32764 at most; `EXIT_INSTR_OFFSETS` (0x1c)
+//!   are offsets into the kernel's code section. Their records are sized (format 4), as every
+//!   toolchain writes them: the driver reads their values whatever the format byte says. Which
+//!   words are symbols is how `cuobjdump` 13.2 prints them (by symbol name, failing on an index
+//!   past the table); the attribute numbers are its names'.
 //! - The toolkit note (`.note.nv.tkinfo`, type 2000, nvcc 13 and NVRTC 13 write one) is six
 //!   words, the note's version and the offsets of the object file's name, the tool's name,
 //!   version and branch and its options, then those strings; the offsets are the driver's to
 //!   follow (see [`check_note`]).
-//! - The header: `EI_ABIVERSION` 7 or 8 says how `e_flags` is laid out ([`sm_arch`]); Atlas
-//!   reads the SM number there to choose what a device runs, so that number, and the virtual
+//! - `.nv.callgraph` (`SHT_CUDA_CALLGRAPH`, 0x7000_0001) is pairs of 32-bit values, caller and
+//!   callee, with values from 0xffff_fff0 up as markers; callers are symbol indexes, callees not
+//!   always (CUDA 11's cuFFT numbers them past the symbol table).
+//! - The low 24 bits of a kernel's `.text.<kernel>` `sh_info` are the kernel's symbol; the high 8
+//!   hold its register count in NVRTC 12.0's cubins for sm_75 to sm_89, and are 0 otherwise.
+//! - Relocations are REL (NVRTC 12.0 before sm_90) or RELA (sm_90, nvcc 13), of R_CUDA types.
+//! - The header: `e_version` is the CUDA format version (see `Elf::parse`), and locates
+//!   nothing. `EI_ABIVERSION` 7 or 8 says how `e_flags` is laid out ([`sm_arch`]); the driver
+//!   indexes its own tables by the SM number there, so that number, and the virtual
 //!   architecture's, must be plausible ([`check_flags`]); the flag bits around them are the
 //!   driver's to judge, but for bit 31 in version 7 and bit 0 in version 8, which it crashes on.
-//!
-//! Parameter layouts read from the records ([`crate::code::layout`]) check for themselves what
-//! they need of them.
+//! - `JUMPTABLE_RELOCS` (0x03) records are refused: no current toolchain writes one, and the
+//!   driver crashes on one whatever its value.
 
-use object::elf::{EM_CUDA, SHF_ALLOC, SHF_EXECINSTR, SHT_LOPROC, SHT_NOBITS, SHT_PROGBITS};
+use object::elf::{
+    EM_CUDA, SHF_ALLOC, SHF_EXECINSTR, SHN_LORESERVE, SHT_LOPROC, SHT_NOBITS, SHT_PROGBITS,
+};
 
-use super::{Elf, MAGIC, Section, c_string};
-use crate::code::blob::read::{Check, bytes_at, u8_at, u16_at, u32_at, u64_at};
+use super::{Elf, MAGIC, Section, Symbols, c_string};
+use crate::code::blob::read::{Check, Size, bytes_at, fits, u8_at, u16_at, u32_at, u64_at};
 use crate::code::target::{Arch, Features, SM_NUMBERS};
 
 const SHT_CUDA_INFO: u32 = SHT_LOPROC;
+const SHT_CUDA_CALLGRAPH: u32 = SHT_LOPROC + 1;
 const SHT_CUDA_COMPAT: u32 = SHT_LOPROC + 0x86;
 /// The types of the sections of relocatable cubins (`-rdc`) that, like `SHT_NOBITS`, reserve
 /// memory and occupy no file bytes: `.nv.global` (0x7000_0007), a kernel's `.nv.shared.K`
@@ -68,10 +77,10 @@ pub(super) fn occupies_no_file(kind: u32) -> bool {
     SHT_CUDA_NO_FILE_BYTES.contains(&kind)
 }
 
-/// Whether the records of a cubin's section of type `kind` are read one by one: `.nv.info*`'s.
+/// Whether a cubin's section of type `kind` holds records that are checked one by one.
 #[inline]
-pub(super) fn is_walked(kind: u32) -> bool {
-    kind == SHT_CUDA_INFO
+pub(super) fn is_record_section(kind: u32) -> bool {
+    matches!(kind, SHT_CUDA_INFO | SHT_CUDA_COMPAT | SHT_CUDA_CALLGRAPH)
 }
 
 const EIFMT_NVAL: u8 = 1;
@@ -90,6 +99,7 @@ const EIATTR_EXTERNS: u8 = 0x0f;
 const EIATTR_FRAME_SIZE: u8 = 0x11;
 const EIATTR_MIN_STACK_SIZE: u8 = 0x12;
 const EIATTR_KPARAM_INFO: u8 = 0x17;
+const EIATTR_CBANK_PARAM_SIZE: u8 = 0x19;
 const EIATTR_EXIT_INSTR_OFFSETS: u8 = 0x1c;
 const EIATTR_KPARAM_INFO_V2: u8 = 0x45;
 const EIATTR_MAX_STACK_SIZE: u8 = 0x23;
@@ -136,6 +146,9 @@ const TKINFO_STRINGS: [&str; 5] = [
     "tool branch",
     "tool options",
 ];
+
+/// Call-graph values from here up are markers, not symbols.
+const CALLGRAPH_MARKERS: u32 = 0xffff_fff0;
 
 /// `e_ident[EI_ABIVERSION]` of CUDA 12 and older (`ELFABIVERSION_CUDA_V1`): the SM number is the
 /// low byte of `e_flags`, the virtual architecture bits 16-23, flags the rest (NVRTC 12.0 writes
@@ -307,24 +320,18 @@ fn flags_refusal(flags: u32, sm: u32, virtual_sm: u32) -> String {
 /// Checks a note of a cubin for what the driver follows in it: a toolkit note (type 2000, or any
 /// note in `.note.nv.tkinfo`) is six words, the note's version and the offsets of five strings
 /// ([`TKINFO_STRINGS`]), then the strings, and each offset is a string ending in a NUL inside
-/// them. The driver reads them: it crashed on tool name offsets 0x9600_0001 and 0x0084_0001 in
-/// `.note.nv.tkinfo`. In every toolkit note of the cubins under `/opt/nvlibs` (22,005, of note
-/// versions 2 and 127 to 129) they are. A note of type 2000 elsewhere too short to hold the
-/// offsets is not read as one: the driver loads cubins with such a note in `.note.nv.cuinfo`
-/// (`tests/structural_rules.rs`, `elf.tkinfo-short`); in `.note.nv.tkinfo` it must hold them.
-/// `kind` is the note's type, `desc` its description (as far as its section goes), `in_tkinfo`
-/// whether it is in `.note.nv.tkinfo`; other notes hold nothing the driver follows. `Err` says
-/// why, to follow "the note at offset N".
+/// them. The driver reads them: it crashed on tool name offsets 0x9600_0001 and 0x0084_0001. In
+/// every toolkit note of the cubins under `/opt/nvlibs` (22,005, of note versions 2 and 127 to
+/// 129) they are. `kind` is the note's type, `desc` its description, `in_tkinfo` whether it is
+/// in `.note.nv.tkinfo`; other notes hold nothing the driver follows. `Err` says why, to follow
+/// "the note at offset N".
 #[inline]
 pub(super) fn check_note(kind: u32, desc: &[u8], in_tkinfo: bool) -> Result<(), String> {
     if !in_tkinfo && kind != NT_CUDA_TKINFO {
         return Ok(());
     }
     let Some((words, strings)) = desc.split_at_checked(24) else {
-        return match in_tkinfo {
-            true => Err(tkinfo_refusal(desc.len(), None)),
-            false => Ok(()),
-        };
+        return Err(tkinfo_refusal(desc.len(), None));
     };
     for n in 0..TKINFO_STRINGS.len() {
         let offset = u32_at(words, 4 + 4 * n as u64).unwrap_or(u32::MAX);
@@ -353,20 +360,71 @@ fn tkinfo_refusal(len: usize, string: Option<(usize, u32)>) -> String {
     }
 }
 
-/// Checks section `i` of a cubin for what NVIDIA's reader needs beyond generic ELF: a kernel's
-/// loaded data names its code section, and the records of `.nv.info*`. Called for every section
-/// of a type the generic checks leave alone: the check of loaded data is a comparison, made here;
-/// the records are checked out of line.
+/// Relocation types the driver can know: R_CUDA (below 0x100: 117 are defined by CUDA 13.0, up
+/// from about 100 in CUDA 11) and R_MERCURY (0x10000 up, 65 defined). The driver indexes its
+/// tables with them.
+pub(super) fn is_relocation_type(rtype: u64) -> bool {
+    rtype < 0x100 || (0x1_0000..0x1_0100).contains(&rtype)
+}
+
+/// How many bytes from a relocation's offset the relocation rewrites, at least, by the highest bit
+/// its type writes (for the R_CUDA types as ptxas 13.0 describes them): one byte for the
+/// byte-of-an-address types (`R_CUDA_8_0` to `R_CUDA_FUNC_DESC_8_56`, `R_CUDA_UNIFIED_8_*`), 4
+/// for the 32-bit ones (`R_CUDA_32`, `R_CUDA_G32`, header indexes, descriptors), 11 to 16 for the
+/// fields past bit 63 of a 128-bit instruction (`R_CUDA_ABS47_34`, `R_CUDA_ABS55_16_34`,
+/// `R_CUDA_ABS56_16_34`, `R_CUDA_YIELD_CLEAR_PRED4_87`, `R_CUDA_INSTRUCTION128`), none for
+/// `R_CUDA_NONE`, and 8 for the rest, which write within an instruction's or an address's first 8
+/// bytes. Types after those: 8 in code (instructions are 8 or 16 bytes, relocations point at
+/// their start), else 4.
+pub(super) fn relocated_bytes(rtype: u64, target: &Section) -> u64 {
+    match usize::try_from(rtype)
+        .ok()
+        .and_then(|t| RELOCATED_BYTES.get(t))
+    {
+        Some(&bytes) => u64::from(bytes),
+        None if target.kind() == SHT_PROGBITS && target.flag(SHF_EXECINSTR) => 8,
+        None => 4,
+    }
+}
+
+/// [`relocated_bytes`] of the R_CUDA types ptxas 13.0 describes (0 to 116), looked up: a
+/// relocation's check is one load.
+const RELOCATED_BYTES: [u8; 117] = {
+    let mut table = [0; 117];
+    let mut rtype = 0;
+    while rtype < table.len() {
+        table[rtype] = match rtype {
+            0 | 116 => 0,
+            76..=99 | 104..=111 => 1,
+            1 | 3 | 6..=9 | 34 | 52 | 70..=72 | 101 | 103 => 4,
+            58 | 75 | 114 => 11,
+            69 => 12,
+            67 => 16,
+            _ => 8,
+        };
+        rtype += 1;
+    }
+    table
+};
+
+/// Checks section `i` of a cubin for what NVIDIA's reader needs beyond generic ELF. `symtab` is
+/// the cubin's one symbol table. Called for every section: the checks of loaded data and code
+/// are a few comparisons, made here; the sections of records are checked out of line.
 #[inline(always)]
-pub(super) fn check_section(elf: &Elf<'_>, i: u32, s: &Section) -> Check {
+pub(super) fn check_section(elf: &Elf<'_>, i: u32, s: &Section, symtab: &Symbols<'_>) -> Check {
     match s.kind() {
-        SHT_CUDA_INFO => check_info(elf, i, s),
+        SHT_CUDA_INFO | SHT_CUDA_COMPAT | SHT_CUDA_CALLGRAPH => check_records(elf, i, s, symtab),
         // A kernel's constant banks and memory (`.nv.constant0.K`, `.nv.shared.K`: loaded data)
-        // name its code section in `sh_info`, which the driver follows (it crashed on one past
-        // the section table); nvcc 13 flags it SHF_INFO_LINK, NVRTC 12.0 does not.
+        // name its code section in `sh_info`; nvcc 13 flags it SHF_INFO_LINK, NVRTC 12.0 does not.
         SHT_PROGBITS | SHT_NOBITS if s.flag(SHF_ALLOC) && !s.flag(SHF_EXECINSTR) => {
             if s.info() >= elf.shnum {
-                return Err(data_owner_refusal(elf, i, s));
+                return Err(section_refusal(elf, i, s, symtab, Fault::DataOwner));
+            }
+            Ok(())
+        }
+        SHT_PROGBITS if s.flag(SHF_EXECINSTR) && s.link() != 0 => {
+            if u64::from(s.info() & 0x00ff_ffff) >= symtab.count {
+                return Err(section_refusal(elf, i, s, symtab, Fault::CodeSymbol));
             }
             Ok(())
         }
@@ -374,52 +432,337 @@ pub(super) fn check_section(elf: &Elf<'_>, i: u32, s: &Section) -> Check {
     }
 }
 
-#[cold]
-fn data_owner_refusal(elf: &Elf<'_>, i: u32, s: &Section) -> String {
-    format!(
-        "{}: sh_info {} (the code section this belongs to) is not one of the {} sections",
-        elf.label(i, s),
-        s.info(),
-        elf.shnum
-    )
+/// What can be wrong with a section that [`check_section`] checks itself.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// Loaded data whose `sh_info` is not a section.
+    DataOwner,
+    /// Code whose `sh_info` names no symbol.
+    CodeSymbol,
 }
 
-/// Checks `.nv.info` or a kernel's `.nv.info.K` (section `i`) for what the driver crashed on:
-/// a kernel's `sh_info` that is not a section, a `JUMPTABLE_RELOCS` record, and a record of an
-/// attribute whose value the driver follows stored without a value (see
-/// [`holds_what_is_followed`]).
-///
-/// The records are read as far as they can be told apart: a record whose header or value runs
-/// past the section, or of an unknown format, ends the walk, since where the next one starts is
-/// then unknown (the driver refuses such sections cleanly). What the records hold (symbol
-/// indexes, the parameters' places, instruction offsets) is the driver's to judge: it loads
-/// cubins with any of them out of range, or refuses them cleanly (`tests/structural_rules.rs`).
-/// Parameter layouts read from these records check them for themselves
-/// ([`crate::code::layout`]).
-fn check_info(elf: &Elf<'_>, i: u32, s: &Section) -> Check {
-    let data = elf.data(i, s)?;
-    // A kernel's attributes name its code section.
-    let index = s.info();
-    if index != 0 && elf.header(index).is_none() {
-        return Err(format!("{}: {}", elf.label(i, s), elf.not_a_section(index)));
+#[cold]
+fn section_refusal(
+    elf: &Elf<'_>,
+    i: u32,
+    s: &Section,
+    symtab: &Symbols<'_>,
+    fault: Fault,
+) -> String {
+    let why = match fault {
+        Fault::DataOwner => format!(
+            "sh_info {} (the code section this belongs to) is not one of the {} sections",
+            s.info(),
+            elf.shnum
+        ),
+        Fault::CodeSymbol => format!(
+            "sh_info {:#x} names symbol {}, past the {} symbols",
+            s.info(),
+            s.info() & 0x00ff_ffff,
+            symtab.count
+        ),
+    };
+    format!("{}: {why}", elf.label(i, s))
+}
+
+/// The sections of records and symbol indexes: attributes (`.nv.info*`), compatibility records
+/// (`.nv.compat`), the call graph.
+fn check_records(elf: &Elf<'_>, i: u32, s: &Section, symtab: &Symbols<'_>) -> Check {
+    match s.kind() {
+        SHT_CUDA_INFO => check_info(elf, i, s, symtab),
+        SHT_CUDA_COMPAT => walk_records(elf.data(i, s)?)
+            .map_err(|(at, byte, why)| info_refusal(elf, i, s, symtab, at, byte, why)),
+        _ => check_callgraph(elf, i, s, symtab),
     }
+}
+
+/// The call graph: pairs of symbol indexes, or markers.
+#[inline(never)]
+fn check_callgraph(elf: &Elf<'_>, i: u32, s: &Section, symtab: &Symbols<'_>) -> Check {
+    let in_section = |e: String| format!("{}: {e}", elf.label(i, s));
+    if !matches!(s.entsize(), 0 | 8) || !s.size().is_multiple_of(8) {
+        return Err(in_section(format!(
+            "entry size {} and size {}: a call graph has whole 8-byte entries",
+            s.entsize(),
+            s.size()
+        )));
+    }
+    let data = elf.data(i, s)?;
+    // Callees are not always symbols: CUDA 11's cuFFT numbers them past the symbol table, in
+    // relocatable and executable cubins alike (sm_35 to sm_90), and the driver loads those. The
+    // callers are.
+    for (n, index) in data.chunks_exact(4).enumerate().step_by(2) {
+        let index = u32::from_le_bytes([index[0], index[1], index[2], index[3]]);
+        if index < CALLGRAPH_MARKERS && u64::from(index) >= symtab.count {
+            return Err(in_section(format!(
+                "entry {}: symbol index {index} is past the {} symbols",
+                n / 2,
+                symtab.count
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Reads the attribute records of section bytes `data` (`.nv.compat`'s, which hold nothing the
+/// driver follows) to check that each lies inside them: a 4-byte header `u8 format, u8
+/// attribute, u16 value-or-size`, a value of `size` bytes for format 4, records 4-byte aligned.
+/// A record that does not lie inside the section, or has an unknown format, is an `Err` with its
+/// offset, the byte to name (its format or its attribute) and why. `check_info` reads
+/// `.nv.info`'s records the same way, with what it checks in them.
+fn walk_records(data: &[u8]) -> Result<(), (usize, u8, Why)> {
+    let mut next = 0;
+    while next < data.len() {
+        let at = next;
+        let Some(&[format, attribute, h0, h1]) = data.get(at..).and_then(<[u8]>::first_chunk)
+        else {
+            return Err((at, 0, Why::HeaderPastEnd));
+        };
+        let half = u16::from_le_bytes([h0, h1]);
+        next = match format {
+            EIFMT_NVAL | EIFMT_BVAL | EIFMT_HVAL => at + 4,
+            EIFMT_SVAL => {
+                let end = at + 4 + usize::from(half);
+                if end > data.len() {
+                    return Err((at, attribute, Why::ValuePastEnd(half)));
+                }
+                (end + 3) & !3
+            }
+            _ => return Err((at, format, Why::Format)),
+        };
+    }
+    Ok(())
+}
+
+/// A kernel's parameter description (`KPARAM_INFO` or `KPARAM_INFO_V2`), for the refusals made
+/// after the last record: the offset and attribute of its record, its ordinal, offset and size.
+#[derive(Clone, Copy)]
+struct Param {
+    at: usize,
+    attribute: u8,
+    ordinal: u64,
+    offset: u64,
+    size: u64,
+}
+
+impl Param {
+    /// The description in a `KPARAM_INFO` or `KPARAM_INFO_V2` (`attribute`) record at `at` whose
+    /// value holds `position` and `flags` as its second and third words.
+    #[inline(always)]
+    fn read(at: usize, attribute: u8, position: u32, flags: u32) -> Self {
+        let size = if attribute == EIATTR_KPARAM_INFO {
+            flags >> 18
+        } else {
+            flags & 0xffff
+        };
+        Self {
+            at,
+            attribute,
+            ordinal: u64::from(position & 0xffff),
+            offset: u64::from(position >> 16),
+            size: u64::from(size),
+        }
+    }
+
+    /// Where the parameter ends: 16 bits of offset and at most 16 of size, so no overflow.
+    #[inline(always)]
+    fn end(&self) -> u64 {
+        self.offset + self.size
+    }
+}
+
+/// The first parameter description of the records `data` (already checked to lie inside them)
+/// that `pick` chooses: for a refusal, which names its record.
+#[cold]
+fn param_where(data: &[u8], pick: impl Fn(&Param) -> bool) -> Option<Param> {
     let mut next = 0;
     while let Some(&[format, attribute, h0, h1]) = data.get(next..).and_then(<[u8]>::first_chunk) {
         let at = next;
-        if attribute == EIATTR_JUMPTABLE_RELOCS {
-            return Err(info_refusal(elf, i, s, at, attribute, Why::Crashes));
+        next = at + 4;
+        if format != EIFMT_SVAL {
+            continue;
         }
-        next = match format {
-            EIFMT_NVAL | EIFMT_BVAL | EIFMT_HVAL => {
-                if holds_what_is_followed(attribute) {
-                    return Err(info_refusal(elf, i, s, at, attribute, Why::Unsized(format)));
-                }
-                at + 4
+        let end = next + usize::from(u16::from_le_bytes([h0, h1]));
+        let value = data.get(next..end).unwrap_or_default();
+        next = (end + 3) & !3;
+        if matches!(attribute, EIATTR_KPARAM_INFO | EIATTR_KPARAM_INFO_V2)
+            && let (Some(position), Some(flags)) = (word(value, 1), word(value, 2))
+        {
+            let param = Param::read(at, attribute, position, flags);
+            if pick(&param) {
+                return Some(param);
             }
-            // 4-byte aligned, as `at` is; past the end, the walk ends.
-            EIFMT_SVAL => (at + 4 + usize::from(u16::from_le_bytes([h0, h1])) + 3) & !3,
-            _ => break,
+        }
+    }
+    None
+}
+
+/// The 32-bit word `n` of a record's value, if it has one.
+#[inline(always)]
+fn word(value: &[u8], n: usize) -> Option<u32> {
+    value
+        .get(n.checked_mul(4)?..)?
+        .first_chunk()
+        .map(|w| u32::from_le_bytes(*w))
+}
+
+/// The first of the whole 32-bit words of a record's value that `bad` says is wrong.
+#[inline(always)]
+fn find_word(value: &[u8], bad: impl Fn(u32) -> bool) -> Option<u32> {
+    let mut rest = value;
+    while let Some((w, tail)) = rest.split_first_chunk() {
+        let w = u32::from_le_bytes(*w);
+        if bad(w) {
+            return Some(w);
+        }
+        rest = tail;
+    }
+    None
+}
+
+/// Checks the attribute records of `.nv.info` or a kernel's `.nv.info.K` (section `i`): each lies
+/// inside the section, and what the driver follows in them (symbol indexes, the parameters'
+/// place in their constant bank, instruction offsets) points inside what it names.
+///
+/// The loop reads every record of every cubin loaded, so it is written for speed: a record is
+/// never built as a value, the parameter descriptions are summed up in three numbers (the one a
+/// refusal names is found again on the way out), and every refusal is made by a cold function
+/// from plain numbers.
+fn check_info(elf: &Elf<'_>, i: u32, s: &Section, symbols: &Symbols<'_>) -> Check {
+    let data = elf.data(i, s)?;
+    // A kernel's attributes: its code section, when `sh_info` names one.
+    let code_size = match s.info() {
+        0 => None,
+        index => {
+            let Some(code) = elf.header(index) else {
+                return Err(format!("{}: {}", elf.label(i, s), elf.not_a_section(index)));
+            };
+            code.flag(SHF_EXECINSTR).then(|| code.size())
+        }
+    };
+    let count = symbols.count;
+    let is_symbol = move |index: u32| u64::from(index) < count;
+    let refuse = move |at: usize, attribute: u8, why: Why| {
+        info_refusal(elf, i, s, symbols, at, attribute, why)
+    };
+    let mut params = 0u64;
+    let mut param_bank = None;
+    // The parameter descriptions are checked against the count and the bank size once all
+    // records are read: by the highest ordinal, and the furthest end.
+    let (mut highest, mut furthest) = (0u64, 0u64);
+    // The records as `walk_records` reads them, written out: this loop runs for every record of
+    // every cubin loaded.
+    let mut next = 0;
+    while next < data.len() {
+        let record_at = next;
+        let Some(&[format, attribute, h0, h1]) =
+            data.get(record_at..).and_then(<[u8]>::first_chunk)
+        else {
+            return Err(refuse(record_at, 0, Why::HeaderPastEnd));
         };
+        let half = u16::from_le_bytes([h0, h1]);
+        if attribute == EIATTR_JUMPTABLE_RELOCS {
+            return Err(refuse(record_at, attribute, Why::Crashes));
+        }
+        if format != EIFMT_SVAL {
+            if !matches!(format, EIFMT_NVAL | EIFMT_BVAL | EIFMT_HVAL) {
+                return Err(refuse(record_at, format, Why::Format));
+            }
+            if holds_what_is_followed(attribute) {
+                return Err(refuse(record_at, attribute, Why::Unsized(format)));
+            }
+            if attribute == EIATTR_CBANK_PARAM_SIZE && format == EIFMT_HVAL {
+                param_bank = Some(u64::from(half));
+            }
+            next = record_at + 4;
+            continue;
+        }
+        // Inside the section: no overflow.
+        let end = record_at + 4 + usize::from(half);
+        let Some(value) = data.get(record_at + 4..end) else {
+            return Err(refuse(record_at, attribute, Why::ValuePastEnd(half)));
+        };
+        // `record_at` is 4-byte aligned, so the next record starts after the value's padding.
+        next = (end + 3) & !3;
+        match attribute {
+            EIATTR_REGCOUNT
+            | EIATTR_FRAME_SIZE
+            | EIATTR_MIN_STACK_SIZE
+            | EIATTR_MAX_STACK_SIZE
+            | EIATTR_LOAD_CACHE_REQUEST
+            | EIATTR_SAM_REGION_STACK_SIZE => match word(value, 0) {
+                Some(index) if is_symbol(index) => {}
+                Some(index) => return Err(refuse(record_at, attribute, Why::Symbol(index))),
+                None => return Err(refuse(record_at, attribute, Why::NoSymbol(value.len()))),
+            },
+            EIATTR_EXTERNS | EIATTR_SYSCALLS_FALLBACK => {
+                if attribute == EIATTR_SYSCALLS_FALLBACK && !value.len().is_multiple_of(8) {
+                    return Err(refuse(record_at, attribute, Why::Pairs(value.len())));
+                }
+                if let Some(index) = find_word(value, |n| !is_symbol(n)) {
+                    return Err(refuse(record_at, attribute, Why::Symbol(index)));
+                }
+            }
+            EIATTR_PARAM_CBANK => {
+                let index = match word(value, 0) {
+                    Some(index) if is_symbol(index) => index,
+                    Some(index) => return Err(refuse(record_at, attribute, Why::Symbol(index))),
+                    None => return Err(refuse(record_at, attribute, Why::NoSymbol(value.len()))),
+                };
+                let placement = word(value, 1);
+                let Some(placement) = placement else {
+                    return Err(refuse(record_at, attribute, Why::NoPlacement));
+                };
+                let (offset, size) = (u64::from(placement & 0xffff), u64::from(placement >> 16));
+                let bank = symbols.get(u64::from(index)).map_or(0, |sym| sym.shndx);
+                if bank != 0 && bank < SHN_LORESERVE {
+                    let fitting = elf
+                        .header(u32::from(bank))
+                        .map(|section| fits(offset, size, section.size()));
+                    if fitting != Some(true) {
+                        return Err(refuse(record_at, attribute, Why::Bank(bank, offset, size)));
+                    }
+                }
+            }
+            EIATTR_KPARAM_INFO | EIATTR_KPARAM_INFO_V2 => {
+                let (Some(position), Some(flags)) = (word(value, 1), word(value, 2)) else {
+                    return Err(refuse(record_at, attribute, Why::ShortParam(value.len())));
+                };
+                params += 1;
+                let param = Param::read(record_at, attribute, position, flags);
+                highest = highest.max(param.ordinal);
+                furthest = furthest.max(param.end());
+            }
+            EIATTR_EXIT_INSTR_OFFSETS => {
+                if let Some(size) = code_size
+                    && let Some(offset) = find_word(value, |n| u64::from(n) >= size)
+                {
+                    return Err(refuse(record_at, attribute, Why::Exit(offset)));
+                }
+            }
+            _ => {}
+        }
+    }
+    if params == 0 {
+        return Ok(());
+    }
+    // The refusals name the first description with the highest ordinal, or the furthest end.
+    if highest >= params {
+        let (at, attribute) = param_where(data, |p| p.ordinal == highest)
+            .map_or((0, EIATTR_KPARAM_INFO), |p| (p.at, p.attribute));
+        return Err(refuse(at, attribute, Why::Ordinal(highest, params)));
+    }
+    if let Some(bank) = param_bank
+        && furthest > bank
+    {
+        let p = param_where(data, |p| p.end() == furthest).unwrap_or(Param {
+            at: 0,
+            attribute: EIATTR_KPARAM_INFO,
+            ordinal: 0,
+            offset: furthest,
+            size: 0,
+        });
+        return Err(refuse(p.at, p.attribute, Why::PastParams(p, bank)));
     }
     Ok(())
 }
@@ -427,16 +770,75 @@ fn check_info(elf: &Elf<'_>, i: u32, s: &Section) -> Check {
 /// Why an attribute record is refused (see `info_refusal`).
 #[derive(Clone, Copy)]
 enum Why {
+    /// Its 4-byte header runs past the end of the section.
+    HeaderPastEnd,
+    /// Its format (the `attribute` passed along) is unknown.
+    Format,
     /// Of this format, not sized, for an attribute whose value the driver follows.
     Unsized(u8),
+    /// `SYSCALLS_FALLBACK` of this many bytes, not whole pairs of symbol indexes.
+    Pairs(usize),
+    /// Its value of this many bytes runs past the end of the section.
+    ValuePastEnd(u16),
+    /// Not a symbol index of the table.
+    Symbol(u32),
+    /// A value of this many bytes, too short to hold a symbol index.
+    NoSymbol(usize),
+    /// `PARAM_CBANK` without the parameters' offset and size.
+    NoPlacement,
+    /// `PARAM_CBANK`: the parameters at this offset and size do not fit in the bank's section.
+    Bank(u16, u64, u64),
+    /// `KPARAM_INFO` or `KPARAM_INFO_V2` of this many bytes, too short.
+    ShortParam(usize),
+    /// An exit instruction at this offset past the end of the code.
+    Exit(u32),
+    /// A parameter ordinal that is not below the parameter count.
+    Ordinal(u64, u64),
+    /// A parameter past the end of the kernel's parameter bank of this many bytes.
+    PastParams(Param, u64),
     /// An attribute that no toolchain writes and the driver crashes on.
     Crashes,
 }
 
-/// The refusal of the record at `at` (attribute `attribute`) of attribute section `i`.
+/// The refusal of the record at `at` (attribute `attribute`, or its format for
+/// [`Why::Format`]) of attribute section `i`.
 #[cold]
-fn info_refusal(elf: &Elf<'_>, i: u32, s: &Section, at: usize, attribute: u8, why: Why) -> String {
+fn info_refusal(
+    elf: &Elf<'_>,
+    i: u32,
+    s: &Section,
+    symbols: &Symbols<'_>,
+    at: usize,
+    attribute: u8,
+    why: Why,
+) -> String {
+    let section = elf.label(i, s);
+    let len = Size(s.size());
+    let record = format!("the attribute record at offset {at} (attribute {attribute:#04x})");
     let e = match why {
+        Why::HeaderPastEnd => {
+            return format!(
+                "{section}: the attribute record at offset {at}: its 4-byte header is past the \
+                 end of the {len}-byte section"
+            );
+        }
+        Why::Format => {
+            return format!(
+                "{section}: the attribute record at offset {at} has format {attribute:#04x}, not \
+                 1 (no value), 2 (byte), 3 (half word) or 4 (sized)"
+            );
+        }
+        Why::ValuePastEnd(half) => {
+            return format!(
+                "{section}: {record}: its {half}-byte value is past the end of the {len}-byte \
+                 section"
+            );
+        }
+        Why::Symbol(index) => format!(
+            "symbol index {index} is past the {} symbols of {}",
+            symbols.count,
+            elf.label_of(symbols.index)
+        ),
         Why::Unsized(format) => format!(
             "a record of format {format} ({}), but the value of this attribute holds symbol \
              indexes or offsets that the driver follows, which only a sized record (format 4) \
@@ -447,12 +849,41 @@ fn info_refusal(elf: &Elf<'_>, i: u32, s: &Section, at: usize, attribute: u8, wh
                 _ => "a half word",
             }
         ),
+        Why::Pairs(bytes) => {
+            format!("{bytes} bytes, not whole pairs of symbol indexes (8 bytes each)")
+        }
+        Why::NoSymbol(bytes) => format!("{bytes} bytes hold no symbol index"),
+        Why::NoPlacement => "no parameter offset and size".into(),
+        Why::Bank(bank, offset, size) => match elf.section(u32::from(bank)) {
+            Ok(target) => format!(
+                "parameters at offset {offset} + size {size} are past the end of {} ({} bytes)",
+                elf.label(u32::from(bank), &target),
+                Size(target.size())
+            ),
+            Err(e) => e,
+        },
+        Why::ShortParam(bytes) => {
+            format!("{bytes} bytes, not the 12 of a parameter description")
+        }
+        Why::Exit(offset) => {
+            // Only checked against a code section that `sh_info` names.
+            let code = elf.header(s.info()).unwrap_or_default();
+            format!(
+                "instruction offset {offset} is past the end of {} ({} bytes)",
+                elf.label(s.info(), &code),
+                Size(code.size())
+            )
+        }
+        Why::Ordinal(ordinal, params) => {
+            format!("parameter ordinal {ordinal}, but the kernel has {params} parameters")
+        }
         Why::Crashes => "JUMPTABLE_RELOCS, which no CUDA toolchain of the last releases writes \
                          and the driver crashes on"
             .into(),
+        Why::PastParams(p, bank) => format!(
+            "parameter {} at offset {} + size {} is past the kernel's {bank} bytes of parameters",
+            p.ordinal, p.offset, p.size
+        ),
     };
-    format!(
-        "{}: the attribute record at offset {at} (attribute {attribute:#04x}): {e}",
-        elf.label(i, s)
-    )
+    format!("{section}: {record}: {e}")
 }

@@ -1,41 +1,39 @@
 //! ELF images: the structure that every reader of one walks, checked before the driver walks it.
 //!
-//! The driver's ELF reader trusts what it reads: a section header whose name, offset or size
-//! points elsewhere, a symbol naming a section that does not exist, crashes the process inside
-//! `cuModuleLoadData` (measured on an H200 with single-byte changes to real cubins). What is
-//! checked here is what the driver's loader needs, rule by rule: each is kept because a sweep on
-//! the H200 found the driver crashing, hanging or reading outside the blob without it
-//! (`tests/structural_rules.rs`; RELIABILITY.md, "The sweep of structural rules"), or because
-//! Atlas could not read the file as the driver does without it:
+//! The driver's ELF reader trusts what it reads: a section header whose name, offset, size, link
+//! or info points elsewhere, a symbol or relocation naming a section or symbol that does not exist,
+//! crashes the process inside `cuModuleLoadData` (measured on an H200 with single-byte changes to
+//! real cubins). So every offset, size and index that a reader follows is checked here first:
 //!
-//! - the header: 64-bit, little-endian (the layout every later read follows), the table entry
-//!   sizes of ELF64, no extended numbering of program headers or sections;
-//! - the program header table and the section header table lie inside the image, the section
-//!   header table after the ELF header;
-//! - the section name table exists and is a string table inside the image, and every section
-//!   name starts inside it;
-//! - every section's bytes lie inside the image (except `NOBITS` ones);
-//! - every symbol's section index is a section (or undefined, absolute, common; no extended or
-//!   reserved index);
-//! - a relocation section's `sh_info`, when not 0, is a section;
-//! - a cubin's toolkit note's strings lie inside it, and NVIDIA's records and flags that crashed
-//!   the driver ([`cuda`]);
-//! - the sections whose entries are read one by one (symbol tables, notes, `.nv.info`) are read
-//!   at most a few times over: they may share bytes, but not so much that checking them would
-//!   take more than linear time.
+//! - the header: 64-bit, little-endian, ELF identification version 1, a GPU machine, a known file
+//!   type, and the header and table entry sizes of ELF64 (the object file version `e_version`
+//!   varies with the CUDA toolkit, see `Elf::parse`);
+//! - the program header table and the section header table lie inside the image (after the ELF
+//!   header), and so does every segment's file image and every section's bytes (except `NOBITS`);
+//! - the section name table exists and ends in a NUL, and every section name starts inside it;
+//!   every string table ends in a NUL, so every name in one is terminated inside it;
+//! - every `sh_link` is a section, and names a section of the right type where the type of the
+//!   section says what it links to (symbol table → string table; relocations, hash tables,
+//!   groups → symbol table; dynamic section → string table; in a cubin, symbol indexes refer to
+//!   its one symbol table whatever `sh_link` says, see [`cuda`]); an `sh_info` flagged as a
+//!   section index (`SHF_INFO_LINK`) is 0 or a section;
+//! - symbol tables have 24-byte entries, each name inside the string table and each section index
+//!   a section (or undefined, absolute, common);
+//! - relocations have 16- or 24-byte entries, each naming a symbol of the linked table, and,
+//!   where offsets are section offsets (cubins, relocatable files), an offset inside the section
+//!   that `sh_info` names (in a cubin, with every byte its type rewrites);
+//! - notes lie inside their section (and a cubin's toolkit note's strings inside it, see
+//!   [`cuda`]).
 //!
-//! What is not checked: instruction bytes, the meaning of values, and the structure the driver
-//! was found to do without or to refuse cleanly itself (alignments, links between sections, the
-//! shape of symbol tables, symbols' names, relocation entries, notes that run past their
-//! section, and the rest that RELIABILITY.md lists as relaxed).
+//! NVIDIA's own sections of a cubin are checked in [`cuda`]. What is not checked: instruction
+//! bytes, and the meaning of values that are not offsets, sizes or indexes.
 //!
 //! The numbers of the ELF standard come from `object::elf`. The reading is our own: `object`'s
 //! readers cast the image to its header types, which needs the image aligned for them (its
 //! `unaligned` feature is off), while blobs come from `include_bytes!` and from inside fatbins and
 //! bundles at any address; and a refusal here must say which section and which field is wrong.
 //! It is the crate's one ELF reader: parameter layouts ([`crate::code::layout`]) read cubins
-//! through [`Elf`] too, and check for themselves what they need of what is no longer checked
-//! here (a string table's strings ending in a NUL, a symbol table's link).
+//! through [`Elf`] too.
 
 pub(super) mod cuda;
 pub(super) mod extent;
@@ -43,12 +41,18 @@ pub(super) mod extent;
 use std::borrow::Cow;
 
 use object::elf::{
-    ELFCLASS64, ELFDATA2LSB, EM_AMDGPU, EM_CUDA, SHN_ABS, SHN_COMMON, SHN_HIPROC, SHN_LOPROC,
-    SHN_LORESERVE, SHN_UNDEF, SHN_XINDEX, SHT_DYNSYM, SHT_NOBITS, SHT_NOTE, SHT_NULL, SHT_REL,
-    SHT_RELA, SHT_STRTAB, SHT_SYMTAB,
+    ELFCLASS64, ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD, ELFDATA2LSB, EM_AMDGPU, EM_CUDA, ET_DYN,
+    ET_EXEC, ET_REL, EV_CURRENT, SHF_COMPRESSED, SHF_INFO_LINK, SHN_ABS, SHN_COMMON, SHN_HIPROC,
+    SHN_LOPROC, SHN_LORESERVE, SHN_UNDEF, SHN_XINDEX, SHT_DYNAMIC, SHT_DYNSYM, SHT_GNU_HASH,
+    SHT_GNU_VERSYM, SHT_GROUP, SHT_HASH, SHT_NOBITS, SHT_NOTE, SHT_NULL, SHT_REL, SHT_RELA,
+    SHT_STRTAB, SHT_SYMTAB, SHT_SYMTAB_SHNDX, STB_LOOS, STB_WEAK, STT_FUNC, STT_LOOS, STT_OBJECT,
+    STT_TLS,
 };
 
-use super::read::{Check, Size, bytes_at, field, fits, past_end, u8_at, u16_at, u32_at, u64_at};
+use super::read::{
+    Check, InOrder, Scanned, Size, bytes_at, field, fits, overlapping, past_end, u8_at, u16_at,
+    u32_at, u64_at,
+};
 
 /// The first bytes of every ELF file.
 pub(super) const MAGIC: &[u8] = b"\x7fELF";
@@ -57,20 +61,18 @@ const HEADER_SIZE: u64 = 64;
 const PROGRAM_HEADER_SIZE: u64 = 56;
 const SECTION_HEADER_SIZE: u64 = 64;
 const SYMBOL_SIZE: u64 = 24;
-/// How many times over the sections whose entries are read one by one may hold the image's
-/// bytes: they lie inside it, so in toolchains' files, where no two share bytes, once at most.
-const WALKED_PER_BYTE: u64 = 4;
+const REL_SIZE: u64 = 16;
+const RELA_SIZE: u64 = 24;
 /// `e_phnum` meaning "more than fit here": extended numbering, which GPU code never needs.
 const PN_XNUM: u16 = 0xffff;
 
-/// What an ELF image is read as, by where it was found. `e_machine` is the driver's to judge
-/// (it refuses a cubin of another machine cleanly), so it only says which checks apply.
+/// Which machines an ELF image may be built for, where it was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::code) enum Machines {
-    /// A module blob or a clang offload-bundle entry: an AMD GPU code object (`EM_AMDGPU`, for
-    /// the SCALE/HIP toolchain) when it says so, else an NVIDIA cubin, whatever its `e_machine`.
+    /// A module blob or a clang offload-bundle entry: an NVIDIA cubin (`EM_CUDA`) or an AMD GPU
+    /// code object (`EM_AMDGPU`, for the SCALE/HIP toolchain).
     Gpu,
-    /// An entry of an NVIDIA fatbin: an NVIDIA cubin, whatever its `e_machine`.
+    /// An entry of an NVIDIA fatbin: a cubin only.
     Cuda,
 }
 
@@ -170,18 +172,24 @@ impl<'a> Section<'a> {
         self.u64(48)
     }
 
+    /// `sh_entsize`.
+    #[inline(always)]
+    fn entsize(&self) -> u64 {
+        self.u64(56)
+    }
+
     #[inline(always)]
     fn flag(&self, flag: u32) -> bool {
         self.flags() & u64::from(flag) != 0
     }
 }
 
-/// The bytes of a symbol table, read as whole ELF64 symbols of 24 bytes whatever its
-/// `sh_entsize` says, bytes after the last whole one left out (the driver loads cubins whose
-/// table ends in part of a symbol).
+/// A symbol table, checked for shape (type, entry size, bytes inside the image).
 #[derive(Debug, Clone, Copy)]
 pub(in crate::code) struct Symbols<'a> {
+    index: u32,
     data: &'a [u8],
+    count: u64,
 }
 
 /// A symbol, as read.
@@ -189,15 +197,25 @@ pub(in crate::code) struct Symbols<'a> {
 pub(in crate::code) struct Symbol {
     /// `st_name`: the offset of its name in the string table.
     pub(in crate::code) name: u32,
+    /// `STB_*`, the high nibble of `st_info`.
+    binding: u8,
     /// `STT_*`, the low nibble of `st_info`.
     pub(in crate::code) kind: u8,
     /// `st_other`.
     pub(in crate::code) other: u8,
     /// `st_shndx`.
     pub(in crate::code) shndx: u16,
+    value: u64,
+    size: u64,
 }
 
 impl Symbols<'_> {
+    #[inline]
+    fn get(&self, n: u64) -> Option<Symbol> {
+        let at = usize::try_from(n.checked_mul(SYMBOL_SIZE)?).ok()?;
+        self.data.get(at..)?.first_chunk().map(Symbol::read)
+    }
+
     /// Every symbol of the table, in order.
     pub(in crate::code) fn iter(&self) -> impl Iterator<Item = Symbol> + '_ {
         self.data
@@ -213,20 +231,29 @@ impl Symbol {
         let ([info], [other]) = (field(entry, 4), field(entry, 5));
         Self {
             name: u32::from_le_bytes(field(entry, 0)),
+            binding: info >> 4,
             kind: info & 0xf,
             other,
             shndx: u16::from_le_bytes(field(entry, 6)),
+            value: u64::from_le_bytes(field(entry, 8)),
+            size: u64::from_le_bytes(field(entry, 16)),
         }
     }
 }
 
-/// What can be wrong with a symbol's section index (see `Elf::symbol_fault`).
+/// What can be wrong with a symbol (see `Elf::symbol_fault`).
 #[derive(Debug, Clone, Copy)]
 enum SymbolFault {
+    /// Its name is not in the string table.
+    Name,
+    /// Its binding or type is reserved.
+    Reserved,
     /// `SHN_XINDEX`.
     ExtendedIndex,
     /// Its section index is not a section.
     NoSection,
+    /// Its value and size run past the end of its section.
+    PastSection,
     /// Its section index is in the reserved range.
     ReservedIndex,
 }
@@ -237,12 +264,13 @@ pub(in crate::code) struct Elf<'a> {
     b: &'a [u8],
     whole: &'a str,
     cuda: bool,
+    file_type: u16,
     phoff: u64,
     phnum: u16,
     /// The section header table: `shnum` headers of 64 bytes.
     headers: &'a [u8],
     shnum: u32,
-    /// The bytes of the section name table (whose last name may run to its end).
+    /// The bytes of the section name table, ending in a NUL.
     names: &'a [u8],
 }
 
@@ -261,9 +289,6 @@ impl<'a> Elf<'a> {
         let byte = |at| u8_at(b, at).unwrap_or(0);
         let half = |at| u16_at(b, at).unwrap_or(0);
         let word = |at| u64_at(b, at).unwrap_or(0);
-        // The layout every later read follows. The driver refuses a cubin relabelled so cleanly,
-        // but a file of another class or byte order is one this reader cannot check as the
-        // driver would read it: it is refused rather than handed over unchecked.
         if byte(4) != ELFCLASS64 {
             return Err(format!(
                 "not a 64-bit ELF file (EI_CLASS {}), as GPU code objects are",
@@ -276,11 +301,51 @@ impl<'a> Elf<'a> {
                 byte(5)
             ));
         }
-        // EI_VERSION, `e_type`, `e_ehsize` and `e_version` locate nothing, and the driver loads
-        // cubins with any of them changed; `e_flags` is checked in `cuda::check_flags`. A file of
-        // another machine is the driver's to refuse (it does, cleanly), checked as a cubin here
-        // unless it is an AMD GPU code object where those are taken.
-        let cuda = !(machines == Machines::Gpu && half(18) == EM_AMDGPU);
+        // EI_VERSION is the version of the ELF format itself, which every reader relies on.
+        if byte(6) != EV_CURRENT {
+            return Err(format!(
+                "ELF identification version {} (EI_VERSION), not {EV_CURRENT}",
+                byte(6)
+            ));
+        }
+        let machine = half(18);
+        let cuda = match (machine, machines) {
+            (EM_CUDA, _) => true,
+            (EM_AMDGPU, Machines::Gpu) => false,
+            (EM_AMDGPU, Machines::Cuda) => {
+                return Err(format!(
+                    "an ELF file for machine {EM_AMDGPU} (AMD GPU) inside an NVIDIA fatbin"
+                ));
+            }
+            (other, Machines::Gpu) => {
+                return Err(format!(
+                    "an ELF file for machine {other}, not CUDA ({EM_CUDA}) or AMD GPU ({EM_AMDGPU})"
+                ));
+            }
+            (other, Machines::Cuda) => {
+                return Err(format!(
+                    "an ELF file for machine {other}, not CUDA ({EM_CUDA})"
+                ));
+            }
+        };
+        // e_version is the object file's version: 1 (EV_CURRENT) in AMD code objects and nvcc 13
+        // cubins, but other CUDA toolchains write the toolkit's version there as
+        // `10 * major + minor` (NVRTC 12.0: 120, nvJitLink 12.8: 128). No reader locates anything
+        // by it, so it is not checked; nor are `e_flags` here (see `cuda::check_flags`).
+        let file_type = half(16);
+        if !matches!(file_type, ET_REL | ET_EXEC | ET_DYN) {
+            return Err(format!(
+                "ELF file type {file_type} is not relocatable ({ET_REL}), executable ({ET_EXEC}) \
+                 or shared ({ET_DYN})"
+            ));
+        }
+        if u64::from(half(52)) != HEADER_SIZE {
+            return Err(format!(
+                "e_ehsize is {}, not the {HEADER_SIZE} bytes of an ELF64 header",
+                half(52)
+            ));
+        }
+
         let (phoff, phnum) = (word(32), half(56));
         if phnum > 0 {
             if phnum == PN_XNUM {
@@ -298,9 +363,6 @@ impl<'a> Elf<'a> {
 
         let (shoff, shnum, shstrndx) = (word(40), half(60), half(62));
         if shnum == 0 {
-            // Extended numbering keeps the count in section 0 at e_shoff, and the driver reads
-            // there (it read outside a blob whose e_shoff was 0): a table this reader does not
-            // read is refused, not handed over unchecked.
             if shoff != 0 {
                 return Err(format!(
                     "extended section numbering (e_shnum 0, e_shoff {shoff}) is not supported"
@@ -313,6 +375,7 @@ impl<'a> Elf<'a> {
                 b,
                 whole,
                 cuda,
+                file_type,
                 phoff,
                 phnum,
                 headers: &[],
@@ -320,16 +383,15 @@ impl<'a> Elf<'a> {
                 names: &[],
             });
         }
+        if shnum >= SHN_LORESERVE {
+            return Err(format!(
+                "e_shnum {shnum} is in the reserved range (0xff00 and above)"
+            ));
+        }
         if u64::from(half(58)) != SECTION_HEADER_SIZE {
             return Err(format!(
                 "e_shentsize is {}, not the {SECTION_HEADER_SIZE} bytes of an ELF64 section header",
                 half(58)
-            ));
-        }
-        // The driver crashed or hung on a table that overlaps the header (program headers may).
-        if shoff < HEADER_SIZE {
-            return Err(format!(
-                "the section header table at offset {shoff} overlaps the ELF header"
             ));
         }
         check_table(
@@ -344,6 +406,7 @@ impl<'a> Elf<'a> {
             b,
             whole,
             cuda,
+            file_type,
             phoff,
             phnum,
             // Inside the image (checked above).
@@ -366,9 +429,12 @@ impl<'a> Elf<'a> {
                 table.kind()
             ));
         }
-        // Its last name need not end in a NUL: the driver reads names no further than the table.
-        elf.names = bytes_at(b, table.offset(), table.size())
+        let names = bytes_at(b, table.offset(), table.size())
             .ok_or_else(|| past_end(&what(), table.offset(), table.size(), b.len(), whole))?;
+        if names.last() != Some(&0) {
+            return Err(format!("{}: does not end with a NUL byte", what()));
+        }
+        elf.names = names;
         Ok(elf)
     }
 
@@ -377,21 +443,24 @@ impl<'a> Elf<'a> {
         (1..self.shnum).filter_map(|i| Some((i, self.header(i)?)))
     }
 
-    /// The name of section `i`, `s`: the bytes before its NUL in the section name table; `None`
-    /// when it does not start and end there (the table's last name may run to its end).
-    pub(in crate::code) fn section_name(&self, s: &Section) -> Option<&'a [u8]> {
-        c_string(self.names, s.name())
+    /// The name of section `i`, `s`: the bytes before its NUL in the section name table (which
+    /// ends in one, checked by `parse`).
+    pub(in crate::code) fn section_name(&self, i: u32, s: &Section) -> Check<&'a [u8]> {
+        c_string(self.names, s.name()).ok_or_else(|| {
+            format!(
+                "section {i}: its name offset {} is outside the {}-byte section name table",
+                s.name(),
+                Size(self.names.len() as u64)
+            )
+        })
     }
 
-    /// The first symbol table (`SHT_SYMTAB`) and the string table it links to, `None` when there
-    /// is none; a refusal when it links to no string table.
+    /// The first symbol table (`SHT_SYMTAB`) and its string table, `None` when there is none.
     pub(in crate::code) fn symbol_table(&self) -> Check<Option<(Symbols<'a>, &'a [u8])>> {
         let Some((i, s)) = self.sections().find(|(_, s)| s.kind() == SHT_SYMTAB) else {
             return Ok(None);
         };
-        let symbols = Symbols {
-            data: self.data(i, &s)?,
-        };
+        let symbols = self.symbols(i, &s, i)?;
         Ok(Some((symbols, self.strings(i, &s, s.link())?)))
     }
 
@@ -433,6 +502,14 @@ impl<'a> Elf<'a> {
         format!("section {i} ({})", self.name(s))
     }
 
+    /// `section 12 (.nv.info.scale)` for a section known only by its index.
+    fn label_of(&self, i: u32) -> String {
+        match self.section(i) {
+            Ok(s) => self.label(i, &s),
+            Err(_) => format!("section {i}"),
+        }
+    }
+
     /// The bytes of section `i`: empty for `NOBITS` and null sections, a refusal when they do not
     /// lie inside the image.
     #[inline(always)]
@@ -457,10 +534,6 @@ impl<'a> Elf<'a> {
         )
     }
 
-    /// The program header table lies inside the image: the driver reads outside a blob whose
-    /// table does not. It may overlap the ELF header, and the segments' file bytes are not
-    /// checked: the driver loads cubins with either (H200, driver 580,
-    /// `tests/structural_rules.rs`), and nothing is read through them here.
     fn check_program_headers(&self) -> Check {
         if self.phnum == 0 {
             return Ok(());
@@ -472,68 +545,159 @@ impl<'a> Elf<'a> {
             PROGRAM_HEADER_SIZE,
             self.b,
             self.whole,
+        )?;
+        // The table lies inside the image (checked above).
+        let table = bytes_at(
+            self.b,
+            self.phoff,
+            u64::from(self.phnum) * PROGRAM_HEADER_SIZE,
         )
+        .unwrap_or_default();
+        // A segment's file bytes lie inside the image. Its memory size is not checked against
+        // them: CUDA 11.0's ptxas pads `.nv.global.init` so that a `PT_LOAD` holds 2 bytes more
+        // in the file than in memory, and the driver loads such cubins (H200, driver 580,
+        // `tests/structural_rules.rs`).
+        let (mut rest, mut i) = (table, 0u64);
+        while let Some((h, tail)) = rest.split_first_chunk::<{ PROGRAM_HEADER_SIZE as usize }>() {
+            rest = tail;
+            let offset = u64::from_le_bytes(field(h, 8));
+            let file_size = u64::from_le_bytes(field(h, 32));
+            if file_size > 0 && !fits(offset, file_size, self.b.len() as u64) {
+                let kind = u32::from_le_bytes(field(h, 0));
+                return Err(self.segment_past_end(i, kind, offset, file_size));
+            }
+            i += 1;
+        }
+        Ok(())
     }
 
-    /// Every section on its own and what it holds, in one pass over the section header table:
-    /// its name and bytes, and for the sections whose entries the driver follows (symbol tables,
-    /// relocations, notes, NVIDIA's sections) what it follows in them.
-    ///
-    /// The sections whose entries are read one by one (symbol tables, notes, `.nv.info`) may
-    /// share bytes: the ELF standard says no sections overlap, but NVIDIA's do (nvcc 13's
-    /// `.nv.merc.*` sections for sm_100 and later mirror the bytes of others), and the driver
-    /// loads a cubin with a second `.nv.info` over the bytes of the first. But checking them
-    /// reads their bytes once per section, so together they may hold the image's bytes at most
-    /// [`WALKED_PER_BYTE`] times over: many sections sharing one region would otherwise take
-    /// time quadratic in the image. That is counted before each is read.
+    /// The refusal of program header `i`, whose file bytes are not inside the image.
+    #[cold]
+    fn segment_past_end(&self, i: u64, kind: u32, offset: u64, file_size: u64) -> String {
+        let what = format!("program header {i} (type {kind:#x})");
+        past_end(&what, offset, file_size, self.b.len(), self.whole)
+    }
+
     fn check_sections(&self) -> Check {
-        let budget = (self.b.len() as u64).saturating_mul(WALKED_PER_BYTE);
-        let mut walked = 0u64;
-        // Section 0 too: the null section by the standard, all zeros (and so checked in a few
-        // comparisons), but the driver loads cubins whose section 0 is not, and whatever it
-        // holds is checked as any other section's would be.
-        let mut rest = self.headers;
-        let mut i = 0;
+        if self.shnum == 0 {
+            return Ok(());
+        }
+        // Extended numbering keeps counts in section 0; without it section 0 is all zeros.
+        let (null, headers) = self
+            .headers
+            .split_first_chunk::<{ SECTION_HEADER_SIZE as usize }>()
+            .unwrap_or((&[0; SECTION_HEADER_SIZE as usize], &[]));
+        // An OR of the bytes is a few vector instructions; the position only on the way out.
+        if null.iter().fold(0, |any, &b| any | b) != 0 {
+            let at = null.iter().position(|&b| b != 0).unwrap_or_default();
+            return Err(format!(
+                "section 0 has a non-zero byte at offset {at} of its header; the first section \
+                 of an ELF file is the null section, all zeros"
+            ));
+        }
+        // One pass over the headers: what every section must be on its own (its name, its bytes
+        // inside the image, its links sections), where the symbol table is (in a cubin every
+        // symbol index refers to its one symbol table, `symbols_of`, whatever section it is
+        // in; it is checked for shape once, below), and whether the sections whose entries the
+        // checks below read one by one share bytes. They must not, so that those checks read each
+        // byte of the image at most once (many sections sharing the bytes of one would be read
+        // again for each). The ELF standard says no sections overlap, but NVIDIA's do: nvcc 13
+        // writes sections for sm_100 and later (`.nv.merc.*`) that mirror the bytes of others,
+        // and relocatable cubins have sections of their own types that occupy no file bytes, at
+        // the offset of the next.
+        let (mut symtab, mut first_table) = (None, None);
+        let mut walked = InOrder::default();
+        let (mut rest, mut i) = (headers, 1);
         while let Some((header, tail)) = rest.split_first_chunk() {
             let s = Section::read(header);
-            self.check_section(i, &s)?;
             let kind = s.kind();
-            if is_walked(kind, self.cuda) {
-                walked = walked.saturating_add(s.size());
-                if walked > budget {
-                    return Err(self.walked_too_much(walked));
+            if matches!(kind, SHT_SYMTAB | SHT_DYNSYM) {
+                if self.cuda
+                    && let Some(first) = first_table.replace(i)
+                {
+                    return Err(format!(
+                        "{} and {} are both symbol tables; a CUDA cubin has one",
+                        self.label_of(first),
+                        self.label_of(i)
+                    ));
+                }
+                if kind == SHT_SYMTAB && symtab.is_none() {
+                    symtab = Some(i);
                 }
             }
-            match kind {
-                SHT_SYMTAB | SHT_DYNSYM => self.check_symbols(i, &s)?,
-                SHT_REL | SHT_RELA => self.check_relocations(i, &s)?,
+            self.check_section(i, &s)?;
+            if is_walked(kind, self.cuda) {
+                walked.push(i as usize - 1, s.offset(), s.size());
+            }
+            (rest, i) = (tail, i + 1);
+        }
+        if self.cuda && symtab.is_none() {
+            return Err("a CUDA cubin without a symbol table (.symtab)".into());
+        }
+        let overlap = match walked.end() {
+            Scanned::Apart => None,
+            Scanned::Overlap(first, second) => Some((first, second)),
+            Scanned::Unordered => overlapping(self.walked_ranges()),
+        };
+        if let Some((first, second)) = overlap {
+            let (first, second) = (first as u32 + 1, second as u32 + 1);
+            let range = |i| {
+                let s = self.header(i).unwrap_or_default();
+                format!("{}..{}", s.offset(), s.offset().saturating_add(s.size()))
+            };
+            return Err(format!(
+                "{} (bytes {}) and {} (bytes {}) overlap; sections of an ELF file do not",
+                self.label_of(first),
+                range(first),
+                self.label_of(second),
+                range(second)
+            ));
+        }
+        let symtab = match symtab {
+            Some(index) if self.cuda => Some(self.symbols(index, &self.section(index)?, index)?),
+            _ => None,
+        };
+        // Then every section's contents, in one pass, and what its links reach. A check that
+        // follows a link checks what it reads there (the type of the section); the rest of that
+        // section is checked when the pass gets to it.
+        let (mut rest, mut i) = (headers, 1);
+        while let Some((header, tail)) = rest.split_first_chunk() {
+            let s = Section::read(header);
+            match s.kind() {
+                SHT_SYMTAB | SHT_DYNSYM => self.check_symbols(i, &s, symtab)?,
+                SHT_REL | SHT_RELA => self.check_relocations(i, &s, symtab)?,
+                SHT_HASH | SHT_GNU_HASH | SHT_GNU_VERSYM | SHT_GROUP | SHT_SYMTAB_SHNDX => {
+                    self.symbols(i, &s, s.link())?;
+                }
+                SHT_DYNAMIC => {
+                    self.strings(i, &s, s.link())?;
+                }
                 SHT_NOTE => self.check_notes(i, &s)?,
-                // NVIDIA's own sections, and the checks of a cubin's data (none of the types
-                // above).
-                _ if self.cuda => cuda::check_section(self, i, &s)?,
-                _ => {}
+                // NVIDIA's own sections, and the checks of a cubin's code and data (none of the
+                // types above).
+                _ => {
+                    if let Some(symtab) = &symtab {
+                        cuda::check_section(self, i, &s, symtab)?;
+                    }
+                }
             }
             (rest, i) = (tail, i + 1);
         }
         Ok(())
     }
 
-    /// The refusal of sections read one by one that hold `walked` bytes in all.
-    #[cold]
-    fn walked_too_much(&self, walked: u64) -> String {
-        format!(
-            "the sections whose entries are read one by one (symbol tables, notes, .nv.info) \
-             hold {} bytes in all, more than {WALKED_PER_BYTE} times the {}-byte {}: they share \
-             bytes, and checking them would read each of those many times over",
-            Size(walked),
-            Size(self.b.len() as u64),
-            self.whole
-        )
+    /// The bytes of sections 1 and up that the checks below read entry by entry, as `(offset,
+    /// size)`; none for other sections.
+    fn walked_ranges(&self) -> impl Iterator<Item = (u64, u64)> + Clone + '_ {
+        (1..self.shnum).map(|i| match self.header(i) {
+            Some(s) if is_walked(s.kind(), self.cuda) => (s.offset(), s.size()),
+            _ => (0, 0),
+        })
     }
 
     /// What section `i` must be on its own: a name in the name table, its bytes inside the
-    /// image. Its alignment, links, flags and a string table's last NUL are not checked: the
-    /// driver loads cubins with any of them changed, or refuses them cleanly.
+    /// image, a power-of-two alignment, its links sections, a compression header where flagged,
+    /// a string table ending in a NUL.
     #[inline(always)]
     fn check_section(&self, i: u32, s: &Section) -> Check {
         if s.name() as usize >= self.names.len() {
@@ -543,10 +707,95 @@ impl<'a> Elf<'a> {
                 Size(self.names.len() as u64)
             ));
         }
-        self.data(i, s).map(drop)
+        let data = self.data(i, s)?;
+        // 0 and 1 (no alignment) and the powers of two have no bit in common with the number
+        // below them.
+        if s.align() & s.align().wrapping_sub(1) != 0 {
+            return Err(format!(
+                "{}: alignment {} is not a power of two",
+                self.label(i, s),
+                s.align()
+            ));
+        }
+        if s.link() >= self.shnum {
+            return Err(format!(
+                "{}: sh_link {} is not one of the {} sections",
+                self.label(i, s),
+                s.link(),
+                self.shnum
+            ));
+        }
+        if s.flags() & u64::from(SHF_INFO_LINK | SHF_COMPRESSED) != 0 {
+            self.check_flagged(i, s, data)?;
+        }
+        if s.kind() == SHT_STRTAB && data.last() != Some(&0) {
+            return Err(format!(
+                "{}: the string table does not end with a NUL byte",
+                self.label(i, s)
+            ));
+        }
+        Ok(())
     }
 
-    /// The string table `index` that section `i` links to.
+    /// What the flags `SHF_INFO_LINK` and `SHF_COMPRESSED` of section `i` promise: an `sh_info`
+    /// that is 0 or a section, a compression header (out of line: few sections have either).
+    /// `sh_info` 0 names no section, and nothing is read there: NVIDIA's own assembler flags
+    /// `.nv.shared.reserved.0` so in cubins shipped for Blackwell, and the driver loads them
+    /// (H200, driver 580, `tests/structural_rules.rs`).
+    #[inline(never)]
+    fn check_flagged(&self, i: u32, s: &Section, data: &[u8]) -> Check {
+        if s.flag(SHF_INFO_LINK) && s.info() >= self.shnum {
+            return Err(format!(
+                "{}: sh_info {} is flagged as a section index (SHF_INFO_LINK) but is not one \
+                 of the {} sections",
+                self.label(i, s),
+                s.info(),
+                self.shnum
+            ));
+        }
+        if s.flag(SHF_COMPRESSED) {
+            self.check_compressed(i, s, data)?;
+        }
+        Ok(())
+    }
+
+    /// The symbol table whose indexes section `i` holds: the one its `sh_link` names, except in
+    /// a cubin, which has one symbol table, `symtab`, whatever `sh_link` says (NVRTC 12.0 links
+    /// relocation, attribute and code sections to `.nv.info`, and the driver loads them).
+    fn symbols_of(&self, i: u32, s: &Section, symtab: Option<Symbols<'a>>) -> Check<Symbols<'a>> {
+        match symtab {
+            Some(symtab) => Ok(symtab),
+            None => self.symbols(i, s, s.link()),
+        }
+    }
+
+    /// The symbol table `index` that section `i` links to: a symbol table with 24-byte entries.
+    fn symbols(&self, i: u32, s: &Section, index: u32) -> Check<Symbols<'a>> {
+        let table = self.section(index)?;
+        if !matches!(table.kind(), SHT_SYMTAB | SHT_DYNSYM) {
+            return Err(format!(
+                "{}: links to {}, which is not a symbol table",
+                self.label(i, s),
+                self.label(index, &table)
+            ));
+        }
+        if table.entsize() != SYMBOL_SIZE || !table.size().is_multiple_of(SYMBOL_SIZE) {
+            return Err(format!(
+                "{}: entry size {} and size {}: a symbol table has whole {SYMBOL_SIZE}-byte entries",
+                self.label(index, &table),
+                table.entsize(),
+                table.size()
+            ));
+        }
+        Ok(Symbols {
+            index,
+            data: self.data(index, &table)?,
+            count: table.size() / SYMBOL_SIZE,
+        })
+    }
+
+    /// The string table `index` that section `i` links to (ending in a NUL: checked for every
+    /// string table before links are followed).
     #[inline]
     fn strings(&self, i: u32, s: &Section, index: u32) -> Check<&'a [u8]> {
         let table = self.section(index)?;
@@ -560,32 +809,91 @@ impl<'a> Elf<'a> {
         self.data(index, &table)
     }
 
-    /// Each whole symbol of symbol table `i` names a section that exists, or none: the driver
-    /// crashed on a symbol whose section index is past the section table or reserved. The
-    /// rest of a symbol (its name, binding, type, value and size) and of the table (its entry
-    /// size, `sh_info`, the null symbol) is the driver's to judge.
-    fn check_symbols(&self, i: u32, s: &Section) -> Check {
-        let (mut rest, mut n) = (self.data(i, s)?, 0u64);
+    /// A compressed section (`SHF_COMPRESSED`) starts with a header saying how (`Elf64_Chdr`:
+    /// `u32 type, u32 reserved, u64 size, u64 alignment`), which a reader follows.
+    fn check_compressed(&self, i: u32, s: &Section, data: &[u8]) -> Check {
+        const CHDR_SIZE: u64 = 24;
+        let kind = u32_at(data, 0);
+        if s.kind() == SHT_NOBITS
+            || (data.len() as u64) < CHDR_SIZE
+            || !matches!(kind, Some(ELFCOMPRESS_ZLIB | ELFCOMPRESS_ZSTD))
+            || u64_at(data, 8) == Some(0)
+        {
+            return Err(format!(
+                "{}: flagged compressed (SHF_COMPRESSED) without a zlib or zstd compression \
+                 header",
+                self.label(i, s)
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_symbols(&self, i: u32, s: &Section, symtab: Option<Symbols<'a>>) -> Check {
+        let table = match symtab {
+            Some(symtab) if symtab.index == i => symtab,
+            _ => self.symbols(i, s, i)?,
+        };
+        let strings = self.strings(i, s, s.link())?;
+        if u64::from(s.info()) > table.count {
+            return Err(format!(
+                "{}: sh_info {} (its first global symbol) is past its {} symbols",
+                self.label(i, s),
+                s.info(),
+                table.count
+            ));
+        }
+        // An OR of the bytes is a few vector instructions. A table without symbol 0 fails too.
+        let null = bytes_at(table.data, 0, SYMBOL_SIZE).unwrap_or_default();
+        if null.len() != SYMBOL_SIZE as usize || null.iter().fold(0, |any, &b| any | b) != 0 {
+            return Err(format!(
+                "{}: symbol 0 is not all zeros, as the undefined symbol is",
+                self.label(i, s)
+            ));
+        }
+        let (mut rest, mut n) = (table.data, 0u64);
         while let Some((entry, tail)) = rest.split_first_chunk() {
             let sym = Symbol::read(entry);
-            if let Some(fault) = self.symbol_fault(sym) {
-                return Err(self.symbol_refusal(i, s, n, sym, fault));
+            if let Some(fault) = self.symbol_fault(sym, strings.len()) {
+                return Err(self.symbol_refusal(i, s, &table, n, strings, fault));
             }
             (rest, n) = (tail, n + 1);
         }
         Ok(())
     }
 
-    /// What is wrong with symbol `sym`'s section index, if anything: the part of
-    /// `check_symbols` that runs for every symbol.
+    /// What is wrong with symbol `sym` of a table whose string table has `strings` bytes, if
+    /// anything: the part of `check_symbols` that runs for every symbol.
     #[inline(always)]
-    fn symbol_fault(&self, sym: Symbol) -> Option<SymbolFault> {
+    fn symbol_fault(&self, sym: Symbol, strings: usize) -> Option<SymbolFault> {
+        if sym.name as usize >= strings {
+            return Some(SymbolFault::Name);
+        }
+        // Bindings 3-9 and types 7-9 are reserved by the ELF standard; above them each OS and
+        // processor has its own.
+        if (STB_WEAK < sym.binding && sym.binding < STB_LOOS)
+            || (STT_TLS < sym.kind && sym.kind < STT_LOOS)
+        {
+            return Some(SymbolFault::Reserved);
+        }
         match sym.shndx {
             SHN_UNDEF | SHN_ABS | SHN_COMMON => None,
-            // The index is then in a SHT_SYMTAB_SHNDX table, which is not read here.
             SHN_XINDEX => Some(SymbolFault::ExtendedIndex),
             x if x < SHN_LORESERVE => {
-                (u32::from(x) >= self.shnum).then_some(SymbolFault::NoSection)
+                let index = u32::from(x);
+                if index >= self.shnum {
+                    return Some(SymbolFault::NoSection);
+                }
+                // In a cubin every section starts at address 0, so a function's or a variable's
+                // value and size are a range of its section, which the driver reads. Elsewhere
+                // values are addresses.
+                if self.cuda && matches!(sym.kind, STT_FUNC | STT_OBJECT) {
+                    // One of the table's (checked above).
+                    let target = self.header(index).unwrap_or_default();
+                    if !fits(sym.value, sym.size, target.size()) {
+                        return Some(SymbolFault::PastSection);
+                    }
+                }
+                None
             }
             // Processor-specific indexes: AMD's for LDS variables (SHN_AMDGPU_LDS).
             x if (SHN_LOPROC..=SHN_HIPROC).contains(&x) && !self.cuda => None,
@@ -593,22 +901,27 @@ impl<'a> Elf<'a> {
         }
     }
 
-    /// The refusal for symbol `n`, `sym`, of symbol table `i`, for `fault`.
+    /// The refusal for symbol `n` of `table`, section `i` (string table `strings`), for `fault`.
+    /// The symbol is read again here, so that the loop over symbols keeps it in registers.
     #[cold]
     fn symbol_refusal(
         &self,
         i: u32,
         s: &Section,
+        table: &Symbols,
         n: u64,
-        sym: Symbol,
+        strings: &[u8],
         fault: SymbolFault,
     ) -> String {
-        // Its name, if the table links to a string table that holds it.
-        let strings = self
-            .header(s.link())
-            .filter(|t| t.kind() == SHT_STRTAB)
-            .and_then(|t| self.data(s.link(), &t).ok())
-            .unwrap_or_default();
+        let sym = table.get(n).unwrap_or(Symbol {
+            name: 0,
+            binding: 0,
+            kind: 0,
+            other: 0,
+            shndx: 0,
+            value: 0,
+            size: 0,
+        });
         let name = strings.get(sym.name as usize..).unwrap_or_default();
         let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
         let what = format!(
@@ -618,6 +931,17 @@ impl<'a> Elf<'a> {
         );
         let x = sym.shndx;
         match fault {
+            SymbolFault::Name => format!(
+                "{}: symbol {n}: its name offset {} is outside the {}-byte string table {}",
+                self.label(i, s),
+                sym.name,
+                Size(strings.len() as u64),
+                self.label_of(s.link())
+            ),
+            SymbolFault::Reserved => format!(
+                "{what}: binding {} and type {} (st_info): one of them is reserved",
+                sym.binding, sym.kind
+            ),
             SymbolFault::ExtendedIndex => {
                 format!("{what}: extended section indexes (SHN_XINDEX) are not supported")
             }
@@ -625,46 +949,132 @@ impl<'a> Elf<'a> {
                 "{what}: section index {x} is not one of the {} sections",
                 self.shnum
             ),
+            SymbolFault::PastSection => {
+                let index = u32::from(x);
+                let target = self.header(index).unwrap_or_default();
+                format!(
+                    "{what}: value {} + size {} is past the end of {} ({} bytes)",
+                    sym.value,
+                    sym.size,
+                    self.label(index, &target),
+                    Size(target.size())
+                )
+            }
             SymbolFault::ReservedIndex => format!("{what}: section index {x:#x} is reserved"),
         }
     }
 
-    /// A relocation section's `sh_info`, when not 0, is a section: the driver crashed on one
-    /// past the section table. Its entries (their size, symbols, types and offsets) the driver
-    /// was found to read safely whatever they hold.
-    fn check_relocations(&self, i: u32, s: &Section) -> Check {
-        match s.info() {
-            0 => Ok(()),
-            index => self
-                .section(index)
-                .map(drop)
-                .map_err(|e| format!("{}: the section it relocates: {e}", self.label(i, s))),
-        }
-    }
-
-    /// The notes of section `i`, for what the driver follows in a cubin's (the strings of its
-    /// toolkit note, [`cuda::check_note`]). The driver reads a note no further than its section:
-    /// one that runs past it is read as far as the section goes, and ends the walk.
-    fn check_notes(&self, i: u32, s: &Section) -> Check {
-        if !self.cuda {
-            return Ok(());
+    fn check_relocations(&self, i: u32, s: &Section, symtab: Option<Symbols<'a>>) -> Check {
+        let (entry, kind) = if s.kind() == SHT_REL {
+            (REL_SIZE, "REL")
+        } else {
+            (RELA_SIZE, "RELA")
+        };
+        if s.entsize() != entry || !s.size().is_multiple_of(entry) {
+            return Err(format!(
+                "{}: entry size {} and size {}: a {kind} table has whole {entry}-byte entries",
+                self.label(i, s),
+                s.entsize(),
+                s.size()
+            ));
         }
         let data = self.data(i, s)?;
+        let symbols = self.symbols_of(i, s, symtab)?;
+        let target = match s.info() {
+            // Dynamic relocations apply to the whole image, not to one section.
+            0 if !self.cuda => None,
+            0 => {
+                return Err(format!(
+                    "{}: sh_info 0 names no section to relocate",
+                    self.label(i, s)
+                ));
+            }
+            index => {
+                let target = self
+                    .section(index)
+                    .map_err(|e| format!("{}: the section it relocates: {e}", self.label(i, s)))?;
+                Some((index, target))
+            }
+        };
+        // In cubins and relocatable files an offset is one into the target section; in
+        // executables and shared objects it is an address.
+        let section_offsets = self.cuda || self.file_type == ET_REL;
+        for (n, rel) in (0u64..).zip(data.chunks_exact(entry as usize)) {
+            let offset = u64_at(rel, 0).unwrap_or(0);
+            let info = u64_at(rel, 8).unwrap_or(0);
+            let (symbol, rtype) = (info >> 32, info & 0xffff_ffff);
+            if symbol >= symbols.count {
+                return Err(format!(
+                    "{}: relocation {n}: symbol index {symbol} is past the {} symbols of {}",
+                    self.label(i, s),
+                    symbols.count,
+                    self.label_of(symbols.index)
+                ));
+            }
+            if self.cuda && !cuda::is_relocation_type(rtype) {
+                return Err(format!(
+                    "{}: relocation {n}: type {rtype:#x} is neither an R_CUDA type (below 0x100) \
+                     nor an R_MERCURY one (0x10000 to 0x100ff)",
+                    self.label(i, s)
+                ));
+            }
+            if let Some((index, target)) = target
+                && section_offsets
+            {
+                let width = if self.cuda {
+                    cuda::relocated_bytes(rtype, &target)
+                } else {
+                    1
+                };
+                if !fits(offset, width, target.size()) {
+                    return Err(format!(
+                        "{}: relocation {n}: offset {offset} + {width} bytes is past the end of \
+                         {} ({} bytes)",
+                        self.label(i, s),
+                        self.label(index, &target),
+                        Size(target.size())
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_notes(&self, i: u32, s: &Section) -> Check {
+        let data = self.data(i, s)?;
         let len = data.len() as u64;
-        let in_tkinfo = self.name(s) == cuda::TKINFO_SECTION;
+        let in_tkinfo = self.cuda && self.name(s) == cuda::TKINFO_SECTION;
         let align: u64 = if s.align() == 8 { 8 } else { 4 };
-        let round = |n: u64| n.saturating_add(align - 1) & !(align - 1);
+        let round = |n: u64| n.checked_add(align - 1).map(|n| n & !(align - 1));
         let mut at = 0u64;
-        while let (Some(name_size), Some(desc_size), Some(kind)) =
-            (u32_at(data, at), u32_at(data, at + 4), u32_at(data, at + 8))
-        {
-            let desc_at = round(at.saturating_add(12 + u64::from(name_size))).min(len);
-            let desc_end = desc_at.saturating_add(u64::from(desc_size)).min(len);
-            // Inside the section (both ends clamped to it).
-            let desc = bytes_at(data, desc_at, desc_end - desc_at).unwrap_or_default();
-            cuda::check_note(kind, desc, in_tkinfo)
-                .map_err(|why| format!("{}: the note at offset {at} {why}", self.label(i, s)))?;
-            at = round(desc_at.saturating_add(u64::from(desc_size)));
+        while at < len {
+            let too_long = || {
+                format!(
+                    "{}: the note at offset {at} runs past the end of the {}-byte section",
+                    self.label(i, s),
+                    Size(len)
+                )
+            };
+            let (Some(name_size), Some(desc_size)) = (u32_at(data, at), u32_at(data, at + 4))
+            else {
+                return Err(too_long());
+            };
+            let end = at
+                .checked_add(12 + u64::from(name_size))
+                .and_then(round)
+                .and_then(|desc| desc.checked_add(u64::from(desc_size)));
+            let (Some(end), Some(kind)) = (end.filter(|&end| end <= len), u32_at(data, at + 8))
+            else {
+                return Err(too_long());
+            };
+            if self.cuda {
+                let desc = bytes_at(data, end - u64::from(desc_size), u64::from(desc_size))
+                    .unwrap_or_default();
+                cuda::check_note(kind, desc, in_tkinfo).map_err(|why| {
+                    format!("{}: the note at offset {at} {why}", self.label(i, s))
+                })?;
+            }
+            at = round(end).unwrap_or(len);
         }
         Ok(())
     }
@@ -676,11 +1086,14 @@ fn occupies_file(kind: u32, cuda: bool) -> bool {
     !(matches!(kind, SHT_NOBITS | SHT_NULL) || (cuda && cuda::occupies_no_file(kind)))
 }
 
-/// Whether the checks read the bytes of a section of type `kind` entry by entry (of a cubin, when
-/// `cuda`): symbol tables, and a cubin's notes and `.nv.info` records.
+/// Whether the checks read the bytes of a section of type `kind` entry by entry: symbol tables,
+/// relocations, notes, and NVIDIA's records and call graph.
 #[inline]
 fn is_walked(kind: u32, cuda: bool) -> bool {
-    matches!(kind, SHT_SYMTAB | SHT_DYNSYM) || (cuda && (kind == SHT_NOTE || cuda::is_walked(kind)))
+    matches!(
+        kind,
+        SHT_SYMTAB | SHT_DYNSYM | SHT_REL | SHT_RELA | SHT_NOTE
+    ) || (cuda && cuda::is_record_section(kind))
 }
 
 /// The string at `offset` of string table `strings`, without its NUL; `None` when it does not
@@ -690,18 +1103,28 @@ pub(in crate::code) fn c_string(strings: &[u8], offset: u32) -> Option<&[u8]> {
     tail.get(..tail.iter().position(|&c| c == 0)?)
 }
 
-/// Checks that a table of `count` entries of `size` bytes at `offset` lies inside `b`.
+/// Checks that a table of `count` entries of `size` bytes at `offset` lies inside `b`, after its
+/// ELF header.
 #[inline]
 fn check_table(what: &str, offset: u64, count: u16, size: u64, b: &[u8], whole: &str) -> Check {
     let bytes = u64::from(count) * size;
-    if !fits(offset, bytes, b.len() as u64) {
-        return Err(past_end(
-            &format!("the {what} ({count} entries)"),
-            offset,
-            bytes,
-            b.len(),
-            whole,
-        ));
+    if offset < HEADER_SIZE || !fits(offset, bytes, b.len() as u64) {
+        return Err(table_refusal(what, offset, count, bytes, b, whole));
     }
     Ok(())
+}
+
+/// Why [`check_table`] refuses the table.
+#[cold]
+fn table_refusal(what: &str, offset: u64, count: u16, bytes: u64, b: &[u8], whole: &str) -> String {
+    if offset < HEADER_SIZE {
+        return format!("the {what} at offset {offset} overlaps the ELF header");
+    }
+    past_end(
+        &format!("the {what} ({count} entries)"),
+        offset,
+        bytes,
+        b.len(),
+        whole,
+    )
 }
