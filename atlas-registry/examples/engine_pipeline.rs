@@ -1,7 +1,8 @@
 //! An inference engine's data path, with Atlas alone: a copy stream and a compute stream ordered by
-//! events; chunks of input uploaded from page-locked (pinned) memory into two device buffers in
-//! turn (double buffering), while the compute stream runs kernels on the chunk before; each
-//! chunk's result written into its view of one large output buffer; everything timed with events.
+//! events; chunks of input, waiting in page-locked (pinned) memory as a loader leaves them,
+//! uploaded into two device buffers in turn (double buffering) while the compute stream runs
+//! kernels on the chunk before; each chunk's result written into its view of one large output
+//! buffer; everything timed with events.
 //!
 //! It checks every result against the CPU, then times the pipeline against its parts run one
 //! after the other (the uploads alone, the kernels alone): with the copies overlapped, the
@@ -66,10 +67,11 @@ fn run() -> atlas_registry::Result<()> {
 
     let (copies, compute) = (CudaStream::new(ctx)?, CudaStream::new(ctx)?);
     let axpy = AXPY.get(&registry)?;
-    let mut staging = [
-        PinnedBuffer::<f32>::alloc(ctx, chunk, PinnedFlags::new())?,
-        PinnedBuffer::<f32>::alloc(ctx, chunk, PinnedFlags::new())?,
-    ];
+    // The input as a loader leaves it: in page-locked memory, one buffer per chunk.
+    let mut staged = input
+        .chunks(chunk)
+        .map(|data| PinnedBuffer::from_slice(ctx, data, PinnedFlags::new()))
+        .collect::<atlas_registry::Result<Vec<_>>>()?;
     let mut inputs = [
         DeviceBuffer::<f32>::alloc(ctx, chunk)?,
         DeviceBuffer::<f32>::alloc(ctx, chunk)?,
@@ -92,14 +94,12 @@ fn run() -> atlas_registry::Result<()> {
         output.fill(&compute, 0.0)?;
         compute.synchronize()?;
         start.record(&copies)?;
-        for (i, data) in input.chunks(chunk).enumerate() {
+        for (i, staged) in staged.iter_mut().enumerate() {
             let b = i % 2;
-            // Waits for the upload two chunks back, which read this staging buffer.
-            staging[b].as_mut_slice()?.copy_from_slice(data);
             if i >= 2 {
                 copies.wait(&consumed[b])?; // the kernels of chunk i - 2 have read inputs[b]
             }
-            staging[b].copy_to_device(&copies, &mut inputs[b])?;
+            staged.copy_to_device(&copies, &mut inputs[b])?;
             uploaded[b].record(&copies)?;
             compute.wait(&uploaded[b])?;
             let mut view = output.range_mut(i * chunk..(i + 1) * chunk)?;
@@ -131,8 +131,8 @@ fn run() -> atlas_registry::Result<()> {
 
     // The parts alone: every upload, one after the other; every chunk's kernels on resident data.
     start.record(&copies)?;
-    for _ in 0..chunks {
-        staging[0].copy_to_device(&copies, &mut inputs[0])?;
+    for (i, staged) in staged.iter_mut().enumerate() {
+        staged.copy_to_device(&copies, &mut inputs[i % 2])?;
     }
     end.record(&copies)?;
     end.synchronize()?;

@@ -170,6 +170,13 @@ pub enum CaptureMisuse {
     /// one of another capture).
     #[error("the stream to fork into is being captured already")]
     ForkOfCapturingStream,
+    /// `CudaContext::set_limit` from a thread that is capturing: the driver refuses it
+    /// (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`) and invalidates the capture.
+    #[error(
+        "this thread is capturing a stream, and setting a context limit would invalidate the \
+         capture; set it before the capture (the capture goes on)"
+    )]
+    SetLimitWhileCapturing,
     /// A host function that runs once (`CudaStream::launch_host_func`) enqueued on a stream that
     /// is being captured, where it would run at every replay.
     #[error(

@@ -29,6 +29,7 @@ child::bodies!(
     an_older_device_has_a_sync_depth_up_to_24,
     function_attributes_are_eight_reads_never_kept,
     occupancy_is_checked_opted_in_and_one_call,
+    setting_a_limit_while_capturing_is_refused,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -706,8 +707,9 @@ fn gpu_questions_and_limits_from_a_capturing_thread_leave_the_capture_intact() {
     let (host, context) = (registry.host(), registry.ctx());
     let scale = registry.function_cached("elementwise", "scale").unwrap();
     let stack = context.limit(ContextLimit::StackSize).unwrap();
-    // Atlas refuses none of these while the calling thread captures (in thread-local mode, as
-    // Atlas captures): the driver must neither refuse them nor invalidate the capture.
+    // Atlas refuses none of these but `set_limit` while the calling thread captures (in
+    // thread-local mode, as Atlas captures): the driver must neither refuse them nor invalidate
+    // the capture, and `set_limit` must be refused before it, the capture going on.
     type Question<'a> = Box<dyn Fn() -> atlas_registry::Result<()> + 'a>;
     let questions: [(&str, Question); 8] = [
         ("memory_info", Box::new(|| context.memory_info().map(drop))),
@@ -740,6 +742,24 @@ fn gpu_questions_and_limits_from_a_capturing_thread_leave_the_capture_intact() {
         let capture = stream.begin_capture().unwrap();
         let answered = ask();
         let ended = capture.end();
+        // Setting a limit is refused beforehand (the driver invalidates the capture otherwise).
+        let refused = matches!(
+            answered,
+            Err(atlas_registry::AtlasError::Capture(
+                atlas_registry::CaptureMisuse::SetLimitWhileCapturing
+            ))
+        );
+        let answered = if *name == "set_limit" && refused {
+            Ok(())
+        } else if *name == "set_limit" {
+            Err(answered.err().unwrap_or_else(|| {
+                atlas_registry::AtlasError::Capture(
+                    atlas_registry::CaptureMisuse::SetLimitWhileCapturing,
+                )
+            }))
+        } else {
+            answered
+        };
         if answered.is_err() || ended.is_err() {
             broken.push(format!(
                 "{name}: {answered:?}, then the capture: {:?}",
@@ -815,4 +835,29 @@ fn gpu_function_attributes_and_occupancy_of_the_demo_kernels_are_consistent() {
         block_sum.attributes().unwrap().max_dynamic_shared_bytes,
         96 << 10
     );
+}
+
+/// `set_limit` from a capturing thread is refused before the driver (which would invalidate the
+/// capture: measured on an H200), and the capture goes on.
+fn setting_a_limit_while_capturing_is_refused() {
+    let p = probe();
+    let registry = AtlasRegistry::load(0, ptx_for_model("demo").unwrap()).unwrap();
+    let context = registry.ctx();
+    let mut stream = atlas_registry::CudaStream::new(context).unwrap();
+    let capture = stream.begin_capture().unwrap();
+    let sets = p.count("cuCtxSetLimit");
+    assert!(matches!(
+        context.set_limit(ContextLimit::StackSize, 4096),
+        Err(AtlasError::Capture(
+            atlas_registry::CaptureMisuse::SetLimitWhileCapturing
+        ))
+    ));
+    assert_eq!(p.count("cuCtxSetLimit"), sets, "refused before the driver");
+    drop(capture.end().unwrap());
+    context.set_limit(ContextLimit::StackSize, 4096).unwrap();
+}
+
+#[test]
+fn a_limit_set_from_a_capturing_thread_is_refused_and_the_capture_goes_on() {
+    standin::run(setting_a_limit_while_capturing_is_refused, &[]);
 }

@@ -129,9 +129,17 @@ impl CudaContext {
     /// `CUDA_ERROR_OUT_OF_MEMORY`) as [`ContextLimitRefusal::Driver`] with its code.
     ///
     /// Setting the stack size waits for the device's work when the driver must reallocate the
-    /// stack.
+    /// stack. From a thread that is capturing a stream through Atlas it is refused
+    /// ([`CaptureMisuse::SetLimitWhileCapturing`](crate::CaptureMisuse::SetLimitWhileCapturing)):
+    /// the driver refuses it there and invalidates the capture (measured on an H200 for the stack
+    /// size); the capture goes on.
     #[doc(alias = "cuCtxSetLimit")]
     pub fn set_limit(&self, limit: ContextLimit, value: usize) -> Result<()> {
+        if crate::device::capture::thread_is_capturing() {
+            return Err(AtlasError::Capture(
+                crate::CaptureMisuse::SetLimitWhileCapturing,
+            ));
+        }
         let capability = || compute_capability_of(self.device, self.ordinal);
         if let Some(reason) = refuse_setting(limit, value, capability)? {
             return Err(AtlasError::ContextLimit {
