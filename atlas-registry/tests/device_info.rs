@@ -752,11 +752,11 @@ fn gpu_questions_and_limits_from_a_capturing_thread_leave_the_capture_intact() {
         let answered = if *name == "set_limit" && refused {
             Ok(())
         } else if *name == "set_limit" {
-            Err(answered.err().unwrap_or_else(|| {
-                atlas_registry::AtlasError::Capture(
+            Err(answered
+                .err()
+                .unwrap_or(atlas_registry::AtlasError::Capture(
                     atlas_registry::CaptureMisuse::SetLimitWhileCapturing,
-                )
-            }))
+                )))
         } else {
             answered
         };

@@ -29,7 +29,7 @@ impl CudaStream {
     /// `f` must not call CUDA, Atlas included (the driver forbids it there). A panic in `f` is
     /// caught and reported on stderr. On a stream being captured, where it would run at every
     /// replay, it is refused ([`CaptureMisuse::HostFunctionOnce`]): use
-    /// [`Capture::launch_host_func`].
+    /// [`Capture::launch_host_func`](crate::Capture::launch_host_func).
     ///
     /// ```no_run
     /// # fn f(stream: &atlas_registry::CudaStream) -> atlas_registry::Result<()> {

@@ -5,6 +5,7 @@
 
 pub(crate) mod capture;
 pub(crate) mod context;
+pub(crate) mod context_limit;
 pub(crate) mod event;
 pub(crate) mod host;
 pub(crate) mod host_function;

@@ -106,7 +106,7 @@ impl CudaStream {
     /// 1. `raw` is a live stream, or a default stream handle.
     /// 2. It stays valid for as long as the returned value (and anything enqueued through it) is used.
     /// 3. While a capture of it begins or ends through the returned value
-    ///    ([`begin_capture`](Self::begin_capture), [`Capture::end`]), nothing else enqueues work
+    ///    ([`begin_capture`](Self::begin_capture), [`Capture::end`](crate::Capture::end)), nothing else enqueues work
     ///    into `raw` (another `CudaStream` wrapping it, or a raw call): the driver crashes when it
     ///    does. Atlas keeps this for its own references, not for other handles of the stream.
     ///
