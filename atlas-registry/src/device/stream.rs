@@ -206,8 +206,8 @@ impl CudaStream {
     }
 
     /// `cuStreamSynchronize` without the capture check: for the copies that checked before they
-    /// enqueued. Should a capture have begun in between, the driver invalidates it, and its
-    /// `end_capture` fails: no graph keeps a copy from host memory that is about to be released.
+    /// enqueued. No capture of the stream begins in between: that takes `&mut` of the stream,
+    /// which the copy borrows.
     pub(crate) fn synchronize_unchecked(&self) -> Result<()> {
         self.bind_if_default()?;
         // SAFETY: the stream is valid (an invariant of this type); a created stream names its

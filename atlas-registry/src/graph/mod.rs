@@ -1,5 +1,5 @@
-//! CUDA graphs: capture a sequence of launches on a stream ([`capture`]: `begin_capture`,
-//! `end_capture`, [`CudaGraph`](capture::CudaGraph)), instantiate it once, replay it, and change
+//! CUDA graphs: capture a sequence of launches on a stream ([`capture`]: `begin_capture`, the
+//! [`Capture`](capture::Capture) it returns, [`CudaGraph`](capture::CudaGraph)), instantiate it once, replay it, and change
 //! kernel arguments of the instantiated graph without instantiating it again ([`exec`]); update a
 //! whole instantiated graph from a new capture and upload it ahead of its first replay
 //! ([`update`]); loops and branches decided on the device ([`conditional`]).

@@ -209,7 +209,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// 3. When the buffer is freed, every use of it on other streams has finished or is ordered
     ///    before that point of `stream` (the free takes effect in `stream`'s order, not at once).
     /// 4. An allocation made while `stream` is being captured is freed in the same capture (the
-    ///    buffer dropped or freed before `end_capture`): the driver lets a graph be replayed again
+    ///    buffer dropped or freed before the capture ends): the driver lets a graph be replayed again
     ///    only once what it allocated is freed, and lets only the graph free what it frees itself.
     #[doc(alias = "cuMemAllocAsync")]
     pub unsafe fn alloc_async(
