@@ -2,9 +2,10 @@
 """The launch-overhead results as a table and as one picture: Atlas against the raw driver.
 
     python3 benches/chart.py extract CRITERION_DIR --label "2 x H200, driver 580.159.04, 2026-11-30"
-        reads CRITERION_DIR/<group>/<bench>/new/estimates.json (criterion's output, e.g. the
-        CRITERION_HOME of `.gpu/run.sh --bench`) and writes benches/results.tsv: one row per bench,
-        the median in nanoseconds, or for the paired groups (`*_paired`) the median ratio to raw.
+        reads CRITERION_DIR/<group>/<bench>/new/estimates.json (criterion's output:
+        target/criterion, or $CRITERION_HOME when set) and writes benches/results.tsv: one row
+        per bench, the median in nanoseconds, or for the paired groups (`*_paired`) the median
+        ratio to raw.
     python3 benches/chart.py render
         reads benches/results.tsv and writes benches/chart.svg.
 

@@ -55,7 +55,21 @@ fn run() -> atlas_registry::Result<()> {
     }
 }
 
+/// What `--help` and `-h` print.
+const USAGE: &str = "\
+usage: quickstart
+
+Loads the demo model on GPU 0, scales a million floats with it and checks them on the CPU.
+Without a GPU or driver it prints one line saying why and exits with status 1;
+ATLAS_LIBCUDA_PATH chooses the driver library.
+
+cargo run -p atlas-registry --example quickstart";
+
 fn main() -> ExitCode {
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -58,7 +58,23 @@ fn check_files(paths: &[String]) -> ExitCode {
     }
 }
 
+/// What `--help` and `-h` print.
+const USAGE: &str = "\
+usage: validate_blobs [FILE...]
+       validate_blobs --count N FILE...
+
+Checks each FILE as AtlasRegistry::load would (PTX, cubin, fatbin, clang offload bundle) and
+prints its kind or why it is refused; exits with status 1 when any is refused. Needs no GPU.
+With no FILE, times one check of each demo sm_90 cubin and of the fatbin (build with --release).
+--count N checks each FILE N times and prints nothing, for instruction counters.
+
+cargo run --release -p atlas-registry --example validate_blobs -- FILE...";
+
 fn main() -> ExitCode {
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     let mut paths: Vec<String> = std::env::args().skip(1).collect();
     if paths.first().is_some_and(|a| a == "--count") {
         // `--count N FILE...`: N checks of each file and nothing else, for instruction counters

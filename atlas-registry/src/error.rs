@@ -413,6 +413,26 @@ fn reversed(start: usize, end: usize) -> &'static str {
 /// Everything that can go wrong in Atlas. Each variant says what was being done and names the
 /// module, function, symbol or call involved. Refusals carry their reason as data; the text of a
 /// driver status is looked up only when the error is displayed.
+///
+/// # Examples
+///
+/// Refusals are data: a caller matches on the variant and reads its fields.
+///
+/// ```no_run
+/// use atlas_registry::{AtlasError, AtlasRegistry, Result};
+///
+/// /// Loads PTX a user wrote, showing the JIT compiler's log when it does not compile.
+/// fn load_user_ptx(ptx: &[u8]) -> Result<Option<AtlasRegistry>> {
+///     match AtlasRegistry::load(0, &[("user", ptx)]) {
+///         Ok(registry) => Ok(Some(registry)),
+///         Err(AtlasError::ModuleLoad { jit_log, .. }) => {
+///             eprintln!("the kernel does not compile:\n{jit_log}");
+///             Ok(None)
+///         }
+///         Err(e) => Err(e), // no driver, no device, a malformed blob...: `{e}` says which
+///     }
+/// }
+/// ```
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum AtlasError {

@@ -17,8 +17,49 @@
 //! ```no_run
 //! use atlas_registry::{AtlasRegistry, DeviceBuffer, LaunchConfig};
 //!
+//! // extern "C" __global__ void scale(float* x, float factor, unsigned int n) {
+//! //     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+//! //     if (i < n) x[i] = x[i] * factor;
+//! // }
+//! // as PTX ISA 8.0 for sm_75 and newer (`nvcc -ptx -arch=compute_75`, CUDA 12.0), which every
+//! // CUDA 12 driver JIT-compiles. Cubins and fatbins are loaded the same way.
+//! const PTX: &str = "
+//! .version 8.0
+//! .target sm_75
+//! .address_size 64
+//! .visible .entry scale(
+//!     .param .u64 scale_param_0,
+//!     .param .f32 scale_param_1,
+//!     .param .u32 scale_param_2
+//! )
+//! {
+//!     .reg .pred %p<2>;
+//!     .reg .f32 %f<4>;
+//!     .reg .b32 %r<6>;
+//!     .reg .b64 %rd<5>;
+//!     ld.param.u64 %rd1, [scale_param_0];
+//!     ld.param.f32 %f1, [scale_param_1];
+//!     ld.param.u32 %r2, [scale_param_2];
+//!     mov.u32 %r3, %ctaid.x;
+//!     mov.u32 %r4, %ntid.x;
+//!     mov.u32 %r5, %tid.x;
+//!     mad.lo.s32 %r1, %r3, %r4, %r5;
+//!     setp.ge.u32 %p1, %r1, %r2;
+//!     @%p1 bra DONE;
+//!     cvta.to.global.u64 %rd2, %rd1;
+//!     mul.wide.u32 %rd3, %r1, 4;
+//!     add.s64 %rd4, %rd2, %rd3;
+//!     ld.global.f32 %f2, [%rd4];
+//!     mul.f32 %f3, %f2, %f1;
+//!     st.global.f32 [%rd4], %f3;
+//! DONE:
+//!     ret;
+//! }
+//! ";
+//!
 //! # fn main() -> atlas_registry::Result<()> {
-//! let registry = AtlasRegistry::load(0, atlas_kernels::ptx_for_model("demo").unwrap())?;
+//! // One model of one module, named "elementwise", on device 0.
+//! let registry = AtlasRegistry::load(0, &[("elementwise", PTX.as_bytes())])?;
 //! let stream = registry.stream();
 //! let input: Vec<f32> = (0..1000).map(|i| i as f32).collect();
 //! let mut x = DeviceBuffer::from_slice(registry.ctx(), stream, &input)?;
@@ -356,6 +397,22 @@ mod send_sync {
     };
 }
 
+// The Rust code of the README and of docs/ compiled as doctests, so what a reader copies builds.
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/kernels.md")]
+pub struct KernelsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/launches.md")]
+pub struct LaunchesDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/graphs.md")]
+pub struct GraphsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/streams_and_memory.md")]
+pub struct StreamsAndMemoryDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/compile.md")]
+pub struct CompileDoctests;

@@ -48,7 +48,20 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// What `--help` and `-h` print.
+const USAGE: &str = "\
+usage: driver_info
+
+Prints the CUDA driver's version and devices, or one line saying why the driver cannot be used
+(and exits with status 1). ATLAS_LIBCUDA_PATH chooses the driver library.
+
+cargo run -p atlas-sys --example driver_info";
+
 fn main() -> ExitCode {
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

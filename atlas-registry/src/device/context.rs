@@ -23,6 +23,19 @@ use crate::error::Result;
 ///
 /// Every Atlas entry point that needs a current context makes this one current first, so callers
 /// never manage the thread's current context for Atlas's sake.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> atlas_registry::Result<()> {
+/// use atlas_registry::DeviceBuffer;
+/// let host = atlas_registry::host(0)?; // device 0's context and stream, for the process
+/// let ctx = host.context();
+/// let (least, greatest) = ctx.stream_priorities()?;
+/// println!("{} (device {}): stream priorities {least} to {greatest}", host.name(), ctx.ordinal());
+/// let x = DeviceBuffer::<f32>::zeroed(ctx, host.stream(), 1024)?; // memory of this context
+/// # drop(x); Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct CudaContext {
     raw: CUcontext,

@@ -19,6 +19,21 @@ pub(crate) fn is_default(stream: CUstream) -> bool {
 
 /// A CUDA stream in one context: owned (created by [`CudaStream::new`], destroyed on drop) or
 /// borrowed (a caller's raw stream, or the legacy default stream, never destroyed by Atlas).
+///
+/// # Examples
+///
+/// ```no_run
+/// # use atlas_registry::{AtlasRegistry, DeviceBuffer};
+/// # fn f(registry: &AtlasRegistry, x: &mut DeviceBuffer<f32>) -> atlas_registry::Result<()> {
+/// use atlas_registry::{CudaStream, LaunchConfig};
+/// let stream = CudaStream::new(registry.ctx())?; // its own stream, destroyed when dropped
+/// let scale = registry.function_cached("elementwise", "scale")?;
+/// let n = x.len() as u32;
+/// // SAFETY: `scale` touches the `n` floats of `x`, borrowed until the synchronize below.
+/// unsafe { scale.launch(&stream, &LaunchConfig::for_elements(n, 256), (&mut *x, 2.0f32, n))? };
+/// stream.synchronize()?; // this stream's work only: the registry's stream runs on meanwhile
+/// # Ok(()) }
+/// ```
 pub struct CudaStream {
     raw: CUstream,
     context: CUcontext,

@@ -33,6 +33,29 @@ use crate::error::{AtlasError, CaptureMisuse, Result, report_cleanup};
 /// [`DeviceBuffer`](crate::DeviceBuffer) given to a captured typed launch (a buffer dropped
 /// meanwhile leaves its free to the graph). So instantiating it, and replaying what comes of it,
 /// is safe after those registries and buffers are gone.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use atlas_registry::{AtlasRegistry, DeviceBuffer};
+/// # fn f(registry: &AtlasRegistry, x: &mut DeviceBuffer<f32>) -> atlas_registry::Result<()> {
+/// use atlas_registry::{CudaStream, LaunchConfig};
+/// let (scale, n) = (registry.function_cached("elementwise", "scale")?, x.len() as u32);
+/// let cfg = LaunchConfig::for_elements(n, 256);
+/// let mut stream = CudaStream::new(registry.ctx())?;
+/// let capture = stream.begin_capture()?;
+/// for _ in 0..8 {
+///     // SAFETY: `scale` touches the `n` floats of `x`, which the graph keeps allocated.
+///     unsafe { scale.launch(&capture, &cfg, (&mut *x, 0.5f32, n))? };
+/// }
+/// let graph = capture.end()?; // 8 kernel nodes
+/// assert_eq!(graph.kept_count(), 2); // the registry and the memory of `x`
+/// let exec = graph.instantiate()?;
+/// // SAFETY: the graph reaches only `x`, a buffer argument of its typed launches, which it keeps.
+/// unsafe { exec.launch(&stream)? }; // the 8 kernels, one driver call
+/// stream.synchronize()
+/// # }
+/// ```
 pub struct CudaGraph {
     raw: CUgraph,
     context: CUcontext,

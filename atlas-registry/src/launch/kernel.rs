@@ -29,6 +29,21 @@ use crate::launch::held::{self, GraphHolds};
 /// A kernel of a loaded module: what every function handle points to. It lives as long as its
 /// registry; handles borrow it ([`FunctionRef`](crate::FunctionRef)) or keep the registry alive
 /// ([`CudaFunction`](crate::CudaFunction)).
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
+/// use atlas_registry::Kernel;
+/// let scale = registry.function_cached("elementwise", "scale")?;
+/// let kernel: &Kernel = &scale; // what every handle dereferences to
+/// assert_eq!(kernel.parts(), ("elementwise", "scale"));
+/// assert_eq!(kernel.param_sizes()?, Some(&[8, 4, 4][..])); // float*, float, unsigned int
+/// let attributes = kernel.attributes()?;
+/// println!("{} registers a thread, at most {} threads a block", attributes.registers,
+///     attributes.max_threads_per_block);
+/// # Ok(()) }
+/// ```
 pub struct Kernel {
     raw: CUfunction,
     /// `module::function`.

@@ -24,6 +24,35 @@ use crate::launch::kernel::Kernel;
 /// A kernel that keeps its registry, and so its module, loaded while it lives.
 ///
 /// Dereferences to [`Kernel`], where its methods are ([`Kernel::launch`], [`Kernel::name`], …).
+///
+/// # Examples
+///
+/// A layer that holds its kernel, and so its module, for as long as it lives:
+///
+/// ```no_run
+/// use atlas_registry::{AtlasRegistry, CudaFunction, CudaStream, DeviceBuffer, LaunchConfig};
+/// use atlas_registry::Result;
+///
+/// struct Scale {
+///     kernel: CudaFunction,
+/// }
+///
+/// impl Scale {
+///     fn new(registry: &AtlasRegistry) -> Result<Self> {
+///         Ok(Self { kernel: registry.function("elementwise", "scale")? })
+///     }
+///
+///     /// `x *= factor`, waiting for the stream.
+///     fn run(&self, stream: &CudaStream, x: &mut DeviceBuffer<f32>, factor: f32) -> Result<()> {
+///         let n = x.len() as u32;
+///         let cfg = LaunchConfig::for_elements(n, 256);
+///         // SAFETY: `scale` touches the `n` floats `x` holds; `x` stays borrowed until the stream
+///         // has finished (a stream of another device is refused).
+///         unsafe { self.kernel.launch(stream, &cfg, (&mut *x, factor, n))? };
+///         stream.synchronize()
+///     }
+/// }
+/// ```
 #[derive(Clone)]
 pub struct CudaFunction {
     /// The registry that holds the kernel (its shared state, type-erased: only its life matters).

@@ -61,6 +61,24 @@ pub(crate) struct RegistryInner {
 /// that keeps them ([`CudaFunction`], [`DeviceSymbol`], a graph that launches its kernels) are
 /// gone, or at once by [`release`] when nothing else keeps them. There
 /// is no global registry: each model holds its own, and two registries never share functions.
+///
+/// # Examples
+///
+/// Two models whose modules have the same names, each serving its own kernels:
+///
+/// ```no_run
+/// use atlas_registry::{AtlasRegistry, Result};
+///
+/// /// Each model's blobs, with modules of the same names (`[("layers", ptx)]`).
+/// fn swap(model_a: &[(&str, &[u8])], model_b: &[(&str, &[u8])]) -> Result<()> {
+///     let a = AtlasRegistry::load(0, model_a)?;
+///     let b = AtlasRegistry::load(0, model_b)?;
+///     let gelu = b.function("layers", "gelu")?; // B's kernel, never A's
+///     assert_eq!(gelu.name(), "layers::gelu");
+///     drop(b); // B's modules stay loaded while `gelu` lives
+///     atlas_registry::release(a) // A's modules unloaded now, what failed returned as a value
+/// }
+/// ```
 #[derive(Clone)]
 pub struct AtlasRegistry {
     pub(crate) inner: Arc<RegistryInner>,

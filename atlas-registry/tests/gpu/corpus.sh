@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The real-world corpus on a GPU machine, in one go, from the packed test binaries: build them
-# here with /work/shared/tools/gpu-pack (it puts them in .gpu/tests/), build the third-party
+# here and put them in .gpu/tests/ (docs/testing_on_a_gpu.md), build the third-party
 # kernels with atlas-registry/tests/third_party.sh into .corpus/cuda-samples, carry both, and run
 # from the repository root:
 #
@@ -29,7 +29,7 @@ sections=("$@")
 
 binary() { # the packed test binary of tests/NAME.rs
   local found=(.gpu/tests/"$1"-*)
-  [ -x "${found[0]}" ] || { echo "no .gpu/tests/$1-*: run /work/shared/tools/gpu-pack first" >&2; return 1; }
+  [ -x "${found[0]}" ] || { echo "no .gpu/tests/$1-*: build the test binaries into .gpu/tests/ first (docs/testing_on_a_gpu.md)" >&2; return 1; }
   echo "${found[0]}"
 }
 

@@ -6,12 +6,12 @@
 #    synccheck with --error-exitcode 9, each test binary under each tool one process, JOBS (12)
 #    of them at once: each one's ERROR SUMMARY, and every failed API call the tool reported,
 #    counted. The excluded tests run without the sanitizer, in the plain GPU suite
-#    (`bash .gpu/run.sh`).
+#    (docs/testing_on_a_gpu.md).
 # 2. Whether Nsight Compute (ncu) and Nsight Systems (nsys) are there; a short launch loop
 #    (clean_program's gpu_launch_loop) under `ncu --clock-control none` and, when present, nsys.
 #
-# Test binaries come from ../shared/tools/gpu-pack (built where Rust is; .gpu/tests/). Then, on
-# the GPU machine, from the repository root:
+# Test binaries are built where Rust is and put in .gpu/tests/ (docs/testing_on_a_gpu.md). Then,
+# on the GPU machine, from the repository root:
 #
 #   bash atlas-registry/tests/gpu/nvidia_tools.sh [TEST_BINARY_DIR]     # default .gpu/tests
 #
@@ -76,7 +76,7 @@ for b in "$bins"/*; do
   [ -x "$b" ] || continue
   case " ${binaries[*]} " in *" $b "*) ;; *) binaries+=("$b") ;; esac
 done
-[ ${#binaries[@]} -gt 0 ] || { echo "no test binaries in $bins: run ../shared/tools/gpu-pack first" >&2; exit 2; }
+[ ${#binaries[@]} -gt 0 ] || { echo "no test binaries in $bins: build them and put them there first (docs/testing_on_a_gpu.md)" >&2; exit 2; }
 
 # The ignored (GPU) tests of a binary that are not excluded, one per line.
 gpu_tests() {
