@@ -8,11 +8,14 @@
 //! load what it builds.
 //!
 //! A library is built once for each source, flags and compiler, under [`scratch::dir`], and later
-//! runs and other test binaries reuse it.
+//! runs and other test binaries reuse it. Within a process one thread builds at a time (tests
+//! running at once ask for the same library); between processes, each builds into files of its
+//! own and renames the result into place.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, PoisonError};
 
 use super::scratch;
 
@@ -28,6 +31,8 @@ pub fn compiler() -> String {
 /// -o <library> <source>`: `-D` switches, `-ldl`), for `what` (the words of a failure message). Panics, saying what to install, when
 /// there is no C compiler, and with the compiler's messages when the source does not compile.
 pub fn library(what: &str, name: &str, source: &str, flags: &[&str]) -> PathBuf {
+    static BUILDING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = BUILDING.lock().unwrap_or_else(PoisonError::into_inner);
     let compiler = compiler();
     let mut hasher = DefaultHasher::new();
     (source, flags, &compiler).hash(&mut hasher);

@@ -37,7 +37,7 @@
 use std::any::type_name;
 use std::ffi::{CString, c_char, c_int, c_longlong, c_uint};
 use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::OnceLock;
 
 use atlas_registry::sys::{CUcontext, CUdeviceptr, CUfunction, CUmodule, LIBCUDA_PATH_VAR};
 
@@ -48,16 +48,9 @@ use super::child::{self, Child, Ending};
 const SOURCE: &str = include_str!("standin.c");
 /// The stand-in library built with `variant` (`-D` switches, e.g. `["-DSTANDIN_DEVICES=2"]`).
 ///
-/// Built once per variant and C compiler under `target/` (see [`cc`]) and reused by later runs;
-/// within a process the path is remembered. Panics, saying what to install, when there is no C
-/// compiler.
+/// Built once per variant and C compiler under `target/` (see [`cc`]) and reused by later runs
+/// and other test binaries. Panics, saying what to install, when there is no C compiler.
 pub fn build(variant: &[&str]) -> PathBuf {
-    static BUILT: Mutex<Vec<(Vec<String>, PathBuf)>> = Mutex::new(Vec::new());
-    let key: Vec<String> = variant.iter().map(|flag| flag.to_string()).collect();
-    let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some((_, path)) = built.iter().find(|(k, _)| *k == key) {
-        return path.clone();
-    }
     for flag in variant {
         assert!(
             flag.starts_with("-D"),
@@ -66,9 +59,7 @@ pub fn build(variant: &[&str]) -> PathBuf {
     }
     let mut flags = vec!["-O1", "-Wall", "-Wextra", "-pthread"];
     flags.extend_from_slice(variant);
-    let library = cc::library("the stand-in libcuda", "cuda-standin", SOURCE, &flags);
-    built.push((key, library.clone()));
-    library
+    cc::library("the stand-in libcuda", "cuda-standin", SOURCE, &flags)
 }
 
 /// Runs `body` in a child process whose driver is the stand-in built with `variant`, and asserts
