@@ -21,13 +21,14 @@ mod support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{ExitStatus, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use atlas_registry::{
     AtlasError, AtlasLibrary, AtlasRegistry, BlobKind, device_count, sniff, validate_blob,
 };
+use support::child;
 use support::mutate::{self, Kind, Mutant, Source, corpus, mutant};
 
 /// The environment variable that makes `fuzz_child` a child: `START..END`, the seeds to load.
@@ -657,12 +658,11 @@ fn describe_exit(status: ExitStatus) -> String {
 
 /// Runs the seeds `start..end` in children, one after another, replacing each that dies.
 fn run_batch(start: u64, end: u64, corpus: &[mutate::Source]) -> Tally {
-    let exe = std::env::current_exe().expect("the test binary's path");
     let mut tally = Tally::default();
     let mut next = start;
     let mut stuck = 0;
     while next < end {
-        let mut child = Command::new(&exe)
+        let mut child = child::this_binary()
             .args([
                 CHILD_TEST,
                 "--exact",
@@ -743,11 +743,16 @@ fn run_batch(start: u64, end: u64, corpus: &[mutate::Source]) -> Tally {
                 "children die before loading any mutant ({}); run the child by hand: \
                  {CHILD_ENV}={next}..{end} {} {CHILD_TEST} --exact --include-ignored --nocapture",
                 describe_exit(status),
-                exe.display()
+                this_binary_path()
             );
         }
     }
     tally
+}
+
+/// This test binary's path, for the replay commands printed.
+fn this_binary_path() -> String {
+    std::env::current_exe().map_or_else(|_| "<test binary>".into(), |p| p.display().to_string())
 }
 
 /// Loads one mutant in this process and says what each step did.
@@ -901,8 +906,7 @@ fn fuzz_mutants_load_without_crashing() {
         say(&format!(
             "replay one in this process: ATLAS_FUZZ_REPLAY=<seed> {} {PARENT_TEST} --exact \
              --include-ignored --nocapture",
-            std::env::current_exe()
-                .map_or_else(|_| "<test binary>".into(), |p| p.display().to_string())
+            this_binary_path()
         ));
     }
     assert!(

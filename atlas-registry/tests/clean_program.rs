@@ -28,7 +28,59 @@ use support::{shim, standin};
 child::bodies!(
     clean_program_captures_only_then_no_call_failed,
     clean_program_with_replays_then_no_call_failed,
+    failed_calls_are_recorded_in_order,
 );
+
+/// What the other tests rely on: the recorder sees the calls that fail, and passes every call and
+/// its answer through.
+#[test]
+fn the_recorder_keeps_each_failed_call() {
+    let recorder = shim::recorder(&standin::build(&[]));
+    let child = child::run_on(failed_calls_are_recorded_in_order, Some(&recorder));
+    assert_eq!(child.ending, Ending::Passed, "{child}");
+}
+
+fn failed_calls_are_recorded_in_order() {
+    use atlas_registry::sys::{CUresult, driver, entry};
+    let driver = driver().expect("the recorder loads as a driver");
+    let init = entry!(driver, cuInit).unwrap();
+    let device_get = entry!(driver, cuDeviceGet).unwrap();
+    let launch = entry!(driver, cuLaunchKernel).unwrap();
+    use std::ptr::null_mut;
+    let mut device = -1;
+    // SAFETY: plain values and a live out-pointer; the launch of a null function is refused by the
+    // stand-in before it looks at anything else.
+    let (bad_device, good_device, bad_launch) = unsafe {
+        assert_eq!(init(0), CUresult::CUDA_SUCCESS);
+        (
+            device_get(&mut device, 99),
+            device_get(&mut device, 0),
+            launch(
+                null_mut(),
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                0,
+                null_mut(),
+                null_mut(),
+                null_mut(),
+            ),
+        )
+    };
+    assert_eq!(bad_device, CUresult::CUDA_ERROR_INVALID_DEVICE);
+    assert_eq!((good_device, device), (CUresult::CUDA_SUCCESS, 0));
+    assert_ne!(bad_launch, CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        shim::failed_calls(),
+        [
+            ("cuDeviceGet".to_string(), bad_device.0),
+            ("cuLaunchKernel".to_string(), bad_launch.0),
+        ]
+    );
+}
 
 #[test]
 fn a_clean_program_makes_no_failing_driver_call() {

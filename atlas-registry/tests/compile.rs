@@ -20,6 +20,7 @@ use atlas_registry::{
     AtlasError, AtlasLibrary, AtlasRegistry, BlobKind, CacheOutcome, CompileCache, CompileTarget,
     Compiler, CudaSource, DeviceBuffer, LaunchConfig, Model, validate_blob,
 };
+use support::scratch::Scratch;
 use support::standin::probe;
 use support::{child, nvrtc};
 
@@ -66,27 +67,8 @@ fn kernels() -> CudaSource {
 }
 
 /// A fresh, empty directory for one test, removed with what it holds when dropped.
-struct FreshDir(PathBuf);
-
-impl std::ops::Deref for FreshDir {
-    type Target = Path;
-
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for FreshDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn fresh_dir(test: &str) -> FreshDir {
-    let dir = std::env::temp_dir().join(format!("atlas-compile-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    FreshDir(dir)
+fn fresh_dir(test: &str) -> Scratch {
+    Scratch::new(&format!("atlas-compile-{test}"))
 }
 
 /// In a child: the cache its parent chose.
@@ -110,7 +92,7 @@ fn entries(dir: &Path, extension: &str) -> Vec<PathBuf> {
 
 /// Runs `body` with the stand-in (of `variant`) and NVRTC, its cache in a fresh directory.
 #[track_caller]
-fn run_in_cache<F: Fn()>(body: F, variant: &[&str], test: &str) -> FreshDir {
+fn run_in_cache<F: Fn()>(body: F, variant: &[&str], test: &str) -> Scratch {
     let dir = fresh_dir(test);
     nvrtc::run(body, variant, &[(CACHE_VAR, dir.as_os_str())]);
     dir

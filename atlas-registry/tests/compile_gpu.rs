@@ -8,14 +8,13 @@
 
 mod support;
 
-use std::path::PathBuf;
-
 use atlas_registry::{
     AtlasLibrary, AtlasRegistry, BlobKind, CacheOutcome, CompileCache, CompileTarget, Compiler,
     CudaSource, DeviceBuffer, LaunchConfig, Model,
 };
 use support::reference::assert_close;
 use support::rng::Rng;
+use support::scratch::Scratch;
 
 /// `y = a * x + y` over the first `N` elements, `N` a template parameter; and an `extern "C"`
 /// kernel whose tile width comes from a header and an option.
@@ -42,11 +41,10 @@ fn source(n: u32) -> CudaSource {
         .name_expression(format!("axpy_n<{n}>"))
 }
 
-fn fresh_cache(test: &str) -> CompileCache {
-    let dir: PathBuf =
-        std::env::temp_dir().join(format!("atlas-compile-gpu-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    CompileCache::at(dir)
+/// A cache in a fresh directory, and the directory, which is removed when dropped.
+fn fresh_cache(test: &str) -> (CompileCache, Scratch) {
+    let dir = Scratch::new(&format!("atlas-compile-gpu-{test}"));
+    (CompileCache::at(&*dir), dir)
 }
 
 /// Launches `module::axpy_n<n>` and `module::tile_sum` and checks both against the CPU.
@@ -106,7 +104,7 @@ fn check(registry: &AtlasRegistry, module: &str, n: u32, rng: &mut Rng) {
 fn a_compiled_template_launches_by_its_cpp_name_cold_and_warm() {
     let mut rng = Rng::new();
     let n = 1000 + rng.index(50_000) as u32;
-    let cache = fresh_cache("registry");
+    let (cache, _dir) = fresh_cache("registry");
     for (round, preload) in [(0, false), (1, true)] {
         let model = Model::new()
             .blobs(atlas_kernels::ptx_for_model("demo").unwrap())
@@ -139,7 +137,8 @@ fn a_compiled_template_launches_by_its_cpp_name_cold_and_warm() {
 fn compiled_ptx_is_jit_compiled_by_the_driver_and_runs() {
     let mut rng = Rng::new();
     let n = 1 + rng.index(20_000) as u32;
-    let compiler = Compiler::with_cache(fresh_cache("ptx")).unwrap();
+    let (cache, _dir) = fresh_cache("ptx");
+    let compiler = Compiler::with_cache(cache).unwrap();
     let host = atlas_registry::host(0).unwrap();
     let (major, minor) = host.compute_capability();
     // PTX for the device's own virtual architecture (or the newest below it).
@@ -172,10 +171,11 @@ fn compiled_ptx_is_jit_compiled_by_the_driver_and_runs() {
 fn a_library_compiles_for_the_devices_present_and_preloads() {
     let mut rng = Rng::new();
     let n = 4096 + rng.index(4096) as u32;
+    let (cache, _dir) = fresh_cache("library");
     let model = Model::new()
         .source("axpy", source(n))
         .preload(true)
-        .cache(fresh_cache("library"));
+        .cache(cache);
     let library = AtlasLibrary::load_model(&model).unwrap();
     for ordinal in 0..atlas_registry::device_count().unwrap() {
         let registry = library.registry(ordinal).unwrap();

@@ -63,6 +63,7 @@ use support::fixtures::{CRASHES, Crash, FIXTURES};
 use support::pool::{self, Outcome};
 use support::raw::Raw;
 use support::rng::Rng;
+use support::scratch::Scratch;
 use support::{child, corpus, mutate};
 
 child::bodies!(load_mutants);
@@ -410,7 +411,7 @@ fn load_mutants() {
 /// Small fatbins of the corpus with compressed sm_90 cubins (candidate sources) or with
 /// compressed cubins beside an sm_90 one (foreign sources), up to `per_scheme` of each scheme
 /// for each, spread over the corpus; written to a fresh directory for the children.
-fn corpus_sources(per_scheme: usize) -> Option<PathBuf> {
+fn corpus_sources(per_scheme: usize) -> Option<Scratch> {
     let roots = corpus::paths(
         &std::env::var("ATLAS_CORPUS").unwrap_or_else(|_| "/usr/local/cuda/lib64".into()),
     );
@@ -424,9 +425,7 @@ fn corpus_sources(per_scheme: usize) -> Option<PathBuf> {
         .filter(|b| b.len <= 64 << 10)
         .filter_map(|b| Some((b.name(), b.read().ok()?)))
         .collect();
-    let dir = std::env::temp_dir().join(format!("atlas-cfuzz-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a directory for the sources");
+    let dir = Scratch::new("atlas-cfuzz");
     let mut written = 0;
     for variant in [Variant::Candidate, Variant::Foreign] {
         for scheme in [Scheme::Lz4, Scheme::Zstd] {
@@ -463,7 +462,7 @@ fn corpus_sources(per_scheme: usize) -> Option<PathBuf> {
 }
 
 /// Runs `tasks` in children; the outcomes.
-fn run(tasks: &[String], sources: &Option<PathBuf>) -> Vec<Outcome> {
+fn run(tasks: &[String], sources: Option<&Path>) -> Vec<Outcome> {
     let parallel = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
     let jobs = env_number("ATLAS_CFUZZ_JOBS", parallel) as usize;
     let mut env = support::raw::child_env();
@@ -489,7 +488,7 @@ fn error_name(code: &str) -> String {
 }
 
 /// The unmutated sources of `variant` that, compressed again here, do not load: each must.
-fn sources_that_do_not_load(name: &str, count: usize, sources: &Option<PathBuf>) -> Vec<String> {
+fn sources_that_do_not_load(name: &str, count: usize, sources: Option<&Path>) -> Vec<String> {
     let tasks: Vec<String> = (0..count).map(|i| format!("source {name} {i}")).collect();
     run(&tasks, sources)
         .iter()
@@ -501,7 +500,7 @@ fn sources_that_do_not_load(name: &str, count: usize, sources: &Option<PathBuf>)
 
 /// What a GPU test of `variant` starts from: the directory of corpus sources for the children,
 /// the sources, and those of them that do not load unmutated (compressed again here).
-fn gpu_sources(variant: Variant) -> (Option<PathBuf>, Vec<Source>, Vec<String>) {
+fn gpu_sources(variant: Variant) -> (Option<Scratch>, Vec<Source>, Vec<String>) {
     let devices = device_count().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
     assert!(devices > 0, "{NEEDS_GPU}: the driver reports no device");
     let dir = corpus_sources(env_number("ATLAS_CFUZZ_CORPUS_SOURCES", 16) as usize);
@@ -511,7 +510,7 @@ fn gpu_sources(variant: Variant) -> (Option<PathBuf>, Vec<Source>, Vec<String>) 
         Variant::Candidate => "candidate",
         Variant::Foreign => "foreign",
     };
-    let unloaded = sources_that_do_not_load(name, sources.len(), &dir);
+    let unloaded = sources_that_do_not_load(name, sources.len(), dir.as_deref());
     (dir, sources, unloaded)
 }
 
@@ -540,7 +539,7 @@ fn compressed_mutants_load_without_crashing() {
     let (dir, sources, unloaded) = gpu_sources(Variant::Candidate);
     let seeds = candidate_seeds();
     let tasks: Vec<String> = seeds.iter().map(|s| format!("candidate {s}")).collect();
-    let outcomes = run(&tasks, &dir);
+    let outcomes = run(&tasks, dir.as_deref());
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     let mut failures = Vec::new();
     for (seed, outcome) in seeds.iter().zip(&outcomes) {
@@ -585,9 +584,6 @@ fn compressed_mutants_load_without_crashing() {
     for failure in &failures {
         println!("FAIL {failure}");
     }
-    if let Some(dir) = &dir {
-        let _ = std::fs::remove_dir_all(dir);
-    }
     assert!(
         failures.is_empty(),
         "{} mutants crashed, hung or panicked",
@@ -611,7 +607,7 @@ fn foreign_entry_mutants_and_the_driver() {
     let (dir, sources, unloaded) = gpu_sources(Variant::Foreign);
     let total = env_number("ATLAS_CFUZZ_FOREIGN_MUTANTS", 2000);
     let tasks: Vec<String> = (0..total).map(|s| format!("foreign {s}")).collect();
-    let outcomes = run(&tasks, &dir);
+    let outcomes = run(&tasks, dir.as_deref());
     let mut counts: BTreeMap<String, [u64; 2]> = BTreeMap::new();
     let mut passed_and_crashed = Vec::new();
     for (seed, outcome) in (0..total).zip(&outcomes) {
@@ -648,9 +644,6 @@ fn foreign_entry_mutants_and_the_driver() {
              checking only the device's candidate entries is not enough"
         }
     );
-    if let Some(dir) = &dir {
-        let _ = std::fs::remove_dir_all(dir);
-    }
     for line in &passed_and_crashed {
         println!("FAIL {line}");
     }
@@ -822,7 +815,7 @@ fn crash_fixtures_crash_the_plain_driver_and_atlas_refuses_them() {
         .iter()
         .flat_map(|how| (0..blobs.len()).map(move |i| format!("crash {how} {i}")))
         .collect();
-    let outcomes = run(&tasks, &None);
+    let outcomes = run(&tasks, None);
     let (raw, rest) = outcomes.split_at(blobs.len());
     let (cubin, atlas) = rest.split_at(blobs.len());
     let mut failures = Vec::new();

@@ -42,6 +42,7 @@ use support::blobs::{NEEDS_GPU, plausible_fatbin};
 use support::corpus::{self, Blob, Found, atlas_verdict, reason_group};
 use support::pool::{self, Outcome};
 use support::raw::{self, Raw};
+use support::scratch::Scratch;
 use support::{child, fatbin};
 
 child::bodies!(load_blobs, echo_crash_or_quit);
@@ -450,14 +451,6 @@ fn corpus_loads_as_the_driver_does() {
 // The finder (CI)
 // ---------------------------------------------------------------------------------------------
 
-/// A fresh directory under the system's temporary directory.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("atlas-corpus-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a scratch directory");
-    dir
-}
-
 /// An x86-64 ELF file whose sections are `sections` (name, type, bytes), after a null section
 /// and the section name table, each 8-byte aligned.
 fn elf_with(sections: &[(&str, u32, &[u8])]) -> (Vec<u8>, Vec<u64>) {
@@ -533,7 +526,7 @@ fn finds_fatbins_in_elf_sections_and_blob_files() {
         (".nv_fatbin", 8, &[0u8; 64]), // SHT_NOBITS: nothing in the file
         (".ldata", 1, &data),
     ]);
-    let dir = scratch("finder");
+    let dir = Scratch::new("atlas-corpus-finder");
     std::fs::write(dir.join("libk.so"), &elf).unwrap();
     std::os::unix::fs::symlink(dir.join("libk.so"), dir.join("libk.so.1")).unwrap();
     let (_, cubin) = atlas_kernels::cubin_for_model("demo", 90).unwrap()[0];
@@ -545,7 +538,7 @@ fn finds_fatbins_in_elf_sections_and_blob_files() {
     std::fs::write(dir.join("sub/x.fatbin"), b"garbage").unwrap();
     std::fs::write(dir.join("sub/notes.txt"), b"not a blob").unwrap();
 
-    let found = corpus::find(&[dir.join("sub/k.ptx"), dir.clone()], false).unwrap();
+    let found = corpus::find(&[dir.join("sub/k.ptx"), dir.to_path_buf()], false).unwrap();
     let sub = std::fs::canonicalize(dir.join("sub")).unwrap();
     let lib = std::fs::canonicalize(dir.join("libk.so")).unwrap();
     let got: Vec<(PathBuf, usize, u64, u64, String)> = found
@@ -603,7 +596,6 @@ fn finds_fatbins_in_elf_sections_and_blob_files() {
     // What the finder found is what a fatbin reader reads.
     assert_eq!(fatbin::Fatbin::parse(&read[1]).unwrap().bytes(), a);
     assert_eq!(sniff(&read[0]), BlobKind::Ptx);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -164,6 +164,19 @@ fn unreadable_layout_refuses_naming_the_raw_path() {
     assert_eq!(probe().launches(), 0);
 }
 
+/// The shim that hides an entry point, in front of the stand-in: what the GPU test below needs of
+/// it (the entry point gone, every other call passed through) holds on every architecture the
+/// tests run on.
+#[test]
+fn a_shim_hides_cu_func_get_param_info_and_passes_the_rest_through() {
+    let shim = shim::hiding(&standin::build(&[]), &["cuFuncGetParamInfo"]);
+    let child = child::run_on(
+        gpu_too_few_arguments_without_param_info_are_refused,
+        Some(&shim),
+    );
+    assert_eq!(child.ending, Ending::Passed, "{child}");
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn gpu_without_cu_func_get_param_info_launches_are_still_checked() {
@@ -175,8 +188,8 @@ fn gpu_without_cu_func_get_param_info_launches_are_still_checked() {
     assert_eq!(child.ending, Ending::Passed, "{child}");
 }
 
-/// On the real driver behind a shim without `cuFuncGetParamInfo`: the layouts come from the PTX
-/// and the cubins, a short argument list is refused (it crashed the process before), and correct
+/// On a driver behind a shim without `cuFuncGetParamInfo`: the layouts come from the PTX and the
+/// cubins, a short argument list is refused (it crashed the process before), and correct
 /// launches compute what the CPU does.
 fn gpu_too_few_arguments_without_param_info_are_refused() {
     assert!(

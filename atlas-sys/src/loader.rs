@@ -190,7 +190,8 @@ mod sealed {
 /// A library Atlas opens at run time instead of linking it: [`CudaDriver`] and
 /// [`Nvrtc`](crate::Nvrtc). Both are found the same way: the path in the environment
 /// variable [`PATH_VAR`](Self::PATH_VAR) alone when it is set, else each of
-/// [`NAMES`](Self::NAMES) through the platform's loader; the first that loads and exports the
+/// [`search_paths`](Self::search_paths) (the [`NAMES`](Self::NAMES) through the platform's
+/// loader, then [`toolkit_paths`](Self::toolkit_paths)); the first that loads and exports the
 /// library's marker function is taken.
 pub trait RuntimeLibrary: Sized + sealed::Sealed {
     /// What the library is, as errors name it ("the CUDA driver library", "NVRTC").
@@ -210,6 +211,25 @@ pub trait RuntimeLibrary: Sized + sealed::Sealed {
     /// 2. Each entry point is typed after the library's header: the library's functions of those
     ///    names must have those signatures.
     unsafe fn open(path: &Path) -> Result<Self, String>;
+
+    /// The copies of the library in the CUDA toolkit that exist on this machine, tried after
+    /// [`NAMES`](Self::NAMES): a toolkit's `lib64/` is often not where the platform's loader
+    /// looks. None for the driver, which the toolkit does not ship (only a stub of it); for NVRTC,
+    /// its names in `$CUDA_HOME/lib64`, `$CUDA_PATH/lib64` and `/usr/local/cuda/lib64`
+    /// (`%CUDA_PATH%\bin` on Windows).
+    fn toolkit_paths() -> Vec<PathBuf> {
+        Vec::new()
+    }
+
+    /// The libraries the search tries when [`PATH_VAR`](Self::PATH_VAR) is not set, in order:
+    /// [`NAMES`](Self::NAMES), then [`toolkit_paths`](Self::toolkit_paths).
+    fn search_paths() -> Vec<PathBuf> {
+        Self::NAMES
+            .iter()
+            .map(PathBuf::from)
+            .chain(Self::toolkit_paths())
+            .collect()
+    }
 
     /// [`WHAT`](Self::WHAT), through a value (what [`entry!`](crate::entry) asks).
     fn what(&self) -> &'static str {
@@ -258,28 +278,25 @@ pub(crate) unsafe fn load_path<L: RuntimeLibrary>(path: &Path) -> Result<L, Load
 }
 
 /// The libraries to try, in order: the environment's override alone when it is set and not empty,
-/// else the platform's `names`.
-fn candidates(env: Option<OsString>, names: &[&str]) -> (Vec<PathBuf>, Searched) {
+/// else `search_paths`.
+fn candidates(env: Option<OsString>, search_paths: Vec<PathBuf>) -> (Vec<PathBuf>, Searched) {
     match env {
         Some(path) if !path.is_empty() => (vec![PathBuf::from(path)], Searched::Override),
-        _ => (
-            names.iter().map(PathBuf::from).collect(),
-            Searched::PlatformNames,
-        ),
+        _ => (search_paths, Searched::PlatformNames),
     }
 }
 
 /// Finds and loads `L`: the path in [`L::PATH_VAR`](RuntimeLibrary::PATH_VAR) when it is set (and
 /// then nothing else: an explicit choice is never silently replaced by another library), otherwise
-/// each of [`L::NAMES`](RuntimeLibrary::NAMES) through the platform's loader. The first library
-/// that loads and is an `L` is taken; the error lists every attempt, in order.
+/// each of [`L::search_paths`](RuntimeLibrary::search_paths). The first library that loads and is
+/// an `L` is taken; the error lists every attempt, in order.
 pub(crate) fn search<L: RuntimeLibrary>() -> Result<L, (Vec<LoadAttempt>, Searched)> {
     search_in(std::env::var_os(L::PATH_VAR))
 }
 
 /// [`search`], with the environment variable's value given.
 fn search_in<L: RuntimeLibrary>(env: Option<OsString>) -> Result<L, (Vec<LoadAttempt>, Searched)> {
-    let (paths, searched) = candidates(env, L::NAMES);
+    let (paths, searched) = candidates(env, L::search_paths());
     let mut attempts = Vec::new();
     for path in paths {
         // SAFETY: these are the library's own names, or the path the user named for it in its
@@ -319,17 +336,22 @@ mod tests {
 
     #[test]
     fn override_replaces_the_search() {
-        assert_eq!(
-            candidates(Some("/opt/x/libcuda.so".into()), LIBRARY_NAMES),
-            (vec![PathBuf::from("/opt/x/libcuda.so")], Searched::Override)
-        );
         let defaults: Vec<PathBuf> = LIBRARY_NAMES.iter().map(PathBuf::from).collect();
         assert_eq!(
-            candidates(None, LIBRARY_NAMES),
+            CudaDriver::search_paths(),
+            defaults,
+            "the toolkit has no driver"
+        );
+        assert_eq!(
+            candidates(Some("/opt/x/libcuda.so".into()), defaults.clone()),
+            (vec![PathBuf::from("/opt/x/libcuda.so")], Searched::Override)
+        );
+        assert_eq!(
+            candidates(None, defaults.clone()),
             (defaults.clone(), Searched::PlatformNames)
         );
         assert_eq!(
-            candidates(Some(OsString::new()), LIBRARY_NAMES),
+            candidates(Some(OsString::new()), defaults.clone()),
             (defaults, Searched::PlatformNames)
         );
     }

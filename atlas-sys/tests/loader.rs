@@ -1,4 +1,11 @@
 //! Loading libcuda without a GPU: real libraries built by the test stand in for the driver.
+//!
+//! The libraries are built with `TARGET_CC`, else `CC`, else `cc` (the C compiler of the machine
+//! the tests run for: a cross compiler when they run under an emulator), each in a directory of
+//! its own under `target/` that is removed when the test ends. Children are this test binary
+//! again, started through `ATLAS_TEST_RUNNER` when it is set (an emulator such as `qemu-aarch64`
+//! that the kernel does not apply by itself). `atlas-registry/tests/support/` does the same for
+//! the registry's tests.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,21 +26,59 @@ int nvrtcVersion(int *major, int *minor) { *major = 12; *minor = 9; return 0; }
 /// A shared library that has nothing to do with CUDA.
 const NOT_CUDA: &str = "int not_cuda(void) { return 7; }\n";
 
-/// Compiles `source` into a shared library named `name` in a fresh directory and returns its path.
-fn build_library(name: &str, source: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("atlas-sys-test-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let c = dir.join(format!("{name}.c"));
-    let so = dir.join(format!("lib{name}.so"));
+/// A fresh directory under `target/` (cargo's `CARGO_TARGET_TMPDIR`, or `target/tmp` of the
+/// current directory for test binaries carried to another machine), removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let built = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let root = if built.is_dir() {
+            built
+        } else {
+            Path::new("target/tmp")
+        };
+        let dir = root.join(format!("atlas-sys-loader-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A shared library built by the test, removed (with its directory) when dropped; a library
+/// loaded from it stays usable.
+struct Built {
+    path: PathBuf,
+    _dir: Scratch,
+}
+
+/// Compiles `source` into a shared library named `name` in a fresh directory.
+fn build_library(name: &str, source: &str) -> Built {
+    let dir = Scratch::new(name);
+    let c = dir.0.join(format!("{name}.c"));
+    let so = dir.0.join(format!("lib{name}.so"));
     std::fs::write(&c, source).unwrap();
-    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+    let compiler = ["TARGET_CC", "CC"]
+        .iter()
+        .find_map(|var| std::env::var(var).ok().filter(|v| !v.is_empty()))
+        .unwrap_or_else(|| "cc".into());
+    let status = Command::new(&compiler)
         .args(["-shared", "-fPIC", "-o"])
         .arg(&so)
         .arg(&c)
         .status()
-        .expect("a C compiler (cc) builds the stand-in libraries");
-    assert!(status.success(), "cc failed for {name}");
-    so
+        .unwrap_or_else(|e| panic!("a C compiler (`{compiler}`) builds the stand-ins: {e}"));
+    assert!(status.success(), "`{compiler}` failed for {name}");
+    Built {
+        path: so,
+        _dir: dir,
+    }
 }
 
 fn load(path: &Path) -> Result<CudaDriver, LoadError> {
@@ -57,7 +102,8 @@ fn nonexistent_path_is_a_typed_error_naming_it() {
 
 #[test]
 fn file_that_is_not_a_library_is_a_typed_error_naming_it() {
-    let path = std::env::temp_dir().join(format!("atlas-sys-test-{}-text.so", std::process::id()));
+    let dir = Scratch::new("text");
+    let path = dir.0.join("text.so");
     std::fs::write(&path, "this is not a shared library\n").unwrap();
     let text = load(&path)
         .err()
@@ -68,8 +114,9 @@ fn file_that_is_not_a_library_is_a_typed_error_naming_it() {
 
 #[test]
 fn library_that_is_not_cuda_is_rejected_naming_it() {
-    let path = build_library("notcuda", NOT_CUDA);
-    let text = load(&path)
+    let built = build_library("notcuda", NOT_CUDA);
+    let path = &built.path;
+    let text = load(path)
         .err()
         .expect("a library without cuInit is not a driver")
         .to_string();
@@ -79,7 +126,7 @@ fn library_that_is_not_cuda_is_rejected_naming_it() {
 
 #[test]
 fn present_symbols_work_and_a_missing_one_is_named() {
-    let driver = load(&build_library("fakecuda", FAKE_DRIVER)).expect("the stand-in loads");
+    let driver = load(&build_library("fakecuda", FAKE_DRIVER).path).expect("the stand-in loads");
     let init = entry!(driver, cuInit).expect("cuInit is exported");
     // SAFETY: the stand-in's cuInit takes flags by value.
     assert_eq!(unsafe { init(0) }, CUresult::CUDA_SUCCESS);
@@ -103,7 +150,8 @@ fn present_symbols_work_and_a_missing_one_is_named() {
 
 #[test]
 fn generated_method_for_a_missing_symbol_returns_not_found() {
-    let driver = load(&build_library("fakecuda-methods", FAKE_DRIVER)).expect("the stand-in loads");
+    let driver =
+        load(&build_library("fakecuda-methods", FAKE_DRIVER).path).expect("the stand-in loads");
     let (mut free, mut total) = (0usize, 0usize);
     // SAFETY: the pointers are to live usizes; the stand-in lacks the function, so nothing is called.
     let status = unsafe { driver.cuMemGetInfo_v2(&mut free, &mut total) };
@@ -134,7 +182,18 @@ fn child_print_driver_outcome() {
 /// Runs the ignored test `child` in a child process with `var` set to `value`, and returns the
 /// outcome it printed.
 fn child_outcome(child: &str, var: &str, value: &str) -> String {
-    let out = Command::new(std::env::current_exe().unwrap())
+    let exe = std::env::current_exe().unwrap();
+    let runner = std::env::var("ATLAS_TEST_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    let mut command = match words.next() {
+        Some(program) => {
+            let mut command = Command::new(program);
+            command.args(words).arg(exe);
+            command
+        }
+        None => Command::new(exe),
+    };
+    let out = command
         .args([
             child,
             "--exact",
@@ -174,9 +233,9 @@ fn process_wide_driver_honours_the_override() {
 
 #[test]
 fn nvrtc_loads_through_the_same_search_and_names_a_missing_entry_point() {
-    let path = build_library("fakenvrtc", FAKE_NVRTC);
+    let built = build_library("fakenvrtc", FAKE_NVRTC);
     // SAFETY: the stand-in has no initialisers and its one function has nvrtc.h's signature.
-    let nvrtc = unsafe { Nvrtc::load_from(&path) }.expect("the stand-in NVRTC loads");
+    let nvrtc = unsafe { Nvrtc::load_from(&built.path) }.expect("the stand-in NVRTC loads");
     let version = entry!(nvrtc, nvrtcVersion).expect("nvrtcVersion is exported");
     let (mut major, mut minor) = (0, 0);
     // SAFETY: both pointers are to live c_ints.
@@ -203,7 +262,8 @@ fn nvrtc_loads_through_the_same_search_and_names_a_missing_entry_point() {
     assert!(unsafe { nvrtc.nvrtcGetErrorString(nvrtcResult::NVRTC_SUCCESS) }.is_null());
 
     // The driver's missing-symbol text is as it was.
-    let driver = load(&build_library("fakecuda-named", FAKE_DRIVER)).expect("the stand-in loads");
+    let driver =
+        load(&build_library("fakecuda-named", FAKE_DRIVER).path).expect("the stand-in loads");
     let missing = entry!(driver, cuMemAlloc_v2).err().expect("missing");
     assert!(
         missing
@@ -215,9 +275,10 @@ fn nvrtc_loads_through_the_same_search_and_names_a_missing_entry_point() {
 
 #[test]
 fn a_library_that_is_not_nvrtc_is_rejected_naming_it() {
-    let path = build_library("notnvrtc", NOT_CUDA);
+    let built = build_library("notnvrtc", NOT_CUDA);
+    let path = &built.path;
     // SAFETY: the library is the test's own, with no initialisers.
-    let err = unsafe { Nvrtc::load_from(&path) }
+    let err = unsafe { Nvrtc::load_from(path) }
         .err()
         .expect("a library without nvrtcVersion is not NVRTC");
     let text = err.to_string();

@@ -19,13 +19,16 @@
 //! CPU. The parent prints a Markdown table (median and range of the runs; the child's own
 //! split of load and first launches).
 //!
-//! Run on a GPU machine with NVRTC: `cargo bench --bench cold_start` (well under three minutes
+//! Run on a GPU machine with NVRTC (found as the compile tests find it: `ATLAS_NVRTC_PATH`, the
+//! pinned NVRTC 12.0 under `target/`, or Atlas's own search): `cargo bench --bench cold_start` (well under three minutes
 //! with the defaults: five processes per row), or the packed binary with `--bench [--kernels N] [--reps R]
 //! [--dir DIR]`. Without `--bench` (as `cargo test --benches` runs it), or without a usable
 //! device 0 or NVRTC, it prints one line and exits 0.
 
 #[path = "../common/many_kernels.rs"]
 mod many_kernels;
+#[path = "../common/nvrtc.rs"]
+mod nvrtc;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -92,6 +95,11 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if !args.iter().any(|a| a == "--bench") {
         println!("cold_start: not run (run it with --bench: cargo bench --bench cold_start)");
+        return ExitCode::SUCCESS;
+    }
+    // The children inherit the choice. SAFETY: no other thread runs yet.
+    if let Err(why) = unsafe { nvrtc::choose() } {
+        println!("cold_start: not run: {why}");
         return ExitCode::SUCCESS;
     }
     let value = |flag: &str| {

@@ -12,12 +12,15 @@
 //! a warm cache (`AtlasRegistry::load_model` + `release`), beside `raw_load`: `cuModuleLoadData`
 //! + `cuModuleUnload` of the same cubin, so the difference is what the cache adds to a load.
 //!
-//! Needs NVRTC (`ATLAS_NVRTC_PATH`, else `libnvrtc.so.13`/`.12`); without it the binary prints one
-//! line and exits 0. The GPU group runs only when device 0 can be used. The target: a hit of at
+//! Needs NVRTC, found as the compile tests find it (`ATLAS_NVRTC_PATH`, the pinned NVRTC 12.0
+//! under `target/`, or Atlas's own search: the loader, then `/usr/local/cuda/lib64`); without it
+//! the binary prints one line and exits 0. The GPU group runs only when device 0 can be used. The target: a hit of at
 //! most 20 µs plus the load. Run with `cargo bench --bench compile_cache` (about a minute).
 
 #[path = "../common/many_kernels.rs"]
 mod many_kernels;
+#[path = "../common/nvrtc.rs"]
+mod nvrtc;
 
 use std::path::PathBuf;
 use std::ptr::null_mut;
@@ -47,6 +50,11 @@ fn cache_dir() -> PathBuf {
 }
 
 fn main() {
+    // SAFETY: the first thing the process does: no other thread runs yet (criterion's included).
+    if let Err(why) = unsafe { nvrtc::choose() } {
+        println!("compile_cache: not run: {why}");
+        return;
+    }
     let compiler = match Compiler::with_cache(CompileCache::disabled()) {
         Ok(compiler) => compiler,
         Err(e) => {

@@ -32,6 +32,11 @@
 //! `<test binary> child_body --exact --nocapture --test-threads=1 -q` with `ATLAS_TEST_CHILD_BODY`
 //! naming the body (its path, as [`std::any::type_name`] spells it) and, when a library is given,
 //! `ATLAS_LIBCUDA_PATH` naming it.
+//!
+//! Where the test binary runs through an emulator that the kernel does not apply by itself (an
+//! AArch64 binary under `qemu-aarch64` on an x86-64 machine without binfmt_misc), the binary cannot
+//! start itself again: `ATLAS_TEST_RUNNER` names the command that runs it (e.g. `qemu-aarch64`,
+//! as cargo's `CARGO_TARGET_<TRIPLE>_RUNNER`), and children are started through it.
 
 use std::any::type_name;
 use std::io::Read;
@@ -42,6 +47,8 @@ use std::time::{Duration, Instant};
 
 use atlas_registry::sys::LIBCUDA_PATH_VAR;
 
+/// The command (words split at whitespace) that test binaries run through, when they need one.
+pub const RUNNER_VAR: &str = "ATLAS_TEST_RUNNER";
 /// Names the body a child runs; absent in an ordinary test run.
 const BODY_VAR: &str = "ATLAS_TEST_CHILD_BODY";
 /// The dispatcher test that [`bodies!`] defines.
@@ -174,8 +181,7 @@ pub fn run_with_env<F: Fn()>(
 /// the caller's to set.
 pub fn command<F: Fn()>(body: F) -> Command {
     let _ = body; // Only its name is needed: the child runs it.
-    let exe = std::env::current_exe().expect("the test binary knows its own path");
-    let mut command = Command::new(exe);
+    let mut command = this_binary();
     command
         .args([
             CHILD_TEST,
@@ -186,6 +192,22 @@ pub fn command<F: Fn()>(body: F) -> Command {
         ])
         .env(BODY_VAR, type_name::<F>());
     command
+}
+
+/// A command that starts this test binary again (through `ATLAS_TEST_RUNNER` when it is set);
+/// its arguments, environment and standard streams are the caller's to add.
+pub fn this_binary() -> Command {
+    let exe = std::env::current_exe().expect("the test binary knows its own path");
+    let runner = std::env::var(RUNNER_VAR).unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut command = Command::new(program);
+            command.args(words).arg(exe);
+            command
+        }
+        None => Command::new(exe),
+    }
 }
 
 /// The last `lines` lines of `text`.

@@ -9,12 +9,16 @@
 //! [`EXIT_PAST_END`] or [`EXIT_BEFORE_START`], which the parent tells from a crash elsewhere
 //! (`killed by signal 11`).
 //!
-//! Declared by hand from the Linux C library (every Linux process has it): `mmap`, `mprotect`,
-//! `munmap`, `sigaction` (glibc's layout of `struct sigaction` and of the start of `siginfo_t`,
-//! the same on x86-64 and AArch64), `sysconf` and `_exit`.
+//! The C library's calls and layouts (`mmap`, `sigaction`, `siginfo_t`) are the `libc` crate's,
+//! which has each architecture's own (x86-64 and AArch64 among them).
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use libc::{
+    _SC_PAGESIZE, MAP_ANONYMOUS, MAP_FAILED, MAP_PRIVATE, PROT_NONE, PROT_READ, PROT_WRITE,
+    SA_RESETHAND, SA_SIGINFO, SIGBUS, SIGSEGV, siginfo_t,
+};
 
 /// The exit status of a child whose reader faulted in the guard after the blob's end.
 pub const EXIT_PAST_END: i32 = 86;
@@ -22,47 +26,6 @@ pub const EXIT_PAST_END: i32 = 86;
 pub const EXIT_BEFORE_START: i32 = 87;
 /// The size of each guard.
 const GUARD: usize = 1 << 20;
-
-const PROT_NONE: i32 = 0;
-const PROT_READ: i32 = 1;
-const PROT_WRITE: i32 = 2;
-const MAP_PRIVATE: i32 = 0x02;
-const MAP_ANONYMOUS: i32 = 0x20;
-const SC_PAGESIZE: i32 = 30;
-const SIGBUS: i32 = 7;
-const SIGSEGV: i32 = 11;
-const SA_SIGINFO: i32 = 0x4;
-const SA_RESETHAND: i32 = 0x8000_0000_u32 as i32;
-
-/// glibc's `struct sigaction` on 64-bit Linux.
-#[repr(C)]
-struct SigAction {
-    handler: usize,
-    mask: [u64; 16],
-    flags: i32,
-    restorer: usize,
-}
-
-/// The start of `siginfo_t` on 64-bit Linux: for `SIGSEGV` and `SIGBUS`, the faulting address
-/// follows three `int`s and their padding.
-#[repr(C)]
-struct SigInfo {
-    signo: i32,
-    errno: i32,
-    code: i32,
-    pad: i32,
-    addr: usize,
-}
-
-unsafe extern "C" {
-    fn mmap(addr: *mut c_void, len: usize, prot: i32, flags: i32, fd: i32, off: i64)
-    -> *mut c_void;
-    fn mprotect(addr: *mut c_void, len: usize, prot: i32) -> i32;
-    fn munmap(addr: *mut c_void, len: usize) -> i32;
-    fn sigaction(signal: i32, action: *const SigAction, old: *mut SigAction) -> i32;
-    fn sysconf(name: i32) -> i64;
-    fn _exit(status: i32) -> !;
-}
 
 /// Where a blob lies among its guards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,12 +69,12 @@ impl Guarded {
     /// [`catch_guard_faults`] reports.
     pub fn new(blob: &[u8], place: Place) -> Self {
         // SAFETY: no arguments; `_SC_PAGESIZE` is a valid name.
-        let page = usize::try_from(unsafe { sysconf(SC_PAGESIZE) }).expect("a page size");
+        let page = usize::try_from(unsafe { libc::sysconf(_SC_PAGESIZE) }).expect("a page size");
         let data = blob.len().div_ceil(page).max(1) * page;
         let map_len = GUARD + data + GUARD;
         // SAFETY: a fresh private anonymous mapping; no file, no fixed address.
         let map = unsafe {
-            mmap(
+            libc::mmap(
                 std::ptr::null_mut(),
                 map_len,
                 PROT_NONE,
@@ -120,13 +83,13 @@ impl Guarded {
                 0,
             )
         };
-        assert!(map as isize != -1, "mmap of {map_len} bytes failed");
+        assert!(map != MAP_FAILED, "mmap of {map_len} bytes failed");
         let map = map.cast::<u8>();
         // SAFETY: `GUARD` is a multiple of the page size, and `GUARD + data` lies inside the
         // mapping made above.
         let data_start = unsafe { map.add(GUARD) };
         // SAFETY: the `data` bytes at `data_start` are pages of the mapping above.
-        let status = unsafe { mprotect(data_start.cast(), data, PROT_READ | PROT_WRITE) };
+        let status = unsafe { libc::mprotect(data_start.cast(), data, PROT_READ | PROT_WRITE) };
         assert_eq!(status, 0, "mprotect of the blob's pages failed");
         let offset = match place {
             Place::End => data - blob.len(),
@@ -164,7 +127,7 @@ impl Drop for Guarded {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `new`, unmapped once; nothing borrows it past `self`.
         unsafe {
-            munmap(self.map.cast(), self.map_len);
+            libc::munmap(self.map.cast(), self.map_len);
         }
     }
 }
@@ -174,35 +137,34 @@ impl Drop for Guarded {
 /// the process as it would have. Call before the loads whose faults it is to report (again
 /// after anything that may set handlers of its own).
 pub fn catch_guard_faults() {
-    let action = SigAction {
-        handler: on_fault as *const () as usize,
-        mask: [0; 16],
-        // The handler runs once: afterwards the default action (death by the signal) is back,
-        // so a fault it does not report kills the process when the access is retried.
-        flags: SA_SIGINFO | SA_RESETHAND,
-        restorer: 0,
-    };
+    // SAFETY: `struct sigaction` is integers, a signal set and an optional function pointer, for
+    // all of which zero bytes are a valid value (no handler, an empty set, no flags).
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = on_fault as *const () as libc::sighandler_t;
+    // The handler runs once: afterwards the default action (death by the signal) is back, so a
+    // fault it does not report kills the process when the access is retried.
+    action.sa_flags = SA_SIGINFO | SA_RESETHAND;
     for signal in [SIGSEGV, SIGBUS] {
         // SAFETY: `action` is a valid `struct sigaction` whose handler is an `extern "C"`
         // function of the `SA_SIGINFO` signature that calls only async-signal-safe `_exit`.
-        let status = unsafe { sigaction(signal, &action, std::ptr::null_mut()) };
+        let status = unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) };
         assert_eq!(status, 0, "sigaction({signal}) failed");
     }
 }
 
-extern "C" fn on_fault(_signal: i32, info: *mut SigInfo, _context: *mut c_void) {
+extern "C" fn on_fault(_signal: i32, info: *mut siginfo_t, _context: *mut c_void) {
     // SAFETY: the kernel hands an `SA_SIGINFO` handler a valid `siginfo_t`, whose address field
     // is set for `SIGSEGV` and `SIGBUS`.
-    let addr = unsafe { (*info).addr };
+    let addr = unsafe { (*info).si_addr() } as usize;
     let inside = |guard: &[AtomicUsize; 2]| {
         guard[0].load(Ordering::SeqCst) <= addr && addr < guard[1].load(Ordering::SeqCst)
     };
     if inside(&AFTER) {
         // SAFETY: `_exit` is async-signal-safe and ends the process at once.
-        unsafe { _exit(EXIT_PAST_END) }
+        unsafe { libc::_exit(EXIT_PAST_END) }
     }
     if inside(&BEFORE) {
         // SAFETY: as above.
-        unsafe { _exit(EXIT_BEFORE_START) }
+        unsafe { libc::_exit(EXIT_BEFORE_START) }
     }
 }

@@ -5,6 +5,9 @@
 //! - [`reference`]: CPU references of the kernels and checks of their output against them.
 //! - [`blobs`]: loading the committed blobs, and blobs made to be refused.
 //! - [`child`]: running a test body in a child process (this test binary, re-executed).
+//! - [`scratch`]: where tests put the files they make (under `target/`), and directories removed
+//!   when dropped.
+//! - [`cc`]: shared libraries built from C at test time, with the target's C compiler.
 //! - [`graphs`]: a graph's node types, the counted loop of the `conditional` model, the check of a
 //!   `WrongContext` refusal.
 //! - [`standin`]: the stand-in libcuda (`standin.c`) that CI tests run against without a GPU.
@@ -18,11 +21,13 @@
 //! - [`pool`]: many crash-prone tasks in a pool of child processes that outlives the crashes.
 //! - [`raw`]: the driver without Atlas (plain loads, the driver's view of kernels).
 //! - [`nvrtc`]: the NVRTC the compile tests use, and children that compile with it.
+//! - [`nvrtc_library`]: which NVRTC that is (shared with the benches).
 //! - [`spin`]: a kernel that keeps the device busy for a number of clock cycles.
 
 #![allow(dead_code, unreachable_pub, unused_imports, unused_macros)]
 
 pub mod blobs;
+pub mod cc;
 pub mod child;
 pub mod corpus;
 pub mod cubin;
@@ -32,10 +37,12 @@ pub mod graphs;
 pub mod guard;
 pub mod mutate;
 pub mod nvrtc;
+pub mod nvrtc_library;
 pub mod pool;
 pub mod raw;
 pub mod reference;
 pub mod rng;
+pub mod scratch;
 pub mod shim;
 pub mod spin;
 pub mod standin;

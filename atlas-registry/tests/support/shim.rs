@@ -3,14 +3,20 @@
 //! that fails ([`recorder`]).
 //!
 //! [`build`]'s shim exports every driver function that atlas-sys declares, except the hidden ones,
-//! each as a two-instruction trampoline that jumps through a table filled in when the shim is
-//! loaded (from the real `libcuda.so.1`, opened with `dlopen`). A function the real driver lacks
-//! jumps to a stub that returns `CUDA_ERROR_NOT_FOUND`. Point `ATLAS_LIBCUDA_PATH` at it in a
-//! child process. x86-64 Linux only, like the GPU machines the tests run on.
+//! each as a trampoline of a few instructions that jumps through a table filled in when the shim
+//! is loaded (from the real `libcuda.so.1`, or the library [`hiding`] is given, opened with
+//! `dlopen`). A function the driver behind lacks jumps to a stub that returns
+//! `CUDA_ERROR_NOT_FOUND`. Point `ATLAS_LIBCUDA_PATH` at it in a child process.
+//!
+//! The trampolines are assembly, for x86-64 and AArch64 Linux (the GPU machines the tests run on
+//! are of both kinds). The AArch64 ones start with a `bti c` landing pad (a no-op where the
+//! processor has no branch target identification), since the C compiler may mark the library as
+//! protected by it, and Atlas reaches every entry point through a function pointer.
 
 use std::ffi::{CStr, c_char, c_uint, c_ulonglong};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+use super::cc;
 
 /// The driver functions atlas-sys declares: the fields of its generated `CudaDriver` table.
 fn driver_functions() -> Vec<&'static str> {
@@ -25,15 +31,18 @@ fn driver_functions() -> Vec<&'static str> {
         .collect()
 }
 
-/// The shim's C source: every function of [`driver_functions`] but `hidden`.
-pub fn source(hidden: &[&str]) -> String {
+/// The shim's C source: every function of [`driver_functions`] but `hidden`, in front of `target`
+/// (a path, or `libcuda.so.1` for the real driver).
+pub fn source(target: &str, hidden: &[&str]) -> String {
     let names: Vec<&str> = driver_functions()
         .into_iter()
         .filter(|name| !hidden.contains(name))
         .collect();
-    let mut c = String::from(
+    let mut c = format!(
         "#include <dlfcn.h>\n\
-         static int missing(void) { return 500; /* CUDA_ERROR_NOT_FOUND */ }\n",
+         static int missing(void) {{ return 500; /* CUDA_ERROR_NOT_FOUND */ }}\n\
+         static const char *const target = \"{}\";\n",
+        target.escape_default()
     );
     c += &format!(
         "__attribute__((visibility(\"hidden\"), used)) void *atlas_shim_slots[{}];\n",
@@ -45,47 +54,76 @@ pub fn source(hidden: &[&str]) -> String {
     }
     c += "};\n";
     c += "__attribute__((constructor)) static void atlas_shim_load(void) {\n\
-          \x20   void *real = dlopen(\"libcuda.so.1\", RTLD_NOW | RTLD_LOCAL);\n\
+          \x20   void *real = dlopen(target, RTLD_NOW | RTLD_LOCAL);\n\
           \x20   for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++) {\n\
           \x20       void *f = real ? dlsym(real, names[i]) : 0;\n\
           \x20       atlas_shim_slots[i] = f ? f : (void *)missing;\n\
           \x20   }\n\
           }\n";
-    c += "__asm__(\n    \".text\\n\"\n";
+    let mut asm = String::new();
     for (i, name) in names.iter().enumerate() {
-        c += &format!(
-            "    \".globl {name}\\n.type {name},@function\\n{name}: jmp *atlas_shim_slots+{}(%rip)\\n\"\n",
-            i * 8
-        );
+        asm += &format!("{}{}\n", function(name), jump_through_slot(i));
+    }
+    c += &top_level_asm(&asm);
+    c
+}
+
+/// The assembler's lines that start the exported function `name`.
+fn function(name: &str) -> String {
+    format!(".globl {name}\n.type {name},%function\n{name}:\n{LANDING_PAD}")
+}
+
+/// The first instruction of every trampoline, where an indirect call lands.
+#[cfg(target_arch = "x86_64")]
+const LANDING_PAD: &str = "";
+/// The first instruction of every trampoline, where an indirect call lands: `bti c`, written as
+/// the hint it is so that any assembler takes it.
+#[cfg(target_arch = "aarch64")]
+const LANDING_PAD: &str = "  hint #34\n";
+
+/// A tail jump to the function in slot `i` of `atlas_shim_slots`, the arguments untouched.
+#[cfg(target_arch = "x86_64")]
+fn jump_through_slot(i: usize) -> String {
+    format!("  jmp *atlas_shim_slots+{}(%rip)", i * 8)
+}
+
+/// A tail jump to the function in slot `i` of `atlas_shim_slots`, the arguments untouched: through
+/// `x16`, the register the procedure call standard leaves to veneers like this one.
+#[cfg(target_arch = "aarch64")]
+fn jump_through_slot(i: usize) -> String {
+    let slot = format!("atlas_shim_slots+{}", i * 8);
+    format!("  adrp x16, {slot}\n  ldr x16, [x16, #:lo12:{slot}]\n  br x16")
+}
+
+/// `asm` (assembler lines) as a top-level `__asm__` statement of C, in the text section.
+fn top_level_asm(asm: &str) -> String {
+    let mut c = String::from("__asm__(\n    \".text\\n\"\n");
+    for line in asm.lines() {
+        c += &format!("    \"{}\\n\"\n", line.replace('"', "\\\""));
     }
     c += ");\n";
     c
 }
 
-/// Builds the shim hiding `hidden` into a fresh directory and returns its path. `ATLAS_CUDA_SHIM`
-/// names a prebuilt one instead (for machines without a C compiler).
+/// Builds the shim hiding `hidden` in front of the real driver and returns its path.
+/// `ATLAS_CUDA_SHIM` names a prebuilt one instead (for machines without a C compiler).
 pub fn build(hidden: &[&str]) -> PathBuf {
     if let Some(prebuilt) = std::env::var_os("ATLAS_CUDA_SHIM") {
         return PathBuf::from(prebuilt);
     }
-    compile(&format!("shim-{}", hidden.join("-")), &source(hidden))
+    hiding(Path::new("libcuda.so.1"), hidden)
 }
 
-/// Compiles the C `source` into `libcuda-shim.so` in a fresh directory named after `what`.
-fn compile(what: &str, source: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("atlas-{what}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a directory for the shim");
-    let (c, so) = (dir.join("shim.c"), dir.join("libcuda-shim.so"));
-    std::fs::write(&c, source).expect("write the shim's source");
-    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(&so)
-        .arg(&c)
-        .arg("-ldl")
-        .status()
-        .expect("a C compiler (cc) builds the libcuda shim");
-    assert!(status.success(), "cc failed to build the libcuda shim");
-    so
+/// Builds the shim hiding `hidden` in front of `target` (a path, or `libcuda.so.1` for the real
+/// driver) and returns its path.
+pub fn hiding(target: &Path, hidden: &[&str]) -> PathBuf {
+    let target = target.to_str().expect("a UTF-8 path");
+    cc::library(
+        "the libcuda shim",
+        "cuda-shim",
+        &source(target, hidden),
+        &["-O1", "-ldl"],
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -111,7 +149,12 @@ pub fn recorder(target: &Path) -> PathBuf {
         .filter(|name| unsafe { library.get::<*const ()>(name.as_bytes()) }.is_ok())
         .collect();
     let target = target.to_str().expect("a UTF-8 path");
-    compile("recorder", &recorder_source(target, &names))
+    cc::library(
+        "the libcuda recorder",
+        "cuda-recorder",
+        &recorder_source(target, &names),
+        &["-O1", "-ldl"],
+    )
 }
 
 /// The recorder's C source, in front of `target`, exporting `names`.
@@ -129,14 +172,12 @@ fn recorder_source(target: &str, names: &[&str]) -> String {
     }
     c += "};\n__attribute__((visibility(\"hidden\"), used)) void *atlas_shim_slots[ENTRIES];\n";
     c += RECORDER_LOAD;
-    c += "__asm__(\n    \".text\\n\"\n";
+    let mut asm = String::new();
     for (i, name) in names.iter().enumerate() {
-        c += &format!(
-            "    \".globl {name}\\n.type {name},@function\\n{name}: movl ${i}, %r11d\\n jmp atlas_shim_record\\n\"\n"
-        );
+        asm += &format!("{}{}\n", function(name), record_entry(i));
     }
-    c += RECORDER_TRAMPOLINE;
-    c += ");\n";
+    asm += RECORDER_TRAMPOLINE;
+    c += &top_level_asm(&asm);
     c
 }
 
@@ -204,27 +245,112 @@ __attribute__((constructor)) static void atlas_shim_load(void) {
 }
 "#;
 
+/// The start of the recorder's trampoline of entry point `i`: its index in `r11d`, for
+/// [`RECORDER_TRAMPOLINE`].
+#[cfg(target_arch = "x86_64")]
+fn record_entry(i: usize) -> String {
+    format!("  movl ${i}, %r11d\n  jmp atlas_shim_record")
+}
+
+/// The start of the recorder's trampoline of entry point `i`: its index in `w17`, for
+/// [`RECORDER_TRAMPOLINE`].
+#[cfg(target_arch = "aarch64")]
+fn record_entry(i: usize) -> String {
+    format!("  mov w17, #{i}\n  b atlas_shim_record")
+}
+
 /// The common part of every trampoline, entered with the entry point's index in `r11d`: the
 /// argument registers (integer and vector) are kept across `atlas_shim_enter`, the caller's return
 /// address is taken off the stack so that the callee finds its stack arguments where the caller
 /// put them, and after the call `atlas_shim_leave` gives the return address back.
-const RECORDER_TRAMPOLINE: &str = r#"    "atlas_shim_record:\n"
-    "  pushq %rdi\n  pushq %rsi\n  pushq %rdx\n  pushq %rcx\n  pushq %r8\n  pushq %r9\n"
-    "  subq $136, %rsp\n"
-    "  movdqu %xmm0, 0(%rsp)\n  movdqu %xmm1, 16(%rsp)\n  movdqu %xmm2, 32(%rsp)\n"
-    "  movdqu %xmm3, 48(%rsp)\n  movdqu %xmm4, 64(%rsp)\n  movdqu %xmm5, 80(%rsp)\n"
-    "  movdqu %xmm6, 96(%rsp)\n  movdqu %xmm7, 112(%rsp)\n"
-    "  movl %r11d, %edi\n  movq 184(%rsp), %rsi\n  call atlas_shim_enter\n  movq %rax, %r11\n"
-    "  movdqu 0(%rsp), %xmm0\n  movdqu 16(%rsp), %xmm1\n  movdqu 32(%rsp), %xmm2\n"
-    "  movdqu 48(%rsp), %xmm3\n  movdqu 64(%rsp), %xmm4\n  movdqu 80(%rsp), %xmm5\n"
-    "  movdqu 96(%rsp), %xmm6\n  movdqu 112(%rsp), %xmm7\n"
-    "  addq $136, %rsp\n"
-    "  popq %r9\n  popq %r8\n  popq %rcx\n  popq %rdx\n  popq %rsi\n  popq %rdi\n"
-    "  addq $8, %rsp\n"
-    "  call *%r11\n"
-    "  subq $8, %rsp\n  pushq %rax\n  movl %eax, %edi\n  call atlas_shim_leave\n"
-    "  movq %rax, 8(%rsp)\n  popq %rax\n  ret\n"
-"#;
+#[cfg(target_arch = "x86_64")]
+const RECORDER_TRAMPOLINE: &str = "atlas_shim_record:
+  pushq %rdi
+  pushq %rsi
+  pushq %rdx
+  pushq %rcx
+  pushq %r8
+  pushq %r9
+  subq $136, %rsp
+  movdqu %xmm0, 0(%rsp)
+  movdqu %xmm1, 16(%rsp)
+  movdqu %xmm2, 32(%rsp)
+  movdqu %xmm3, 48(%rsp)
+  movdqu %xmm4, 64(%rsp)
+  movdqu %xmm5, 80(%rsp)
+  movdqu %xmm6, 96(%rsp)
+  movdqu %xmm7, 112(%rsp)
+  movl %r11d, %edi
+  movq 184(%rsp), %rsi
+  call atlas_shim_enter
+  movq %rax, %r11
+  movdqu 0(%rsp), %xmm0
+  movdqu 16(%rsp), %xmm1
+  movdqu 32(%rsp), %xmm2
+  movdqu 48(%rsp), %xmm3
+  movdqu 64(%rsp), %xmm4
+  movdqu 80(%rsp), %xmm5
+  movdqu 96(%rsp), %xmm6
+  movdqu 112(%rsp), %xmm7
+  addq $136, %rsp
+  popq %r9
+  popq %r8
+  popq %rcx
+  popq %rdx
+  popq %rsi
+  popq %rdi
+  addq $8, %rsp
+  call *%r11
+  subq $8, %rsp
+  pushq %rax
+  movl %eax, %edi
+  call atlas_shim_leave
+  movq %rax, 8(%rsp)
+  popq %rax
+  ret
+";
+
+/// The common part of every trampoline, entered with the entry point's index in `w17` and the
+/// caller's return address in the link register: the argument registers (`x0`-`x7`, `x8` for a
+/// returned structure, `q0`-`q7`) are kept across `atlas_shim_enter`, the stack pointer is back
+/// where the caller left it (its stack arguments where it put them) when the callee is called,
+/// and after the call `atlas_shim_leave` gives the return address back. The stack pointer stays
+/// 16-byte aligned throughout, as the procedure call standard requires.
+#[cfg(target_arch = "aarch64")]
+const RECORDER_TRAMPOLINE: &str = "atlas_shim_record:
+  sub sp, sp, #208
+  stp x0, x1, [sp, #0]
+  stp x2, x3, [sp, #16]
+  stp x4, x5, [sp, #32]
+  stp x6, x7, [sp, #48]
+  str x8, [sp, #64]
+  stp q0, q1, [sp, #80]
+  stp q2, q3, [sp, #112]
+  stp q4, q5, [sp, #144]
+  stp q6, q7, [sp, #176]
+  mov w0, w17
+  mov x1, x30
+  bl atlas_shim_enter
+  mov x16, x0
+  ldp q6, q7, [sp, #176]
+  ldp q4, q5, [sp, #144]
+  ldp q2, q3, [sp, #112]
+  ldp q0, q1, [sp, #80]
+  ldr x8, [sp, #64]
+  ldp x6, x7, [sp, #48]
+  ldp x4, x5, [sp, #32]
+  ldp x2, x3, [sp, #16]
+  ldp x0, x1, [sp, #0]
+  add sp, sp, #208
+  blr x16
+  sub sp, sp, #16
+  str x0, [sp]
+  bl atlas_shim_leave
+  mov x30, x0
+  ldr x0, [sp]
+  add sp, sp, #16
+  ret
+";
 
 /// Every call that failed so far in this process, as `(entry point, status)`, in order, read from
 /// the recorder this child runs on (the library `ATLAS_LIBCUDA_PATH` names). Panics outside a

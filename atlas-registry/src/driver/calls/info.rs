@@ -141,7 +141,8 @@ pub(crate) fn device_uuid(device: CUdevice) -> Result<[u8; 16]> {
         // SAFETY: as above.
         unsafe { call!(cuDeviceGetUuid(&mut uuid, device)) }?;
     }
-    Ok(uuid.bytes.map(|b| b as u8))
+    // `c_char` is `i8` on x86-64 and `u8` on AArch64: the byte as it is, on both.
+    Ok(uuid.bytes.map(|b| b.to_ne_bytes()[0]))
 }
 
 /// `cuDeviceGetPCIBusId`: the device's PCI address as the driver writes it

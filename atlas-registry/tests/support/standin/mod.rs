@@ -36,78 +36,30 @@
 
 use std::any::type_name;
 use std::ffi::{CString, c_char, c_int, c_longlong, c_uint};
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::OnceLock;
 
 use atlas_registry::sys::{CUcontext, CUdeviceptr, CUfunction, CUmodule, LIBCUDA_PATH_VAR};
 
+use super::cc;
 use super::child::{self, Child, Ending};
 
 /// The stand-in's C source, compiled at test time.
 const SOURCE: &str = include_str!("standin.c");
 /// The stand-in library built with `variant` (`-D` switches, e.g. `["-DSTANDIN_DEVICES=2"]`).
 ///
-/// Built with `$CC` (or `cc`) into the system temporary directory, under a name derived from the
-/// source, the switches and the compiler, so it is compiled once and reused by later runs; within a
-/// process the path is remembered. Panics, saying what to install, when there is no C compiler.
+/// Built once per variant and C compiler under `target/` (see [`cc`]) and reused by later runs
+/// and other test binaries. Panics, saying what to install, when there is no C compiler.
 pub fn build(variant: &[&str]) -> PathBuf {
-    static BUILT: Mutex<Vec<(Vec<String>, PathBuf)>> = Mutex::new(Vec::new());
-    let key: Vec<String> = variant.iter().map(|flag| flag.to_string()).collect();
-    let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some((_, path)) = built.iter().find(|(k, _)| *k == key) {
-        return path.clone();
-    }
     for flag in variant {
         assert!(
             flag.starts_with("-D"),
             "stand-in variants are -D switches of standin.c, not `{flag}`"
         );
     }
-    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let mut hasher = DefaultHasher::new();
-    (SOURCE, &key, &compiler).hash(&mut hasher);
-    let dir = std::env::temp_dir().join(format!("atlas-standin-{:016x}", hasher.finish()));
-    let library = dir.join("libcuda-standin.so");
-    if !library.exists() {
-        compile(&compiler, variant, &dir, &library);
-    }
-    built.push((key, library.clone()));
-    library
-}
-
-/// Compiles the stand-in into `library`, through files of this process's own, renamed into place
-/// at the end, so that test binaries building the same variant at once never see half a file.
-fn compile(compiler: &str, variant: &[&str], dir: &std::path::Path, library: &std::path::Path) {
-    std::fs::create_dir_all(dir)
-        .unwrap_or_else(|e| panic!("cannot create {} for the stand-in: {e}", dir.display()));
-    let pid = std::process::id();
-    let source = dir.join(format!("standin-{pid}.c"));
-    let partial = dir.join(format!("libcuda-standin-{pid}.so"));
-    std::fs::write(&source, SOURCE)
-        .unwrap_or_else(|e| panic!("cannot write {}: {e}", source.display()));
-    let output = Command::new(compiler)
-        .args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-pthread"])
-        .args(variant)
-        .arg("-o")
-        .arg(&partial)
-        .arg(&source)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "the stand-in libcuda is compiled at test time, and the C compiler `{compiler}` \
-                 cannot be run ({e}): install cc (e.g. gcc) or set CC to a C compiler"
-            )
-        });
-    let _ = std::fs::remove_file(&source);
-    assert!(
-        output.status.success(),
-        "`{compiler}` failed to build the stand-in libcuda with {variant:?}:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    std::fs::rename(&partial, library)
-        .unwrap_or_else(|e| panic!("cannot move the stand-in to {}: {e}", library.display()));
+    let mut flags = vec!["-O1", "-Wall", "-Wextra", "-pthread"];
+    flags.extend_from_slice(variant);
+    cc::library("the stand-in libcuda", "cuda-standin", SOURCE, &flags)
 }
 
 /// Runs `body` in a child process whose driver is the stand-in built with `variant`, and asserts
