@@ -92,17 +92,32 @@ pub struct DeviceBuffer<T: DeviceCopy> {
     ptr: CUdeviceptr,
     len: usize,
     context: CUcontext,
-    /// For a stream-ordered allocation, the stream it was allocated on and is freed on.
-    free_on: Option<CUstream>,
-    /// Allocated while its stream was being captured: the graph's own allocation, made and freed
-    /// by graph nodes at each replay.
-    in_graph: bool,
+    /// Where the memory comes from, and so how it goes back.
+    origin: Origin,
     /// Set by the first captured launch that uses the buffer: the memory, shared with the graphs
     /// that use it from then on.
     shared: OnceLock<Arc<SharedMemory>>,
     /// Set by the first copy or fill enqueued on the buffer: its free then waits for the device.
     enqueued: AtomicBool,
     _elements: PhantomData<T>,
+}
+
+/// Where a buffer's memory comes from, and so how it is released.
+enum Origin {
+    /// `cuMemAlloc`: freed with `cuMemFree`.
+    Alloc,
+    /// A stream-ordered allocation (`cuMemAllocAsync`, or from a pool): freed with
+    /// `cuMemFreeAsync` on `stream`, the one it was allocated on.
+    Stream {
+        stream: CUstream,
+        /// Allocated while `stream` was being captured: the graph's own allocation, made and
+        /// freed by graph nodes at each replay.
+        in_graph: bool,
+    },
+    /// Memory a keeper owns (mapped virtual memory, memory imported from another process): the
+    /// buffer and every graph that uses it share the keeper, and the last of them to go drops it,
+    /// which releases the memory after the device's work.
+    Kept(Hold),
 }
 
 /// The memory of a buffer that graphs use: freed when the last of the buffer and those graphs
@@ -160,16 +175,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             ptr = calls::mem_alloc(bytes)
                 .about(|| format!("{bytes} bytes on device {}", context.ordinal()))?;
         }
-        Ok(Self {
-            ptr,
-            len,
-            context: context.raw(),
-            free_on: None,
-            in_graph: false,
-            shared: OnceLock::new(),
-            enqueued: AtomicBool::new(false),
-            _elements: PhantomData,
-        })
+        Ok(Self::with_origin(context.raw(), ptr, len, Origin::Alloc))
     }
 
     /// Allocates room for `len` elements in stream order on `stream` (`cuMemAllocAsync`), from the
@@ -228,22 +234,52 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             ptr = unsafe { calls::mem_alloc_async(bytes, stream.raw()) }
                 .about(|| format!("{bytes} bytes on device {}", context.ordinal()))?;
         }
+        Ok(Self::stream_ordered(context.raw(), stream, ptr, len))
+    }
+
+    /// The buffer of `len` elements at `ptr`, a stream-ordered allocation of `context` made on
+    /// `stream` (0 when nothing was allocated), freed there.
+    pub(crate) fn stream_ordered(
+        context: CUcontext,
+        stream: &CudaStream,
+        ptr: CUdeviceptr,
+        len: usize,
+    ) -> Self {
         // Asked of the driver only while Atlas captures somewhere: a stream that joined a capture
         // allocates in its graph too.
         let in_graph = capture::watch().capturing() && {
-            // SAFETY: as above.
+            // SAFETY: the stream is live (an invariant of CudaStream).
             unsafe { calls::stream_is_capturing(stream.raw()) }.unwrap_or(false)
         };
-        Ok(Self {
+        Self::with_origin(
+            context,
             ptr,
             len,
-            context: context.raw(),
-            free_on: Some(stream.raw()),
-            in_graph,
+            Origin::Stream {
+                stream: stream.raw(),
+                in_graph,
+            },
+        )
+    }
+
+    /// The buffer of `len` elements at `ptr`, memory of `context` that `keeper` owns: the buffer
+    /// and the graphs that use it share `keeper`, and the last of them to go drops it. Dropping
+    /// it must release the memory only once no work of the device can use it any more.
+    #[allow(dead_code)] // the memory kinds that own their memory are not built yet
+    pub(crate) fn kept(context: CUcontext, ptr: CUdeviceptr, len: usize, keeper: Hold) -> Self {
+        Self::with_origin(context, ptr, len, Origin::Kept(keeper))
+    }
+
+    fn with_origin(context: CUcontext, ptr: CUdeviceptr, len: usize, origin: Origin) -> Self {
+        Self {
+            ptr,
+            len,
+            context,
+            origin,
             shared: OnceLock::new(),
             enqueued: AtomicBool::new(false),
             _elements: PhantomData,
-        })
+        }
     }
 
     /// Frees the memory now, returning what went wrong (dropping the buffer frees it too, but can
@@ -266,11 +302,11 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// Whether the buffer was allocated in stream order ([`alloc_async`](Self::alloc_async)) and
     /// is freed on its stream.
     pub fn is_stream_ordered(&self) -> bool {
-        self.free_on.is_some()
+        matches!(self.origin, Origin::Stream { .. })
     }
 
     /// Bytes of `len` elements, or the error saying they do not fit.
-    fn bytes(len: usize) -> Result<usize> {
+    pub(crate) fn bytes(len: usize) -> Result<usize> {
         len.checked_mul(size_of::<T>())
             .ok_or(AtlasError::AllocationTooLarge {
                 len,
@@ -288,11 +324,19 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         if ptr == 0 {
             return Ok(());
         }
-        let how = match self.free_on {
-            None if *self.enqueued.get_mut() => How::AfterDevice,
-            None => How::Plain,
-            Some(stream) if self.in_graph => How::InCapture(stream as usize),
-            Some(stream) => How::OnStream(stream as usize),
+        let how = match &self.origin {
+            Origin::Alloc if *self.enqueued.get_mut() => How::AfterDevice,
+            Origin::Alloc => How::Plain,
+            Origin::Stream {
+                stream,
+                in_graph: true,
+            } => How::InCapture(*stream as usize),
+            Origin::Stream { stream, .. } => How::OnStream(*stream as usize),
+            // The keeper releases the memory when the last of its holders goes.
+            Origin::Kept(_) => {
+                self.origin = Origin::Alloc;
+                return Ok(());
+            }
         };
         capture::free(Free::new(self.context, ptr, how))
     }
@@ -300,8 +344,11 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// What a graph that captured a launch with this buffer holds: its memory, shared from now
     /// on; nothing for an empty buffer or the graph's own allocation.
     pub(crate) fn hold_for_graph(&self) -> Option<Hold> {
-        if self.ptr == 0 || self.in_graph {
-            return None;
+        match &self.origin {
+            _ if self.ptr == 0 => return None,
+            Origin::Stream { in_graph: true, .. } => return None,
+            Origin::Kept(keeper) => return Some(Arc::clone(keeper)),
+            Origin::Alloc | Origin::Stream { .. } => {}
         }
         let shared = self.shared.get_or_init(|| {
             Arc::new(SharedMemory {
