@@ -13,7 +13,7 @@ use crate::device::context::CudaContext;
 use crate::device::host::ordinal_of;
 use crate::device::stream::CudaStream;
 use crate::driver::{About, calls};
-use crate::error::{AtlasError, Result, report_cleanup};
+use crate::error::{AtlasError, MemoryOrigin, Result, report_cleanup};
 use crate::memory::pool::require_memory_pools;
 
 /// Plain data that can be copied to and from the device byte for byte.
@@ -265,7 +265,6 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// The buffer of `len` elements at `ptr`, memory of `context` that `keeper` owns: the buffer
     /// and the graphs that use it share `keeper`, and the last of them to go drops it. Dropping
     /// it must release the memory only once no work of the device can use it any more.
-    #[allow(dead_code)] // the memory kinds that own their memory are not built yet
     pub(crate) fn kept(context: CUcontext, ptr: CUdeviceptr, len: usize, keeper: Hold) -> Self {
         Self::with_origin(context, ptr, len, Origin::Kept(keeper))
     }
@@ -303,6 +302,15 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// is freed on its stream.
     pub fn is_stream_ordered(&self) -> bool {
         matches!(self.origin, Origin::Stream { .. })
+    }
+
+    /// Where the memory comes from, for the ways of sharing that take one kind only.
+    pub(crate) fn origin(&self) -> MemoryOrigin {
+        match self.origin {
+            Origin::Alloc => MemoryOrigin::Allocated,
+            Origin::Stream { .. } => MemoryOrigin::StreamOrdered,
+            Origin::Kept(_) => MemoryOrigin::Kept,
+        }
     }
 
     /// Bytes of `len` elements, or the error saying they do not fit.
