@@ -214,7 +214,7 @@ pub struct PoolUsage {
 ///
 /// ```no_run
 /// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
-/// use atlas_registry::{CudaStream, LaunchConfig, MemoryPool, PoolProperties};
+/// use atlas_registry::{CudaStream, DeviceMemoryMut, LaunchConfig, MemoryPool, PoolProperties};
 /// let ctx = registry.ctx();
 /// let pool = MemoryPool::new(ctx, &PoolProperties::new().release_threshold(256 << 20))?;
 /// let stream = CudaStream::new(ctx)?;

@@ -9,8 +9,8 @@
 //!
 //! A free cannot be refused (a buffer's drop returns nothing), so a free that would break a
 //! capture waits for it instead ([`free`]): `cuMemFree` from a capturing thread, and the free of
-//! memory that graphs used (which synchronizes the context first), wait for that thread's
-//! captures to end; `cuMemFreeAsync` on a stream being captured (of memory allocated before the
+//! memory that graphs used or that was imported from another process (which synchronizes the
+//! context first), wait for that thread's captures to end; `cuMemFreeAsync` on a stream being captured (of memory allocated before the
 //! capture) waits for that capture to end. The release of page-locked host memory
 //! (`cuMemFreeHost`, `cuMemHostUnregister`) from a capturing thread waits as `cuMemFree` does. In thread-local mode a capture is not disturbed by
 //! what other threads call, so a free from a thread that is not capturing is made at once, and
