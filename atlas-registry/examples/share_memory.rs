@@ -18,8 +18,8 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, ExitCode};
 
 use atlas_registry::{
-    AtlasRegistry, CudaStream, DeviceBuffer, DeviceUuid, FunctionCache, ImportedPool,
-    IpcMemHandle, LaunchConfig, MemoryPool, PoolPointer, PoolProperties, SharedPool,
+    AtlasRegistry, CudaStream, DeviceBuffer, DeviceUuid, FunctionCache, ImportedPool, IpcMemHandle,
+    LaunchConfig, MemoryPool, PoolPointer, PoolProperties, SharedPool,
 };
 
 /// `x = x * factor`, over `n` floats.
@@ -67,10 +67,18 @@ fn parent() -> Result<(), String> {
         x.copy_from(&stream, &pattern).map_err(|e| e.to_string())?;
         let shared = pool.export().map_err(|e| e.to_string())?;
         let pointer = pool.export_pointer(&x).map_err(|e| e.to_string())?;
-        send(&socket, &message(POOL, uuid, pointer.to_bytes()), Some(shared.fd()))?;
+        send(
+            &socket,
+            &message(POOL, uuid, pointer.to_bytes()),
+            Some(shared.fd()),
+        )?;
         drop(shared); // the child has its own descriptor now
         answer(&socket)?;
-        check("pool", &x.to_vec(&stream).map_err(|e| e.to_string())?, &want)?;
+        check(
+            "pool",
+            &x.to_vec(&stream).map_err(|e| e.to_string())?,
+            &want,
+        )?;
         x.free().map_err(|e| e.to_string())?;
 
         // The legacy path.
@@ -78,7 +86,11 @@ fn parent() -> Result<(), String> {
         let handle = IpcMemHandle::export(&y).map_err(|e| e.to_string())?;
         send(&socket, &message(LEGACY, uuid, handle.to_bytes()), None)?;
         answer(&socket)?;
-        check("legacy IPC", &y.to_vec(&stream).map_err(|e| e.to_string())?, &want)
+        check(
+            "legacy IPC",
+            &y.to_vec(&stream).map_err(|e| e.to_string())?,
+            &want,
+        )
     };
     let result = run();
     // The child leaves at the quit message, or when the socket closes.
@@ -94,7 +106,9 @@ fn parent() -> Result<(), String> {
 
 /// The child: imports what the parent sends, scales it, answers; until the parent says quit.
 fn child(fd: &str) -> Result<(), String> {
-    let fd: i32 = fd.parse().map_err(|_| format!("`{fd}` is not a descriptor"))?;
+    let fd: i32 = fd
+        .parse()
+        .map_err(|_| format!("`{fd}` is not a descriptor"))?;
     // SAFETY: `fcntl(F_GETFD)` only asks whether the descriptor is open.
     if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
         return Err(format!("descriptor {fd} was not inherited"));
@@ -172,7 +186,10 @@ fn answer(mut socket: &UnixStream) -> Result<(), String> {
 
 fn check(path: &str, got: &[f32], want: &[f32]) -> Result<(), String> {
     let wrong = got.iter().zip(want).filter(|(g, w)| g != w).count();
-    println!("parent: {path}: the child scaled {} floats; {wrong} differ", got.len());
+    println!(
+        "parent: {path}: the child scaled {} floats; {wrong} differ",
+        got.len()
+    );
     if wrong == 0 {
         Ok(())
     } else {

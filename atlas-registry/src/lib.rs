@@ -329,8 +329,8 @@ pub use error::{
     NotFoundKind, Result,
 };
 pub use error::{CopySide, MemoryRefusal};
-pub use error::{MemoryOrigin, PoolRefusal, SharingRefusal};
 pub use error::{GraphFeature, UpdateRefusal};
+pub use error::{MemoryOrigin, PoolRefusal, SharingRefusal};
 pub use graph::capture::{Capture, CudaGraph};
 pub use graph::conditional::ConditionalHandle;
 pub use graph::exec::GraphExec;

@@ -13,9 +13,8 @@ mod support;
 use atlas_kernels::ptx_for_model;
 use atlas_registry::sys::CUgraphNodeType;
 use atlas_registry::{
-    AtlasError, AtlasRegistry, CudaEvent, CudaStream, DeviceBuffer,
-    DeviceMemoryMut, FunctionCache, LaunchConfig, MemoryPool, PoolProperties, PoolRefusal,
-    ReusePolicy, host,
+    AtlasError, AtlasRegistry, CudaEvent, CudaStream, DeviceBuffer, DeviceMemoryMut, FunctionCache,
+    LaunchConfig, MemoryPool, PoolProperties, PoolRefusal, ReusePolicy, host,
 };
 use support::child;
 use support::graphs::{assert_wrong_context, node_types};
@@ -63,7 +62,10 @@ fn pool_allocation_is_one_driver_call() {
 
 #[test]
 fn pool_refusals_on_the_standin() {
-    standin::run(a_pool_of_another_device_is_refused, &["-DSTANDIN_DEVICES=2"]);
+    standin::run(
+        a_pool_of_another_device_is_refused,
+        &["-DSTANDIN_DEVICES=2"],
+    );
     standin::run(
         a_maximum_size_needs_cuda_12_2,
         &["-DSTANDIN_DRIVER_VERSION=12000"],
@@ -87,7 +89,11 @@ fn usage_follows_allocations_and_trim_lowers_reserved() {
     let stream = CudaStream::new(ctx).unwrap();
     let mut rng = Rng::new();
     let pool = MemoryPool::new(ctx, &PoolProperties::new().release_threshold(1 << 20)).unwrap();
-    assert_eq!(pool.usage().unwrap(), Default::default(), "a new pool holds nothing");
+    assert_eq!(
+        pool.usage().unwrap(),
+        Default::default(),
+        "a new pool holds nothing"
+    );
     let sizes: Vec<usize> = (0..6).map(|_| 1 + rng.index(5000)).collect();
     // SAFETY: used only on `stream`, which outlives them; no capture.
     let mut buffers: Vec<DeviceBuffer<f32>> = sizes
@@ -111,7 +117,10 @@ fn usage_follows_allocations_and_trim_lowers_reserved() {
     assert!(after.reserved >= total - freed);
     pool.trim_to(0).unwrap();
     let trimmed = pool.usage().unwrap();
-    assert!(trimmed.reserved < after.reserved, "{after:?} then {trimmed:?}");
+    assert!(
+        trimmed.reserved < after.reserved,
+        "{after:?} then {trimmed:?}"
+    );
     assert_eq!(trimmed.reserved, trimmed.used, "never below what is used");
     pool.reset_high_water().unwrap();
     let reset = pool.usage().unwrap();
@@ -221,7 +230,11 @@ fn an_allocation_from_a_pool_is_one_driver_call() {
     let frees = p.count("cuMemFreeAsync");
     drop(buffers);
     drop(empty);
-    assert_eq!(p.count("cuMemFreeAsync") - frees, 10, "each freed on its stream");
+    assert_eq!(
+        p.count("cuMemFreeAsync") - frees,
+        10,
+        "each freed on its stream"
+    );
 }
 
 /// A stream of another device's context is refused before the driver is called.
@@ -236,7 +249,10 @@ fn a_pool_of_another_device_is_refused() {
     assert_eq!(p.count("calls"), calls, "nothing reached the driver");
     let text = refused.to_string();
     assert_wrong_context(refused, "the stream", 1, 0);
-    assert!(text.contains("device 0") && text.contains("device 1"), "{text}");
+    assert!(
+        text.contains("device 0") && text.contains("device 1"),
+        "{text}"
+    );
     // Its own device's stream allocates.
     let own = CudaStream::new(gpu1.context()).unwrap();
     // SAFETY: used only on `own`, which outlives it; no capture.
@@ -307,7 +323,11 @@ fn a_pool_allocation_in_a_capture_is_the_graphs() {
             CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE
         ]
     );
-    assert_eq!(pool.usage().unwrap().used, 0, "graph memory is not the pool's");
+    assert_eq!(
+        pool.usage().unwrap().used,
+        0,
+        "graph memory is not the pool's"
+    );
     let exec = graph.instantiate().unwrap();
     // SAFETY: the graph allocates what it touches.
     unsafe { exec.launch(&stream) }.unwrap();
@@ -326,8 +346,15 @@ fn a_maximum_size_is_kept() {
     let first = unsafe { pool.alloc_async::<u8>(stream, 48 << 10) }.unwrap();
     // SAFETY: as above.
     let over = unsafe { pool.alloc_async::<u8>(stream, 32 << 10) }.unwrap_err();
-    assert_eq!(over.cuda_code(), Some(2), "CUDA_ERROR_OUT_OF_MEMORY: {over}");
-    assert!(over.to_string().contains("cuMemAllocFromPoolAsync"), "{over}");
+    assert_eq!(
+        over.cuda_code(),
+        Some(2),
+        "CUDA_ERROR_OUT_OF_MEMORY: {over}"
+    );
+    assert!(
+        over.to_string().contains("cuMemAllocFromPoolAsync"),
+        "{over}"
+    );
     drop(first);
     // SAFETY: as above.
     let again = unsafe { pool.alloc_async::<u8>(stream, 32 << 10) }.unwrap();
@@ -506,8 +533,18 @@ fn memory_pools_gpu_reuse_across_streams_after_an_event() {
 
         let want_a: Vec<f32> = in_a.iter().map(|v| v * fa).collect();
         let want_b: Vec<f32> = in_b.iter().map(|v| v * fb).collect();
-        assert_close(&out_a.to_vec(&a).unwrap(), &want_a, 0.0, &format!("round {round}, A"));
-        assert_close(&out_b.to_vec(&b).unwrap(), &want_b, 0.0, &format!("round {round}, B"));
+        assert_close(
+            &out_a.to_vec(&a).unwrap(),
+            &want_a,
+            0.0,
+            &format!("round {round}, A"),
+        );
+        assert_close(
+            &out_b.to_vec(&b).unwrap(),
+            &want_b,
+            0.0,
+            &format!("round {round}, B"),
+        );
     }
     println!(
         "the driver handed B the memory A freed in {reused} of {rounds} rounds (same address)"

@@ -17,9 +17,9 @@ use std::os::fd::OwnedFd;
 
 use atlas_kernels::ptx_for_model;
 use atlas_registry::{
-    AtlasError, AtlasRegistry, CudaStream, DeviceBuffer, DeviceUuid, FunctionCache,
-    ImportedPool, IpcMemHandle, LaunchConfig, MemoryOrigin, MemoryPool, PoolPointer,
-    PoolProperties, SharedPool, SharingRefusal, host,
+    AtlasError, AtlasRegistry, CudaStream, DeviceBuffer, DeviceUuid, FunctionCache, ImportedPool,
+    IpcMemHandle, LaunchConfig, MemoryOrigin, MemoryPool, PoolPointer, PoolProperties, SharedPool,
+    SharingRefusal, host,
 };
 use support::child::{self, Ending};
 use support::graphs::assert_wrong_context;
@@ -76,12 +76,23 @@ fn sharing(result: Result<impl std::fmt::Debug, AtlasError>) -> SharingRefusal {
 }
 
 /// Scales the `n` floats of `x` by `factor` on `stream` and waits for it.
-fn scale_in_place(registry: &AtlasRegistry, stream: &CudaStream, x: &mut DeviceBuffer<f32>, factor: f32) {
+fn scale_in_place(
+    registry: &AtlasRegistry,
+    stream: &CudaStream,
+    x: &mut DeviceBuffer<f32>,
+    factor: f32,
+) {
     let n = x.len() as u32;
     let scale = SCALE.get(registry).unwrap();
     // SAFETY: `scale` touches the `n` floats of `x`, which outlives it (synchronized below).
-    unsafe { scale.launch(stream, &LaunchConfig::for_elements(n, 256), (&mut *x, factor, n)) }
-        .unwrap();
+    unsafe {
+        scale.launch(
+            stream,
+            &LaunchConfig::for_elements(n, 256),
+            (&mut *x, factor, n),
+        )
+    }
+    .unwrap();
     stream.synchronize().unwrap();
 }
 
@@ -101,7 +112,8 @@ fn run_child<F: Fn()>(body: F, env: &mut Vec<(&'static str, OsString)>, end: Chi
     if end == ChildEnd::Aborts {
         env.push((ABORT_VAR, "1".into()));
     }
-    let pairs: Vec<(&str, &std::ffi::OsStr)> = env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+    let pairs: Vec<(&str, &std::ffi::OsStr)> =
+        env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
     let child = child::run_with_env(body, None, &pairs);
     let expected = match end {
         ChildEnd::Returns => Ending::Passed,
@@ -140,7 +152,11 @@ fn share_a_pool_with_a_child(end: ChildEnd) {
     run_child(import_pool_and_scale, &mut env, end);
     drop(shared);
     let want: Vec<f32> = data.iter().map(|v| v * factor).collect();
-    assert_eq!(x.to_vec(&stream).unwrap(), want, "what the child wrote, exactly");
+    assert_eq!(
+        x.to_vec(&stream).unwrap(),
+        want,
+        "what the child wrote, exactly"
+    );
     // The memory is still the parent's: it scales it again, and frees it.
     scale_in_place(&registry, &stream, &mut x, 0.5);
     let again: Vec<f32> = want.iter().map(|v| v * 0.5).collect();
@@ -170,7 +186,11 @@ fn share_a_legacy_handle_with_a_child(end: ChildEnd) {
     ];
     run_child(open_handle_and_scale, &mut env, end);
     let want: Vec<f32> = data.iter().map(|v| v * factor).collect();
-    assert_eq!(x.to_vec(&stream).unwrap(), want, "what the child wrote, exactly");
+    assert_eq!(
+        x.to_vec(&stream).unwrap(),
+        want,
+        "what the child wrote, exactly"
+    );
     scale_in_place(&registry, &stream, &mut x, 2.0);
     let again: Vec<f32> = want.iter().map(|v| v * 2.0).collect();
     assert_eq!(x.to_vec(&stream).unwrap(), again);
@@ -240,7 +260,10 @@ fn sharing_refusals_on_the_standin() {
         imports_into_another_device_are_refused,
         &["-DSTANDIN_DEVICES=2"],
     );
-    standin::run(a_device_without_posix_fds_is_refused, &["-DSTANDIN_NO_POSIX_FD"]);
+    standin::run(
+        a_device_without_posix_fds_is_refused,
+        &["-DSTANDIN_NO_POSIX_FD"],
+    );
     standin::run(a_driver_without_ipc_is_named, &["-DSTANDIN_NO_IPC"]);
     standin::run(
         a_driver_without_pools_is_named,
@@ -286,7 +309,11 @@ fn a_pool_is_shared_within_one_process() {
     assert_eq!(view.to_vec(&stream).unwrap(), data, "the same memory");
     scale_in_place(&registry, &stream, &mut view, 2.0);
     let want: Vec<f32> = data.iter().map(|v| v * 2.0).collect();
-    assert_eq!(x.to_vec(&stream).unwrap(), want, "written through the import");
+    assert_eq!(
+        x.to_vec(&stream).unwrap(),
+        want,
+        "written through the import"
+    );
     // Fewer elements than were shared are fine; more are refused before the driver.
     let imports = p.count("cuMemPoolImportPointer");
     // SAFETY: refused before anything is imported.
@@ -308,13 +335,25 @@ fn a_pool_is_shared_within_one_process() {
     // The pool goes after its last import: releasing the view releases the import only.
     let (destroys, frees) = (p.count("cuMemPoolDestroy"), p.count("cuMemFree_v2"));
     drop(imported_pool);
-    assert_eq!(p.count("cuMemPoolDestroy"), destroys, "the view holds the imported pool");
+    assert_eq!(
+        p.count("cuMemPoolDestroy"),
+        destroys,
+        "the view holds the imported pool"
+    );
     assert_eq!(p.count("live_imports"), 1);
     drop(view);
     assert_eq!(p.count("live_imports"), 0);
     assert_eq!(p.count("cuMemFree_v2"), frees + 1, "the import released");
-    assert_eq!(p.count("cuMemPoolDestroy"), destroys + 1, "then the imported pool");
-    assert_eq!(x.to_vec(&stream).unwrap(), want, "the exporter's memory stays");
+    assert_eq!(
+        p.count("cuMemPoolDestroy"),
+        destroys + 1,
+        "then the imported pool"
+    );
+    assert_eq!(
+        x.to_vec(&stream).unwrap(),
+        want,
+        "the exporter's memory stays"
+    );
     x.free().unwrap();
 }
 
@@ -331,8 +370,8 @@ fn a_graph_keeps_an_import() {
     x.copy_from(&stream, &[1.0; 64]).unwrap();
     let imported = ImportedPool::import(ctx, &pool.export().unwrap()).unwrap();
     // SAFETY: `x` outlives the import and the graph below.
-    let mut view = unsafe { imported.import_pointer::<f32>(&pool.export_pointer(&x).unwrap(), 64) }
-        .unwrap();
+    let mut view =
+        unsafe { imported.import_pointer::<f32>(&pool.export_pointer(&x).unwrap(), 64) }.unwrap();
     let scale = SCALE.get(&registry).unwrap();
     let capture = stream.begin_capture().unwrap();
     // SAFETY: captured, not run: the graph keeps the import.
@@ -398,10 +437,16 @@ fn sharing_refusals() {
             origin: MemoryOrigin::Allocated
         }
     );
-    assert_eq!(sharing(exportable.export_pointer(&empty)), SharingRefusal::Empty);
+    assert_eq!(
+        sharing(exportable.export_pointer(&empty)),
+        SharingRefusal::Empty
+    );
     let wrong = IpcMemHandle::export(&ordered);
     let text = wrong.as_ref().unwrap_err().to_string();
-    assert!(text.contains("DeviceBuffer::alloc") && text.contains("stream order"), "{text}");
+    assert!(
+        text.contains("DeviceBuffer::alloc") && text.contains("stream order"),
+        "{text}"
+    );
     assert_eq!(
         sharing(wrong),
         SharingRefusal::WrongOrigin {
@@ -413,10 +458,15 @@ fn sharing_refusals() {
     let default_ordered = unsafe { DeviceBuffer::<u8>::alloc_async(ctx, &stream, 8) }.unwrap();
     assert!(matches!(
         sharing(IpcMemHandle::export(&default_ordered)),
-        SharingRefusal::WrongOrigin { origin: MemoryOrigin::StreamOrdered, .. }
+        SharingRefusal::WrongOrigin {
+            origin: MemoryOrigin::StreamOrdered,
+            ..
+        }
     ));
     assert_eq!(
-        sharing(IpcMemHandle::export(&DeviceBuffer::<f32>::alloc(ctx, 0).unwrap())),
+        sharing(IpcMemHandle::export(
+            &DeviceBuffer::<f32>::alloc(ctx, 0).unwrap()
+        )),
         SharingRefusal::Empty
     );
     // An imported buffer is borrowed memory: not shared again.
@@ -426,11 +476,17 @@ fn sharing_refusals() {
     let view = unsafe { imported.import_pointer::<f32>(&pointer, 16) }.unwrap();
     assert!(matches!(
         sharing(IpcMemHandle::export(&view)),
-        SharingRefusal::WrongOrigin { origin: MemoryOrigin::Kept, .. }
+        SharingRefusal::WrongOrigin {
+            origin: MemoryOrigin::Kept,
+            ..
+        }
     ));
     assert!(matches!(
         sharing(exportable.export_pointer(&view)),
-        SharingRefusal::WrongOrigin { origin: MemoryOrigin::Kept, .. }
+        SharingRefusal::WrongOrigin {
+            origin: MemoryOrigin::Kept,
+            ..
+        }
     ));
     assert_eq!(
         (
@@ -448,12 +504,19 @@ fn sharing_refusals() {
     assert_eq!(handle.byte_len(), 64);
     // SAFETY: refused before anything is opened.
     let long = unsafe { handle.open::<f32>(ctx, 17) };
-    assert!(matches!(sharing(long), SharingRefusal::TooLong { len: 17, .. }));
+    assert!(matches!(
+        sharing(long),
+        SharingRefusal::TooLong { len: 17, .. }
+    ));
     assert_eq!(p.count("cuIpcOpenMemHandle_v2"), 0);
     // SAFETY: `allocated` outlives the attempt (which the driver refuses).
     let own = unsafe { handle.open::<f32>(ctx, 16) }.unwrap_err();
     assert!(matches!(own, AtlasError::Driver(_)), "{own:?}");
-    assert_eq!(own.cuda_code(), Some(201), "CUDA_ERROR_INVALID_CONTEXT: {own}");
+    assert_eq!(
+        own.cuda_code(),
+        Some(201),
+        "CUDA_ERROR_INVALID_CONTEXT: {own}"
+    );
 }
 
 /// Memory of one device is not imported into another's context: refused before the driver,
@@ -513,7 +576,10 @@ fn a_device_without_posix_fds_is_refused() {
         sharing(refused),
         SharingRefusal::PosixFdUnsupported { device: 0 }
     );
-    assert!(text.contains("CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES"), "{text}");
+    assert!(
+        text.contains("CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES"),
+        "{text}"
+    );
     assert_eq!(standin::probe().count("cuMemPoolCreate"), 0);
     let some_fd: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
     let uuid = host.uuid().unwrap();
@@ -522,7 +588,10 @@ fn a_device_without_posix_fds_is_refused() {
         sharing(ImportedPool::import(ctx, &shared)),
         SharingRefusal::PosixFdUnsupported { device: 0 }
     );
-    assert_eq!(standin::probe().count("cuMemPoolImportFromShareableHandle"), 0);
+    assert_eq!(
+        standin::probe().count("cuMemPoolImportFromShareableHandle"),
+        0
+    );
     // Pools that are not exported are made as ever.
     MemoryPool::new(ctx, &PoolProperties::new()).unwrap();
 }

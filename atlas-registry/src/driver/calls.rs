@@ -19,9 +19,8 @@ use atlas_sys::{
     CUdeviceptr, CUfunction, CUfunction_attribute, CUgraph, CUgraphConditionalHandle,
     CUgraphConditionalNodeType, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResult,
     CUgraphExecUpdateResultInfo, CUgraphNode, CUgraphNodeParams, CUgraphNodeType, CUjit_option,
-    CUlaunchAttributeID, CUlaunchAttributeValue, CUlibrary,
-    CUmodule, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
-    CUstreamUpdateCaptureDependencies_flags,
+    CUlaunchAttributeID, CUlaunchAttributeValue, CUlibrary, CUmodule, CUresult, CUstream,
+    CUstreamCaptureMode, CUstreamCaptureStatus, CUstreamUpdateCaptureDependencies_flags,
 };
 
 use super::{Error, Result, check, driver};
@@ -40,18 +39,18 @@ mod copy;
 mod event;
 mod host_memory;
 mod info;
+mod ipc;
 mod peer;
 mod pool;
-mod ipc;
 
 pub(crate) use copy::*;
 pub(crate) use event::*;
 pub(crate) use host_memory::*;
 pub use info::ContextLimit;
 pub(crate) use info::*;
+pub(crate) use ipc::*;
 pub(crate) use peer::*;
 pub(crate) use pool::*;
-pub(crate) use ipc::*;
 
 // Devices and contexts.
 

@@ -371,7 +371,12 @@ impl MemoryPool {
             // stream is live (an invariant of CudaStream) and of the pool's device's context
             // (checked above), made current above for a default stream.
             ptr = unsafe { calls::mem_alloc_from_pool_async(bytes, self.raw, stream.raw()) }
-                .about(|| format!("{bytes} bytes from a memory pool of device {}", self.ordinal))?;
+                .about(|| {
+                    format!(
+                        "{bytes} bytes from a memory pool of device {}",
+                        self.ordinal
+                    )
+                })?;
         }
         Ok(DeviceBuffer::stream_ordered(self.context, stream, ptr, len))
     }
@@ -507,7 +512,11 @@ impl MemoryPool {
 
     /// What a failed call was about.
     fn subject(&self) -> String {
-        let kind = if self.owned { "a memory pool" } else { "the default memory pool" };
+        let kind = if self.owned {
+            "a memory pool"
+        } else {
+            "the default memory pool"
+        };
         format!("{kind} of device {}", self.ordinal)
     }
 }
@@ -560,4 +569,3 @@ impl CudaHost {
         MemoryPool::device_default(self.context())?.release_threshold()
     }
 }
-

@@ -188,12 +188,11 @@ impl IpcMemHandle {
             return Err(AtlasError::Sharing(SharingRefusal::Empty));
         }
         // Every buffer is memory of a context Atlas retained.
-        let ordinal =
-            ordinal_of(buffer.context_raw()).ok_or_else(|| AtlasError::WrongContext {
-                what: "the buffer".into(),
-                expected: None,
-                given: None,
-            })?;
+        let ordinal = ordinal_of(buffer.context_raw()).ok_or_else(|| AtlasError::WrongContext {
+            what: "the buffer".into(),
+            expected: None,
+            given: None,
+        })?;
         let device = host(ordinal)?.uuid()?;
         ensure_bound(buffer.context_raw())?;
         // SAFETY: `ptr` starts the buffer's `cuMemAlloc` allocation (checked above), live while
@@ -255,7 +254,12 @@ impl IpcMemHandle {
         };
         // Duty 1: the memory holds `self.bytes`, which `len` elements fit in (checked above);
         // duty 2: it stays allocated while the keeper lives.
-        Ok(DeviceBuffer::kept(context.raw(), ptr, len, Arc::new(keeper)))
+        Ok(DeviceBuffer::kept(
+            context.raw(),
+            ptr,
+            len,
+            Arc::new(keeper),
+        ))
     }
 
     /// The bytes to send.
@@ -311,8 +315,7 @@ impl MemoryPool {
         // above): no one else owns or closes it.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let device = DeviceUuid::from_bytes(
-            calls::device_uuid(self.device())
-                .about(|| format!("device {}", self.ordinal()))?,
+            calls::device_uuid(self.device()).about(|| format!("device {}", self.ordinal()))?,
         );
         Ok(SharedPool { fd, device })
     }
@@ -354,8 +357,7 @@ impl MemoryPool {
         let data = unsafe { calls::mem_pool_export_pointer(ptr) }
             .about(|| format!("a buffer of device {}", self.ordinal()))?;
         let device = DeviceUuid::from_bytes(
-            calls::device_uuid(self.device())
-                .about(|| format!("device {}", self.ordinal()))?,
+            calls::device_uuid(self.device()).about(|| format!("device {}", self.ordinal()))?,
         );
         Ok(PoolPointer {
             data,

@@ -64,7 +64,11 @@ pub(crate) fn mem_pool_import_fd(fd: i32) -> Result<CUmemoryPool> {
     let handle = fd as isize as *mut c_void;
     // SAFETY: `pool` is a live out-pointer; the handle is read as a number, and one that names no
     // exported pool is refused with a status; flags must be 0.
-    unsafe { call!(cuMemPoolImportFromShareableHandle(&mut pool, handle, kind, 0)) }?;
+    unsafe {
+        call!(cuMemPoolImportFromShareableHandle(
+            &mut pool, handle, kind, 0
+        ))
+    }?;
     Ok(pool)
 }
 
