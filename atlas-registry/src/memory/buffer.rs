@@ -14,7 +14,6 @@ use crate::device::host::ordinal_of;
 use crate::device::stream::CudaStream;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, MemoryOrigin, Result, report_cleanup};
-use crate::memory::pool::require_memory_pools;
 
 /// Plain data that can be copied to and from the device byte for byte.
 ///
@@ -401,6 +400,19 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     pub(crate) fn device_ptr_slot(&self) -> &CUdeviceptr {
         &self.ptr
     }
+}
+
+/// `Ok` when `context`'s device can allocate in stream order: the driver has the entry points
+/// (else [`AtlasError::MissingSymbol`] naming the first one missing) and the device has memory
+/// pools (else [`AtlasError::MemoryPoolsUnsupported`]).
+pub(crate) fn require_memory_pools(context: &CudaContext) -> Result<()> {
+    calls::require_memory_pool_entry_points()?;
+    if !context.memory_pools_supported()? {
+        return Err(AtlasError::MemoryPoolsUnsupported {
+            device: context.ordinal(),
+        });
+    }
+    Ok(())
 }
 
 /// `Ok` when `stream` is of `context`, else the refusal naming both devices.

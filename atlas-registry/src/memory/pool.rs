@@ -21,20 +21,7 @@ use crate::device::limits::attribute;
 use crate::device::stream::CudaStream;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, PoolRefusal, Result, SharingRefusal, report_cleanup};
-use crate::memory::buffer::{DeviceBuffer, DeviceCopy, check_stream};
-
-/// `Ok` when `context`'s device can allocate in stream order: the driver has the entry points
-/// (else [`AtlasError::MissingSymbol`] naming the first one missing) and the device has memory
-/// pools (else [`AtlasError::MemoryPoolsUnsupported`]).
-pub(crate) fn require_memory_pools(context: &CudaContext) -> Result<()> {
-    calls::require_memory_pool_entry_points()?;
-    if !context.memory_pools_supported()? {
-        return Err(AtlasError::MemoryPoolsUnsupported {
-            device: context.ordinal(),
-        });
-    }
-    Ok(())
-}
+use crate::memory::buffer::{DeviceBuffer, DeviceCopy, check_stream, require_memory_pools};
 
 /// `Ok` when `context`'s device can share memory pools as POSIX file descriptors and the driver
 /// has the entry points of sharing them.

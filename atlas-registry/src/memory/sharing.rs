@@ -33,8 +33,8 @@ use crate::device::host::host;
 use crate::device::info::DeviceUuid;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, MemoryOrigin, Result, SharingRefusal, report_cleanup};
-use crate::memory::buffer::{DeviceBuffer, DeviceCopy};
-use crate::memory::pool::{MemoryPool, require_fd_sharing, require_memory_pools};
+use crate::memory::buffer::{DeviceBuffer, DeviceCopy, require_memory_pools};
+use crate::memory::pool::{MemoryPool, require_fd_sharing};
 
 /// An exported [`MemoryPool`]: the POSIX file descriptor that lets another process import it
 /// (`cuMemPoolExportToShareableHandle`), and the UUID of the device whose memory it holds. Send
