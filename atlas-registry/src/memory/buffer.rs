@@ -52,7 +52,12 @@ unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 ///   the buffer alive until the work that uses it has finished (synchronize the stream first).
 /// - [`alloc_async`](Self::alloc_async) (`cuMemAllocAsync`) is stream-ordered: the memory exists
 ///   from that point of the stream's order, and the buffer remembers the stream and frees itself
-///   there with `cuMemFreeAsync`, in the same order. Both can be captured into a graph.
+///   there with `cuMemFreeAsync`, in the same order. Both can be captured into a graph. So can
+///   a [`MemoryPool`](crate::MemoryPool)'s allocations, which are stream-ordered too.
+///
+/// Memory imported from another process ([`ImportedPool::import_pointer`](crate::ImportedPool::import_pointer),
+/// [`IpcMemHandle::open`](crate::IpcMemHandle::open)) is a buffer too, borrowed: dropping it
+/// releases the import only, after the device's work, and the exporter's memory stays.
 ///
 /// A buffer given to a typed launch that is captured into a graph shares its memory with that
 /// graph (and with every executable graph made from it) from then on: the memory stays allocated
