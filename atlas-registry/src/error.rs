@@ -402,6 +402,135 @@ pub enum MemoryRefusal {
     },
 }
 
+/// Where a [`DeviceBuffer`](crate::DeviceBuffer)'s memory comes from, as a refusal names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MemoryOrigin {
+    /// `DeviceBuffer::alloc` (`cuMemAlloc`).
+    Allocated,
+    /// A stream-ordered allocation: `DeviceBuffer::alloc_async` or `MemoryPool::alloc_async`.
+    StreamOrdered,
+    /// Memory something else owns: imported from another process, or mapped.
+    Kept,
+}
+
+impl fmt::Display for MemoryOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Allocated => "allocated with `DeviceBuffer::alloc` (cuMemAlloc)",
+            Self::StreamOrdered => {
+                "allocated in stream order (`DeviceBuffer::alloc_async` or `MemoryPool::alloc_async`)"
+            }
+            Self::Kept => "owned by something else (imported from another process, or mapped)",
+        })
+    }
+}
+
+/// Why a memory pool could not be made as asked ([`AtlasError::Pool`]); nothing reached the
+/// driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PoolRefusal {
+    /// A maximum size asked of a driver whose pools have none (`CUmemPoolProps::maxSize` came
+    /// with CUDA 12.2).
+    #[error(
+        "a memory pool with a maximum size needs a driver of CUDA 12.2 or newer; this one is of \
+         CUDA {}.{}: leave the maximum size out, or update the driver",
+        .driver.0,
+        .driver.1
+    )]
+    MaxSizeUnsupported {
+        /// The driver's CUDA release (`cuDriverGetVersion`).
+        driver: (u32, u32),
+    },
+}
+
+/// Why device memory could not be shared with another process, or imported from one, as asked
+/// ([`AtlasError::Sharing`]); nothing reached the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SharingRefusal {
+    /// The device cannot export memory pools as POSIX file descriptors
+    /// (`CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED` is 0, or
+    /// `CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES` lacks them).
+    #[error(
+        "device {device} cannot share memory pools as POSIX file descriptors \
+         (CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES); share `DeviceBuffer::alloc` \
+         memory with `IpcMemHandle` instead"
+    )]
+    PosixFdUnsupported {
+        /// The device's ordinal.
+        device: usize,
+    },
+    /// An export asked of a pool made without `PoolProperties::exportable` (the device's default
+    /// pool is never exportable).
+    #[error(
+        "the memory pool of device {device} was made without `PoolProperties::exportable(true)`, \
+         so it cannot be shared; make the pool exportable"
+    )]
+    NotExportable {
+        /// The pool's device.
+        device: usize,
+    },
+    /// A buffer whose memory is not of the kind the way of sharing takes: a legacy handle
+    /// (`IpcMemHandle`) takes `cuMemAlloc` memory, a pool's export takes its stream-ordered
+    /// allocations.
+    #[error("this way of sharing takes memory {needs}; the buffer's was {origin}")]
+    WrongOrigin {
+        /// What the way of sharing takes.
+        needs: MemoryOrigin,
+        /// What the buffer holds.
+        origin: MemoryOrigin,
+    },
+    /// A buffer of no bytes: it has no memory to share.
+    #[error("the buffer has no bytes, so there is no memory to share")]
+    Empty,
+    /// An import into a context of another device than the one the memory lives on.
+    #[error(
+        "the memory lives on {}, and device {device} is {}: import it in a context of the \
+         device it lives on",
+        uuid_text(.exporter),
+        uuid_text(.importer)
+    )]
+    OtherDevice {
+        /// The UUID of the device the memory lives on (the exporter's).
+        exporter: [u8; 16],
+        /// The device asked to import it.
+        device: usize,
+        /// Its UUID.
+        importer: [u8; 16],
+    },
+    /// An import of more elements than the exported memory holds.
+    #[error(
+        "{len} element(s) of {element_size} bytes do not fit in the {bytes} bytes exported; \
+         import at most {} element(s)",
+        .bytes / (*.element_size).max(1) as u64
+    )]
+    TooLong {
+        /// Elements asked for.
+        len: usize,
+        /// Bytes per element.
+        element_size: usize,
+        /// Bytes the exporter shared.
+        bytes: u64,
+    },
+}
+
+/// A device UUID as `nvidia-smi` writes it (`GPU-xxxxxxxx-xxxx-...`), as [`DeviceUuid`]
+/// displays it.
+///
+/// [`DeviceUuid`]: crate::DeviceUuid
+fn uuid_text(bytes: &[u8; 16]) -> String {
+    let mut text = String::from("GPU");
+    for (i, byte) in bytes.iter().enumerate() {
+        if matches!(i, 0 | 4 | 6 | 8 | 10) {
+            text.push('-');
+        }
+        text.push_str(&format!("{byte:02x}"));
+    }
+    text
+}
+
 fn reversed(start: usize, end: usize) -> &'static str {
     if start > end {
         " (it ends before it starts)"
@@ -724,6 +853,14 @@ pub enum AtlasError {
         /// The device whose memory it would access.
         peer: usize,
     },
+    /// A memory pool asked for in a way that cannot work ([`PoolRefusal`]); nothing reached the
+    /// driver.
+    #[error("{0}")]
+    Pool(PoolRefusal),
+    /// Device memory shared with, or imported from, another process in a way that cannot work
+    /// ([`SharingRefusal`]); nothing reached the driver.
+    #[error("{0}")]
+    Sharing(SharingRefusal),
     /// NVRTC, the CUDA run-time compiler, cannot be loaded (not installed, or a wrong
     /// `ATLAS_NVRTC_PATH`): a model with sources cannot be compiled.
     #[error(transparent)]

@@ -330,6 +330,7 @@ pub use error::{
 };
 pub use error::{CopySide, MemoryRefusal};
 pub use error::{GraphFeature, UpdateRefusal};
+pub use error::{MemoryOrigin, PoolRefusal, SharingRefusal};
 pub use graph::capture::{Capture, CudaGraph};
 pub use graph::conditional::ConditionalHandle;
 pub use graph::exec::GraphExec;
@@ -344,7 +345,10 @@ pub use memory::copy::{copy_to_device_async, copy_to_host_async};
 pub use memory::device_memory::{DeviceMemory, DeviceMemoryMut};
 pub use memory::pinned::{PinnedBuffer, PinnedFlags};
 pub use memory::pitched::Copy2d;
+pub use memory::pool::{MemoryPool, PoolProperties, PoolUsage, ReusePolicy};
 pub use memory::registered::{HostRegistration, RegisterFlags, RegistrationFailed};
+#[cfg(unix)]
+pub use memory::sharing::{ImportedPool, IpcMemHandle, PoolPointer, SharedPool};
 pub use memory::symbol::DeviceSymbol;
 pub use memory::view::{DeviceChunks, DeviceChunksMut, DeviceSlice, DeviceSliceMut};
 pub use registry::cache::FunctionCache;
@@ -394,6 +398,9 @@ mod send_sync {
         send_sync::<Compiler>();
         send_sync::<CompileCache>();
         send_sync::<CompiledCode>();
+        send_sync::<MemoryPool>();
+        send_sync::<ImportedPool>();
+        send_sync::<SharedPool>();
     };
 }
 

@@ -24,6 +24,7 @@
 //! | load everywhere, paired | `load_all_devices_paired/{N}_gpus/one_library` (× `registry_per_device`)           |
 //! | allocation, paired      | `alloc_paired/{4k,1m}/{raw,atlas_alloc,stream_ordered_raw,stream_ordered}` (× raw `cuMemAlloc`+`cuMemFree`) |
 //! | synchronize, paired     | `synchronize_paired/idle/{raw,atlas}` (× raw `cuStreamSynchronize`)                |
+//! | pool allocation, paired | `pool_alloc_paired/{4k,1m}/{raw,atlas}` (× raw `cuMemAllocFromPoolAsync`+`cuMemFreeAsync`; `pools.rs`) |
 //! | PDL chain               | `pdl_chain/{eager,eager_pdl,graph,graph_pdl}` (per kernel of 64 dependent steps)   |
 //! | launch with attributes  | `launch_ex_paired/pdl/{raw,raw_built,atlas,atlas_raw}` (× raw `cuLaunchKernelEx`)  |
 //! | events, paired          | `event_paired/record_wait/{raw,atlas}` (× raw `cuEventRecord` + `cuStreamWaitEvent`) |
@@ -69,6 +70,7 @@ mod model_load;
 mod paired;
 mod pdl;
 mod pinned;
+mod pools;
 mod replaced;
 mod roundtrip;
 mod stream_memory;
@@ -235,6 +237,7 @@ fn main() {
     events::events(&mut paired, &env);
     pinned::pinned(&mut c, &mut paired, &env);
     copies::copies(&mut c, &mut paired, &env);
+    pools::pools(&mut paired, &env);
 
     c.final_summary();
     paired.final_summary();

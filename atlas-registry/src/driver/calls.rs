@@ -19,9 +19,8 @@ use atlas_sys::{
     CUdeviceptr, CUfunction, CUfunction_attribute, CUgraph, CUgraphConditionalHandle,
     CUgraphConditionalNodeType, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResult,
     CUgraphExecUpdateResultInfo, CUgraphNode, CUgraphNodeParams, CUgraphNodeType, CUjit_option,
-    CUlaunchAttributeID, CUlaunchAttributeValue, CUlibrary, CUmemPool_attribute, CUmemoryPool,
-    CUmodule, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
-    CUstreamUpdateCaptureDependencies_flags,
+    CUlaunchAttributeID, CUlaunchAttributeValue, CUlibrary, CUmodule, CUresult, CUstream,
+    CUstreamCaptureMode, CUstreamCaptureStatus, CUstreamUpdateCaptureDependencies_flags,
 };
 
 use super::{Error, Result, check, driver};
@@ -40,14 +39,18 @@ mod copy;
 mod event;
 mod host_memory;
 mod info;
+mod ipc;
 mod peer;
+mod pool;
 
 pub(crate) use copy::*;
 pub(crate) use event::*;
 pub(crate) use host_memory::*;
 pub use info::ContextLimit;
 pub(crate) use info::*;
+pub(crate) use ipc::*;
 pub(crate) use peer::*;
+pub(crate) use pool::*;
 
 // Devices and contexts.
 
@@ -1009,7 +1012,7 @@ pub(crate) unsafe fn begin_capture_to_graph(
     }
 }
 
-// Stream priorities, stream-ordered memory and capture state.
+// Stream priorities and capture state.
 
 /// `cuCtxGetStreamPriorityRange` in the current context: `(least, greatest)`. Numerically
 /// `greatest <= least`: a lower number is a higher priority.
@@ -1076,88 +1079,6 @@ pub(crate) unsafe fn stream_is_capturing(stream: CUstream) -> Result<bool> {
     // SAFETY: duty 1; `status` is a live out-pointer.
     unsafe { call!(cuStreamIsCapturing(stream, &mut status)) }?;
     Ok(status != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
-}
-
-/// `Ok` when the driver has every entry point of stream-ordered allocation and of the default
-/// memory pool (CUDA 11.2+), else the first one it lacks.
-pub(crate) fn require_memory_pool_entry_points() -> Result<()> {
-    let cuda = driver()?.cuda;
-    let missing = |r: std::result::Result<(), atlas_sys::MissingSymbol>| r.map_err(Error::Missing);
-    missing(atlas_sys::entry!(cuda, cuMemAllocAsync).map(drop))?;
-    missing(atlas_sys::entry!(cuda, cuMemFreeAsync).map(drop))?;
-    missing(atlas_sys::entry!(cuda, cuDeviceGetDefaultMemPool).map(drop))?;
-    missing(atlas_sys::entry!(cuda, cuMemPoolSetAttribute).map(drop))?;
-    missing(atlas_sys::entry!(cuda, cuMemPoolGetAttribute).map(drop))
-}
-
-/// `cuMemAllocAsync`: `bytes` (more than 0) from the default memory pool of the stream's device,
-/// usable in stream order after this point of `stream`.
-///
-/// # Safety
-///
-/// 1. `stream` is live, or null (then the context to allocate in is current).
-pub(crate) unsafe fn mem_alloc_async(bytes: usize, stream: CUstream) -> Result<CUdeviceptr> {
-    let mut ptr: CUdeviceptr = 0;
-    // SAFETY: duty 1; `ptr` is a live out-pointer.
-    unsafe { call!(cuMemAllocAsync(&mut ptr, bytes, stream)) }?;
-    Ok(ptr)
-}
-
-/// `cuMemFreeAsync`: frees `ptr` at this point of `stream`'s order.
-///
-/// # Safety
-///
-/// 1. `ptr` was allocated by [`mem_alloc_async`] and is freed once.
-/// 2. `stream` is live, or null (then the allocation's context is current).
-/// 3. Every use of the memory is ordered before this point of `stream`, or complete.
-pub(crate) unsafe fn mem_free_async(ptr: CUdeviceptr, stream: CUstream) -> Result<()> {
-    // SAFETY: duties 1–3.
-    unsafe { call!(cuMemFreeAsync(ptr, stream)) }
-}
-
-/// `cuDeviceGetDefaultMemPool`.
-pub(crate) fn default_mem_pool(device: CUdevice) -> Result<CUmemoryPool> {
-    let mut pool: CUmemoryPool = std::ptr::null_mut();
-    // SAFETY: `pool` is a live out-pointer; a bad device is refused with a status.
-    unsafe { call!(cuDeviceGetDefaultMemPool(&mut pool, device)) }?;
-    Ok(pool)
-}
-
-/// `cuMemPoolSetAttribute(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)`.
-///
-/// # Safety
-///
-/// 1. `pool` is live (a device's default pool lives as long as the driver).
-pub(crate) unsafe fn set_pool_release_threshold(pool: CUmemoryPool, bytes: u64) -> Result<()> {
-    let mut value: u64 = bytes;
-    let attribute = CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
-    // SAFETY: duty 1; the attribute's value is a cuuint64_t, which `value` is, read during the call.
-    unsafe {
-        call!(cuMemPoolSetAttribute(
-            pool,
-            attribute,
-            (&raw mut value).cast()
-        ))
-    }
-}
-
-/// `cuMemPoolGetAttribute(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)`.
-///
-/// # Safety
-///
-/// 1. `pool` is live.
-pub(crate) unsafe fn pool_release_threshold(pool: CUmemoryPool) -> Result<u64> {
-    let mut value: u64 = 0;
-    let attribute = CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
-    // SAFETY: duty 1; the attribute's value is a cuuint64_t, which `value` has room for.
-    unsafe {
-        call!(cuMemPoolGetAttribute(
-            pool,
-            attribute,
-            (&raw mut value).cast()
-        ))
-    }?;
-    Ok(value)
 }
 
 // Launch attributes.

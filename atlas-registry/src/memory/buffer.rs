@@ -13,8 +13,7 @@ use crate::device::context::CudaContext;
 use crate::device::host::ordinal_of;
 use crate::device::stream::CudaStream;
 use crate::driver::{About, calls};
-use crate::error::{AtlasError, Result, report_cleanup};
-use crate::memory::pool::require_memory_pools;
+use crate::error::{AtlasError, MemoryOrigin, Result, report_cleanup};
 
 /// Plain data that can be copied to and from the device byte for byte.
 ///
@@ -53,7 +52,12 @@ unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 ///   the buffer alive until the work that uses it has finished (synchronize the stream first).
 /// - [`alloc_async`](Self::alloc_async) (`cuMemAllocAsync`) is stream-ordered: the memory exists
 ///   from that point of the stream's order, and the buffer remembers the stream and frees itself
-///   there with `cuMemFreeAsync`, in the same order. Both can be captured into a graph.
+///   there with `cuMemFreeAsync`, in the same order. Both can be captured into a graph. So can
+///   a [`MemoryPool`](crate::MemoryPool)'s allocations, which are stream-ordered too.
+///
+/// Memory imported from another process ([`ImportedPool::import_pointer`](crate::ImportedPool::import_pointer),
+/// [`IpcMemHandle::open`](crate::IpcMemHandle::open)) is a buffer too, borrowed: dropping it
+/// releases the import only, after the device's work, and the exporter's memory stays.
 ///
 /// A buffer given to a typed launch that is captured into a graph shares its memory with that
 /// graph (and with every executable graph made from it) from then on: the memory stays allocated
@@ -265,7 +269,6 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// The buffer of `len` elements at `ptr`, memory of `context` that `keeper` owns: the buffer
     /// and the graphs that use it share `keeper`, and the last of them to go drops it. Dropping
     /// it must release the memory only once no work of the device can use it any more.
-    #[allow(dead_code)] // the memory kinds that own their memory are not built yet
     pub(crate) fn kept(context: CUcontext, ptr: CUdeviceptr, len: usize, keeper: Hold) -> Self {
         Self::with_origin(context, ptr, len, Origin::Kept(keeper))
     }
@@ -303,6 +306,15 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// is freed on its stream.
     pub fn is_stream_ordered(&self) -> bool {
         matches!(self.origin, Origin::Stream { .. })
+    }
+
+    /// Where the memory comes from, for the ways of sharing that take one kind only.
+    pub(crate) fn origin(&self) -> MemoryOrigin {
+        match self.origin {
+            Origin::Alloc => MemoryOrigin::Allocated,
+            Origin::Stream { .. } => MemoryOrigin::StreamOrdered,
+            Origin::Kept(_) => MemoryOrigin::Kept,
+        }
     }
 
     /// Bytes of `len` elements, or the error saying they do not fit.
@@ -393,6 +405,19 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     pub(crate) fn device_ptr_slot(&self) -> &CUdeviceptr {
         &self.ptr
     }
+}
+
+/// `Ok` when `context`'s device can allocate in stream order: the driver has the entry points
+/// (else [`AtlasError::MissingSymbol`] naming the first one missing) and the device has memory
+/// pools (else [`AtlasError::MemoryPoolsUnsupported`]).
+pub(crate) fn require_memory_pools(context: &CudaContext) -> Result<()> {
+    calls::require_memory_pool_entry_points()?;
+    if !context.memory_pools_supported()? {
+        return Err(AtlasError::MemoryPoolsUnsupported {
+            device: context.ordinal(),
+        });
+    }
+    Ok(())
 }
 
 /// `Ok` when `stream` is of `context`, else the refusal naming both devices.

@@ -2,8 +2,9 @@
 //! of a buffer ([`view`]); [`device_memory`], the sealed traits through which buffers and views are
 //! copied and filled; copies host↔device to any device address on any stream and between device
 //! memory ([`copy`]), 2D copies of pitched layouts ([`pitched`]), fills ([`fill`]), peer access and
-//! copies between devices ([`peer`]); `__device__` variables ([`symbol`]); the device's default
-//! memory pool that stream-ordered allocations come from ([`pool`]); and page-locked host memory,
+//! copies between devices ([`peer`]); `__device__` variables ([`symbol`]); memory pools, the
+//! device's default one and pools of one's own, that stream-ordered allocations come from
+//! ([`pool`]); device memory shared between processes ([`sharing`]); and page-locked host memory,
 //! allocated ([`pinned`]) or registered in place ([`registered`]), whose asynchronous copies are
 //! safe ([`locked`]).
 
@@ -17,5 +18,7 @@ pub(crate) mod pinned;
 pub(crate) mod pitched;
 pub(crate) mod pool;
 pub(crate) mod registered;
+#[cfg(unix)]
+pub(crate) mod sharing;
 pub(crate) mod symbol;
 pub(crate) mod view;

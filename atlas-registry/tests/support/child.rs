@@ -40,6 +40,7 @@
 
 use std::any::type_name;
 use std::io::Read;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -208,6 +209,30 @@ pub fn this_binary() -> Command {
         }
         None => Command::new(exe),
     }
+}
+
+/// Lets the children started from now on inherit `fd` (clears its `FD_CLOEXEC`), and returns
+/// its number, to pass in an environment variable that the child reads with [`inherited_fd`].
+pub fn inheritable(fd: BorrowedFd<'_>) -> String {
+    // SAFETY: `fd` is open (borrowed for the call); F_SETFD only changes its close-on-exec flag.
+    let set = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0) };
+    assert_eq!(set, 0, "fcntl(F_SETFD) on descriptor {}", fd.as_raw_fd());
+    fd.as_raw_fd().to_string()
+}
+
+/// In a child, the descriptor whose number the parent put in the environment variable `var`
+/// ([`inheritable`]), owned from now on.
+pub fn inherited_fd(var: &str) -> OwnedFd {
+    let number: i32 = std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{var} names no descriptor"));
+    // SAFETY: `fcntl(F_GETFD)` only asks whether the descriptor is open.
+    let open = unsafe { libc::fcntl(number, libc::F_GETFD) };
+    assert!(open >= 0, "descriptor {number} ({var}) was not inherited");
+    // SAFETY: an open descriptor the parent passed to this process for the caller alone: nothing
+    // else here owns or closes it.
+    unsafe { OwnedFd::from_raw_fd(number) }
 }
 
 /// The last `lines` lines of `text`.

@@ -9,8 +9,8 @@
 //!
 //! A free cannot be refused (a buffer's drop returns nothing), so a free that would break a
 //! capture waits for it instead ([`free`]): `cuMemFree` from a capturing thread, and the free of
-//! memory that graphs used (which synchronizes the context first), wait for that thread's
-//! captures to end; `cuMemFreeAsync` on a stream being captured (of memory allocated before the
+//! memory that graphs used or that was imported from another process (which synchronizes the
+//! context first), wait for that thread's captures to end; `cuMemFreeAsync` on a stream being captured (of memory allocated before the
 //! capture) waits for that capture to end. The release of page-locked host memory
 //! (`cuMemFreeHost`, `cuMemHostUnregister`) from a capturing thread waits as `cuMemFree` does. In thread-local mode a capture is not disturbed by
 //! what other threads call, so a free from a thread that is not capturing is made at once, and
@@ -93,8 +93,12 @@ pub(crate) enum How {
     /// captured, at once: in that capture, it is the graph's free node.
     InCapture(usize),
     /// `cuCtxSynchronize`, then `cuMemFree` (and the payload dropped): memory graphs used, whose
-    /// replays may still run.
+    /// replays may still run; memory imported from another process's pool (the free releases
+    /// the import only).
     AfterDevice,
+    /// `cuCtxSynchronize`, then `cuIpcCloseMemHandle` (and the payload dropped): memory another
+    /// process shared through a legacy IPC handle, which the device's work may still use.
+    CloseAfterDevice,
     /// The release of page-locked host memory: from a capturing thread, the driver refuses it
     /// and invalidates the thread's captures, as it does `cuMemFree`.
     Host,
@@ -139,11 +143,18 @@ impl Free {
         }
     }
 
+    /// The same free, dropping `payload` after the memory is released (what the release needs
+    /// alive until then, such as the imported pool the memory came from).
+    pub(crate) fn keeping(mut self, payload: Box<dyn Send>) -> Self {
+        self.payload = Some(payload);
+        self
+    }
+
     /// What the free would break while a capture is in progress.
     fn conflict(&self) -> Conflict {
         match self.how {
             How::Plain | How::Host => Conflict::ThisThread,
-            How::AfterDevice => Conflict::Context(self.context),
+            How::AfterDevice | How::CloseAfterDevice => Conflict::Context(self.context),
             How::OnStream(stream) => Conflict::Stream(StreamKey(stream)),
             How::InCapture(_) => Conflict::Nothing,
         }
@@ -171,6 +182,14 @@ impl Free {
                     unsafe { calls::mem_free(self.ptr) }?
                 }
                 // No replay uses it any more (the context was synchronized).
+                drop(self.payload.take());
+            }
+            How::CloseAfterDevice => {
+                calls::context_synchronize()?;
+                // SAFETY: memory this context opened from an IPC handle, closed once (its keeper
+                // hands it over once, when it goes); the context is current, and every kernel
+                // and replay that used it has finished (the context was synchronized now).
+                unsafe { calls::ipc_close_mem_handle(self.ptr) }?;
                 drop(self.payload.take());
             }
             How::Host => {

@@ -14,7 +14,13 @@
  *   STANDIN_NO_LIBRARY       no cuLibrary* exports (a driver older than CUDA 12.0).
  *   STANDIN_NO_MEMORY_POOLS  the device reports CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0.
  *   STANDIN_NO_MEMORY_POOL_API  no cuMemAllocAsync, cuMemFreeAsync, cuDeviceGetDefaultMemPool,
- *                           cuMemPoolSetAttribute, cuMemPoolGetAttribute exports (older than 11.2).
+ *                           cuMemPoolSetAttribute, cuMemPoolGetAttribute exports (older than 11.2),
+ *                           nor those of pools of one's own and of sharing them (cuMemPoolCreate...).
+ *   STANDIN_NO_POSIX_FD      the devices cannot share memory as POSIX file descriptors
+ *                           (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED and
+ *                           CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES answer 0).
+ *   STANDIN_NO_IPC           no cuIpcGetMemHandle, cuIpcOpenMemHandle_v2, cuIpcCloseMemHandle exports
+ *                           (an injection library that does not forward them).
  *
  * Stream capture builds graphs: a launch on a capturing stream becomes a kernel node (its function,
  * configuration, parameter values and cluster/cooperative attributes copied), cuMemAllocAsync and
@@ -214,7 +220,12 @@ static CUresult status_string(CUresult error, const char **out, int want_name) {
     X(cuMemHostGetDevicePointer_v2)                                                             \
     /* Copies between device memory, 2D copies, fills, peer access */                          \
     X(cuMemcpyDtoDAsync_v2) X(cuMemcpyPeerAsync) X(cuMemcpy2DAsync_v2) X(cuMemsetD8Async)       \
-    X(cuMemsetD16Async) X(cuMemsetD32Async) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)
+    X(cuMemsetD16Async) X(cuMemsetD32Async) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)  \
+    /* Memory pools of one's own, and device memory shared between processes */                 \
+    X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemAllocFromPoolAsync) X(cuMemPoolTrimTo)         \
+    X(cuMemPoolExportToShareableHandle) X(cuMemPoolImportFromShareableHandle)                    \
+    X(cuMemPoolExportPointer) X(cuMemPoolImportPointer) X(cuIpcGetMemHandle)                     \
+    X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle)
 
 /* Things that happen inside calls, counted for tests. */
 #define EVENTS(X)                                                                               \
@@ -648,6 +659,17 @@ struct object {
         } exec;
         struct {
             unsigned long long release_threshold;
+            int device;
+            int created;           /* by cuMemPoolCreate (a default pool is not) */
+            int imported;          /* by cuMemPoolImportFromShareableHandle */
+            int handle_types;      /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (1), or 0 */
+            size_t max_size;       /* 0: no limit of its own */
+            int no_reuse[3];       /* attributes 1-3 turned off (all on by default) */
+            unsigned long long reserved, reserved_high, used, used_high;
+            int fd;                /* shared memory behind an exportable or imported pool */
+            size_t fd_bytes;       /* the shared memory's size: where the next allocation goes */
+            long long exporter;    /* the pid and pool that an exported pool's memory names */
+            size_t exporter_pool;
         } pool;
         struct {
             struct object *ctx;
@@ -765,6 +787,9 @@ struct allocation {
     int user; /* cuMemAlloc'd, as opposed to a module's __device__ variable */
     struct object *graph; /* a graph allocation: the graph whose capture made it */
     int freed_in_graph;   /* its graph frees it (a free node): nobody else may */
+    struct object *pool;  /* the memory pool it came from (or was imported from), or NULL */
+    int mapped;           /* a mapping of a pool's shared memory (munmap'd), not calloc'd */
+    size_t offset;        /* where a mapping lies in the pool's shared memory */
 };
 static struct allocation *allocations;
 static size_t allocation_count, allocation_capacity;
@@ -787,7 +812,8 @@ static int device_range_ok(struct object *ctx, const void *p, size_t bytes) {
     return (a != NULL && a->ctx == ctx) || mapped_host_ok(ctx, p, bytes);
 }
 
-static CUresult add_allocation(size_t size, struct object *ctx, int user, char **out) {
+/* Records `base` as an allocation; the new entry is allocations[allocation_count - 1]. */
+static CUresult add_allocation_at(char *base, size_t size, struct object *ctx, int user) {
     if (allocation_count == allocation_capacity) {
         size_t capacity = allocation_capacity ? allocation_capacity * 2 : 64;
         struct allocation *grown = realloc(allocations, capacity * sizeof *grown);
@@ -795,15 +821,27 @@ static CUresult add_allocation(size_t size, struct object *ctx, int user, char *
         allocations = grown;
         allocation_capacity = capacity;
     }
+    allocations[allocation_count++] = (struct allocation){base, size, ctx, user, NULL, 0, NULL, 0, 0};
+    return SUCCESS;
+}
+
+static CUresult add_allocation(size_t size, struct object *ctx, int user, char **out) {
     char *base = calloc(1, size);
     if (base == NULL) return OUT_OF_MEMORY;
-    allocations[allocation_count++] = (struct allocation){base, size, ctx, user, NULL, 0};
+    CUresult status = add_allocation_at(base, size, ctx, user);
+    if (status != SUCCESS) {
+        free(base);
+        return status;
+    }
     *out = base;
     return SUCCESS;
 }
 
+static void release_pool_memory(struct allocation *a);
+
 static void remove_allocation(struct allocation *a) {
-    free(a->base);
+    if (a->pool != NULL || a->mapped) release_pool_memory(a);
+    else free(a->base);
     *a = allocations[--allocation_count];
 }
 
@@ -1020,6 +1058,13 @@ CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device) {
     case 120: *value = cc_of(device) >= 90; break; /* CLUSTER_LAUNCH */
     case 76: *value = cc_of(device) % 10; break; /* COMPUTE_CAPABILITY_MINOR */
     case 97: *value = SHARED_OPTIN; break;  /* MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
+#ifdef STANDIN_NO_POSIX_FD
+    case 103: *value = 0; break;            /* HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED */
+    case 119: *value = 0; break;            /* MEMPOOL_SUPPORTED_HANDLE_TYPES */
+#else
+    case 103: *value = 1; break;            /* HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED */
+    case 119: *value = 1; break;            /* MEMPOOL_SUPPORTED_HANDLE_TYPES: POSIX fd */
+#endif
 #ifdef STANDIN_NO_MEMORY_POOLS
     case 115: *value = 0; break;            /* MEMORY_POOLS_SUPPORTED */
 #else
@@ -2717,18 +2762,25 @@ CUresult cuGraphAddNode_v2(void **node, void *graph, void *const *dependencies, 
 #ifndef STANDIN_NO_MEMORY_POOL_API
 static struct object *pools[STANDIN_DEVICES];
 
-/* Allocates at once, in the stream's context. On a capturing stream it is a graph allocation
- * (an allocation node of the capture's graph), whose memory the stand-in keeps between replays. */
-CUresult cuMemAllocAsync(CUdeviceptr *ptr, size_t bytes, void *stream) {
-    ENTER(cuMemAllocAsync);
+static struct object *default_pool(int device);
+static CUresult pool_allocate(struct object *pool, size_t bytes, struct object *ctx, char **out);
+
+/* Allocates at once, from `pool` (the default pool of the stream's device when NULL), in the
+ * stream's context. On a capturing stream it is a graph allocation (an allocation node of the
+ * capture's graph), whose memory the stand-in keeps between replays and counts in no pool. */
+static CUresult stream_alloc(CUdeviceptr *ptr, size_t bytes, void *stream, struct object *pool,
+                             const char *call) {
     if (ptr == NULL || bytes == 0) return INVALID_VALUE;
     pthread_mutex_lock(&lock);
     struct object *ctx = NULL, *s = as(stream, K_STREAM);
-    CUresult status = stream_context(stream, "cuMemAllocAsync", &ctx);
+    CUresult status = stream_context(stream, call, &ctx);
     if (status == SUCCESS) status = usable(ctx);
     if (status == SUCCESS && s != NULL && s->u.stream.capture == 2) status = STREAM_CAPTURE_INVALIDATED;
     char *base = NULL;
-    if (status == SUCCESS) status = add_allocation(bytes, ctx, 1, &base);
+    if (status == SUCCESS && s != NULL && s->u.stream.capture != 0)
+        status = add_allocation(bytes, ctx, 1, &base);
+    else if (status == SUCCESS)
+        status = pool_allocate(pool ? pool : default_pool(ctx->u.ctx.device), bytes, ctx, &base);
     if (status == SUCCESS) last_alloc_ctx = ctx;
     if (status == SUCCESS && s != NULL && s->u.stream.capture != 0) {
         struct node_data d;
@@ -2741,6 +2793,11 @@ CUresult cuMemAllocAsync(CUdeviceptr *ptr, size_t bytes, void *stream) {
     pthread_mutex_unlock(&lock);
     if (status == SUCCESS) *ptr = (CUdeviceptr)(uintptr_t)base;
     return status;
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr *ptr, size_t bytes, void *stream) {
+    ENTER(cuMemAllocAsync);
+    return stream_alloc(ptr, bytes, stream, NULL, "cuMemAllocAsync");
 }
 
 /* Frees in stream order (at once). In a capture it is a free node, and must be of an allocation of
@@ -2781,25 +2838,22 @@ CUresult cuDeviceGetDefaultMemPool(void **pool, CUdevice device) {
     if (pool == NULL) return INVALID_VALUE;
     if (device < 0 || device >= STANDIN_DEVICES) return INVALID_DEVICE;
     pthread_mutex_lock(&lock);
-    if (pools[device] == NULL) pools[device] = new_object(K_POOL);
-    struct object *p = pools[device];
+    struct object *p = default_pool(device);
     pthread_mutex_unlock(&lock);
     if (p == NULL) return OUT_OF_MEMORY;
     *pool = p;
     return SUCCESS;
 }
 
-/* Models CU_MEMPOOL_ATTR_RELEASE_THRESHOLD (4) only. */
+static CUresult pool_attribute_of(struct object *p, int attribute, void *value, int set);
+
+/* The attributes of a pool: see pool_attribute_of. */
 static CUresult pool_attribute(void *pool, int attribute, void *value, int set, const char *call) {
     if (value == NULL) return INVALID_VALUE;
-    if (attribute != 4) return NOT_SUPPORTED;
     pthread_mutex_lock(&lock);
     struct object *p = as(pool, K_POOL);
     CUresult status = live(p, call);
-    if (status == SUCCESS) {
-        if (set) memcpy(&p->u.pool.release_threshold, value, 8);
-        else memcpy(value, &p->u.pool.release_threshold, 8);
-    }
+    if (status == SUCCESS) status = pool_attribute_of(p, attribute, value, set);
     pthread_mutex_unlock(&lock);
     return status;
 }
@@ -3203,8 +3257,9 @@ int standin_peer_enabled(int device, int peer) {
 /* How many times: an entry point was called ("cuLaunchKernel"; injected failures included; "calls":
  * all of them), an event happened ("stale_handle", "context_mismatch", "fault", "graph_race"); or how many things
  * are alive now ("live_allocations": cuMemAlloc'd blocks, "live_modules": modules not unloaded,
- * "live_graphs": graphs not destroyed (not counting bodies), "live_execs": executable graphs).
- * -1 for a name it does not know. */
+ * "live_graphs": graphs not destroyed (not counting bodies), "live_execs": executable graphs,
+ * "live_pools": pools made by cuMemPoolCreate and not destroyed, "live_imports": pointers imported
+ * from pools and not released). -1 for a name it does not know. */
 long long standin_count(const char *what) {
     for (int i = 0; i < ENTRY_COUNT; i++)
         if (strcmp(what, entry_names[i]) == 0)
@@ -3232,6 +3287,14 @@ long long standin_count(const char *what) {
     } else if (strcmp(what, "live_execs") == 0) {
         n = 0;
         for (size_t i = 0; i < arena_used; i++) n += arena[i].kind == K_EXEC && !arena[i].dead;
+    } else if (strcmp(what, "live_pools") == 0) {
+        n = 0;
+        for (size_t i = 0; i < arena_used; i++)
+            n += arena[i].kind == K_POOL && !arena[i].dead && arena[i].u.pool.created;
+    } else if (strcmp(what, "live_imports") == 0) {
+        n = 0;
+        for (size_t i = 0; i < allocation_count; i++)
+            n += allocations[i].pool != NULL && allocations[i].pool->u.pool.imported;
     }
     pthread_mutex_unlock(&lock);
     return n;
@@ -3629,3 +3692,398 @@ CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned flag
     if (status == SUCCESS) *pdptr = (CUdeviceptr)(uintptr_t)p;
     return status;
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Memory pools of one's own, and device memory shared between processes                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A pool's accounting: `used` is what its live allocations take; `reserved` grows to cover them
+ * (by exactly what is missing, where the driver maps larger chunks) and shrinks only at
+ * cuMemPoolTrimTo (the driver also hands memory above the release threshold back at
+ * synchronizations, which the stand-in does not model), never below `used`. A maximum size caps
+ * `reserved`. Allocations made in a capture are the graph's, counted in no pool.
+ *
+ * An exportable pool's memory is a memfd: each allocation is a page-aligned range of it, mapped
+ * (MAP_SHARED) where the pool's user sees it, so that a process that imports the pool (the memfd,
+ * as the exported descriptor) maps the same range and sees the same bytes; in one process, an
+ * import is a second mapping of the range. The memfd's first page names the exporting process and
+ * pool, and export data names the range. Imported pools cannot allocate; a pointer imported from
+ * one is released by cuMemFree_v2 or cuMemFreeAsync (its mapping only). A destroyed pool's
+ * allocations stay until freed (the driver defers the release).
+ *
+ * Legacy IPC handles name a cuMemAlloc allocation and the exporting process. The stand-in's
+ * cuMemAlloc memory is private to its process, so opening a handle in another process is not
+ * modelled (CUDA_ERROR_NOT_SUPPORTED); opening one in the exporting process is refused as the
+ * driver refuses it (CUDA_ERROR_INVALID_CONTEXT). */
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/types.h>
+
+#define POOL_PAGE 4096
+#define HANDLE_TYPE_POSIX_FD 1
+#define POOL_MAGIC 0x4c4f4f504e415453ull /* "STANPOOL" */
+#define IPC_MAGIC 0x4350494e4e415453ull  /* "STANNIPC" */
+
+/* The first page of an exportable pool's memfd. */
+struct pool_header {
+    unsigned long long magic;
+    long long pid;
+    unsigned long long pool; /* the pool's arena slot in the exporting process */
+    int device;
+};
+
+/* CUmemPoolPtrExportData, as the stand-in fills it. */
+struct pool_export {
+    unsigned long long magic;
+    long long pid;
+    unsigned long long pool;
+    unsigned long long offset;
+    unsigned long long size;
+};
+
+/* CUipcMemHandle, and what the stand-in writes in it. */
+struct ipc_handle {
+    char reserved[64];
+};
+struct ipc_data {
+    unsigned long long magic;
+    long long pid;
+    unsigned long long ptr;
+    unsigned long long size;
+};
+
+static size_t page_round(size_t n) { return (n + POOL_PAGE - 1) / POOL_PAGE * POOL_PAGE; }
+
+/* Gives back what a pool's allocation took: its share of the pool, and its memory. Lock held. */
+static void release_pool_memory(struct allocation *a) {
+    struct object *p = a->pool;
+    if (p != NULL && !p->u.pool.imported) p->u.pool.used -= a->size;
+    if (a->mapped) munmap(a->base, page_round(a->size));
+    else free(a->base);
+}
+
+#ifndef STANDIN_NO_MEMORY_POOL_API
+
+/* CUmemPoolProps. */
+struct pool_props {
+    int alloc_type;   /* CU_MEM_ALLOCATION_TYPE_PINNED (1) */
+    int handle_types; /* CUmemAllocationHandleType bits */
+    struct {
+        int type; /* CU_MEM_LOCATION_TYPE_DEVICE (1) */
+        int id;
+    } location;
+    void *win32_security_attributes;
+    size_t max_size; /* CUDA 12.2+; reserved bytes before */
+    unsigned short usage;
+    unsigned char reserved[54];
+};
+
+/* The default pool of `device`, made on first use. Lock held. */
+static struct object *default_pool(int device) {
+    if (pools[device] == NULL && (pools[device] = new_object(K_POOL)) != NULL) {
+        pools[device]->u.pool.device = device;
+        pools[device]->u.pool.fd = -1;
+    }
+    return pools[device];
+}
+
+/* Allocates `bytes` of pool `p` for `ctx` (the allocation's entry gets the pool). Lock held. */
+static CUresult pool_allocate(struct object *p, size_t bytes, struct object *ctx, char **out) {
+    if (p == NULL) return OUT_OF_MEMORY;
+    if (p->u.pool.imported) return INVALID_VALUE;
+    unsigned long long used = p->u.pool.used + bytes;
+    unsigned long long reserved = used > p->u.pool.reserved ? used : p->u.pool.reserved;
+    if (p->u.pool.max_size != 0 && reserved > p->u.pool.max_size) return OUT_OF_MEMORY;
+    char *base = NULL;
+    if (p->u.pool.handle_types & HANDLE_TYPE_POSIX_FD) {
+        size_t at = p->u.pool.fd_bytes, span = page_round(bytes);
+        if (ftruncate(p->u.pool.fd, (off_t)(at + span)) != 0) return OUT_OF_MEMORY;
+        base = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_SHARED, p->u.pool.fd, (off_t)at);
+        if (base == MAP_FAILED) return OUT_OF_MEMORY;
+        CUresult status = add_allocation_at(base, bytes, ctx, 1);
+        if (status != SUCCESS) {
+            munmap(base, span);
+            return status;
+        }
+        p->u.pool.fd_bytes = at + span;
+        allocations[allocation_count - 1].mapped = 1;
+        allocations[allocation_count - 1].offset = at;
+    } else {
+        CUresult status = add_allocation(bytes, ctx, 1, &base);
+        if (status != SUCCESS) return status;
+    }
+    allocations[allocation_count - 1].pool = p;
+    p->u.pool.used = used;
+    p->u.pool.reserved = reserved;
+    if (used > p->u.pool.used_high) p->u.pool.used_high = used;
+    if (reserved > p->u.pool.reserved_high) p->u.pool.reserved_high = reserved;
+    *out = base;
+    return SUCCESS;
+}
+
+/* CUmemPool_attribute 1-3 (reuse policies, int), 4 (release threshold), 5-8 (reserved and used
+ * memory, current and high, cuuint64_t; the high ones take only 0, which resets them to the
+ * current value). Lock held. */
+static CUresult pool_attribute_of(struct object *p, int attribute, void *value, int set) {
+    unsigned long long v = 0;
+    if (set && attribute >= 4) memcpy(&v, value, 8);
+    switch (attribute) {
+    case 1: case 2: case 3:
+        if (set) p->u.pool.no_reuse[attribute - 1] = *(const int *)value == 0;
+        else *(int *)value = !p->u.pool.no_reuse[attribute - 1];
+        return SUCCESS;
+    case 4:
+        if (set) p->u.pool.release_threshold = v;
+        else memcpy(value, &p->u.pool.release_threshold, 8);
+        return SUCCESS;
+    case 5:
+        if (set) return INVALID_VALUE;
+        memcpy(value, &p->u.pool.reserved, 8);
+        return SUCCESS;
+    case 6:
+        if (set && v != 0) return INVALID_VALUE;
+        if (set) p->u.pool.reserved_high = p->u.pool.reserved;
+        else memcpy(value, &p->u.pool.reserved_high, 8);
+        return SUCCESS;
+    case 7:
+        if (set) return INVALID_VALUE;
+        memcpy(value, &p->u.pool.used, 8);
+        return SUCCESS;
+    case 8:
+        if (set && v != 0) return INVALID_VALUE;
+        if (set) p->u.pool.used_high = p->u.pool.used;
+        else memcpy(value, &p->u.pool.used_high, 8);
+        return SUCCESS;
+    default:
+        return INVALID_VALUE;
+    }
+}
+
+CUresult cuMemPoolCreate(void **pool, const struct pool_props *props) {
+    ENTER(cuMemPoolCreate);
+    if (pool == NULL || props == NULL) return INVALID_VALUE;
+    if (props->alloc_type != 1 || props->location.type != 1) return INVALID_VALUE;
+    if (props->location.id < 0 || props->location.id >= STANDIN_DEVICES) return INVALID_DEVICE;
+    for (size_t i = 0; i < sizeof props->reserved; i++)
+        if (props->reserved[i] != 0) return INVALID_VALUE;
+    if (STANDIN_DRIVER_VERSION < 12020 && props->max_size != 0) return INVALID_VALUE;
+    if ((props->handle_types & ~HANDLE_TYPE_POSIX_FD) != 0) return NOT_SUPPORTED;
+#ifdef STANDIN_NO_POSIX_FD
+    if (props->handle_types != 0) return NOT_SUPPORTED;
+#endif
+    int fd = -1;
+    if (props->handle_types & HANDLE_TYPE_POSIX_FD) {
+        fd = memfd_create("standin-pool", MFD_CLOEXEC);
+        if (fd < 0 || ftruncate(fd, POOL_PAGE) != 0) {
+            if (fd >= 0) close(fd);
+            return OUT_OF_MEMORY;
+        }
+    }
+    pthread_mutex_lock(&lock);
+    struct object *p = new_object(K_POOL);
+    if (p != NULL) {
+        p->u.pool.device = props->location.id;
+        p->u.pool.created = 1;
+        p->u.pool.handle_types = props->handle_types;
+        p->u.pool.max_size = props->max_size;
+        p->u.pool.fd = fd;
+        p->u.pool.fd_bytes = POOL_PAGE;
+        p->u.pool.exporter = (long long)getpid();
+        p->u.pool.exporter_pool = (size_t)(p - arena);
+    }
+    pthread_mutex_unlock(&lock);
+    if (p == NULL) {
+        if (fd >= 0) close(fd);
+        return OUT_OF_MEMORY;
+    }
+    if (fd >= 0) {
+        struct pool_header h = {POOL_MAGIC, (long long)getpid(), (unsigned long long)(p - arena),
+                                props->location.id};
+        if (pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) return OUT_OF_MEMORY;
+    }
+    *pool = p;
+    return SUCCESS;
+}
+
+CUresult cuMemPoolDestroy(void *pool) {
+    ENTER(cuMemPoolDestroy);
+    pthread_mutex_lock(&lock);
+    struct object *p = as(pool, K_POOL);
+    CUresult status = live(p, "cuMemPoolDestroy");
+    if (status == SUCCESS && !p->u.pool.created && !p->u.pool.imported) status = INVALID_VALUE;
+    if (status == SUCCESS) {
+        p->dead = 1;
+        /* The mappings of its allocations outlive the descriptor. */
+        if (p->u.pool.fd >= 0) close(p->u.pool.fd);
+        p->u.pool.fd = -1;
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *ptr, size_t bytes, void *pool, void *stream) {
+    ENTER(cuMemAllocFromPoolAsync);
+    pthread_mutex_lock(&lock);
+    struct object *p = as(pool, K_POOL);
+    CUresult status = live(p, "cuMemAllocFromPoolAsync");
+    /* The driver lets a stream allocate from another device's pool: so does the stand-in. */
+    if (status == SUCCESS && p->u.pool.imported) status = INVALID_VALUE;
+    pthread_mutex_unlock(&lock);
+    if (status != SUCCESS) return status;
+    return stream_alloc(ptr, bytes, stream, p, "cuMemAllocFromPoolAsync");
+}
+
+CUresult cuMemPoolTrimTo(void *pool, size_t keep) {
+    ENTER(cuMemPoolTrimTo);
+    pthread_mutex_lock(&lock);
+    struct object *p = as(pool, K_POOL);
+    CUresult status = live(p, "cuMemPoolTrimTo");
+    if (status == SUCCESS && p->u.pool.reserved > keep)
+        p->u.pool.reserved = keep > p->u.pool.used ? keep : p->u.pool.used;
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuMemPoolExportToShareableHandle(void *handle, void *pool, int type,
+                                          unsigned long long flags) {
+    ENTER(cuMemPoolExportToShareableHandle);
+    if (handle == NULL || type != HANDLE_TYPE_POSIX_FD || flags != 0) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *p = as(pool, K_POOL);
+    CUresult status = live(p, "cuMemPoolExportToShareableHandle");
+    if (status == SUCCESS && (!p->u.pool.created || !(p->u.pool.handle_types & type)))
+        status = INVALID_VALUE;
+    int fd = -1;
+    if (status == SUCCESS && (fd = fcntl(p->u.pool.fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        status = OUT_OF_MEMORY;
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS) *(int *)handle = fd;
+    return status;
+}
+
+CUresult cuMemPoolImportFromShareableHandle(void **pool, void *handle, int type,
+                                            unsigned long long flags) {
+    ENTER(cuMemPoolImportFromShareableHandle);
+    if (pool == NULL || type != HANDLE_TYPE_POSIX_FD || flags != 0) return INVALID_VALUE;
+    int given = (int)(intptr_t)handle;
+    struct pool_header h;
+    if (pread(given, &h, sizeof h, 0) != (ssize_t)sizeof h || h.magic != POOL_MAGIC)
+        return INVALID_VALUE;
+    if (h.device < 0 || h.device >= STANDIN_DEVICES) return INVALID_DEVICE;
+    int fd = fcntl(given, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    struct object *p = new_object(K_POOL);
+    if (p != NULL) {
+        p->u.pool.device = h.device;
+        p->u.pool.imported = 1;
+        p->u.pool.handle_types = HANDLE_TYPE_POSIX_FD;
+        p->u.pool.fd = fd;
+        p->u.pool.exporter = h.pid;
+        p->u.pool.exporter_pool = (size_t)h.pool;
+    }
+    pthread_mutex_unlock(&lock);
+    if (p == NULL) {
+        close(fd);
+        return OUT_OF_MEMORY;
+    }
+    *pool = p;
+    return SUCCESS;
+}
+
+CUresult cuMemPoolExportPointer(void *data, CUdeviceptr ptr) {
+    ENTER(cuMemPoolExportPointer);
+    if (data == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct allocation *a = find_allocation((void *)(uintptr_t)ptr, 1);
+    CUresult status = SUCCESS;
+    if (a == NULL || a->base != (char *)(uintptr_t)ptr || a->pool == NULL || !a->mapped ||
+        a->pool->u.pool.imported)
+        status = INVALID_VALUE;
+    struct pool_export e = {0, 0, 0, 0, 0};
+    if (status == SUCCESS) {
+        e = (struct pool_export){POOL_MAGIC, a->pool->u.pool.exporter,
+                                 a->pool->u.pool.exporter_pool, a->offset, a->size};
+    }
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS) {
+        memset(data, 0, 64);
+        memcpy(data, &e, sizeof e);
+    }
+    return status;
+}
+
+CUresult cuMemPoolImportPointer(CUdeviceptr *ptr, void *pool, const void *data) {
+    ENTER(cuMemPoolImportPointer);
+    if (ptr == NULL || data == NULL) return INVALID_VALUE;
+    struct pool_export e;
+    memcpy(&e, data, sizeof e);
+    pthread_mutex_lock(&lock);
+    struct object *p = as(pool, K_POOL);
+    CUresult status = live(p, "cuMemPoolImportPointer");
+    if (status == SUCCESS && (!p->u.pool.imported || e.magic != POOL_MAGIC ||
+                              e.pid != p->u.pool.exporter || e.pool != p->u.pool.exporter_pool))
+        status = INVALID_VALUE;
+    struct object *ctx = status == SUCCESS ? primary[p->u.pool.device] : NULL;
+    if (status == SUCCESS && ctx == NULL) status = INVALID_CONTEXT;
+    char *base = MAP_FAILED;
+    if (status == SUCCESS) {
+        base = mmap(NULL, page_round(e.size), PROT_READ | PROT_WRITE, MAP_SHARED, p->u.pool.fd,
+                    (off_t)e.offset);
+        if (base == MAP_FAILED) status = INVALID_VALUE;
+    }
+    if (status == SUCCESS && (status = add_allocation_at(base, e.size, ctx, 1)) != SUCCESS)
+        munmap(base, page_round(e.size));
+    if (status == SUCCESS) {
+        allocations[allocation_count - 1].pool = p;
+        allocations[allocation_count - 1].mapped = 1;
+        allocations[allocation_count - 1].offset = e.offset;
+    }
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS) *ptr = (CUdeviceptr)(uintptr_t)base;
+    return status;
+}
+
+#endif /* STANDIN_NO_MEMORY_POOL_API */
+
+#ifndef STANDIN_NO_IPC
+CUresult cuIpcGetMemHandle(struct ipc_handle *handle, CUdeviceptr ptr) {
+    ENTER(cuIpcGetMemHandle);
+    if (handle == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct allocation *a = find_allocation((void *)(uintptr_t)ptr, 1);
+    CUresult status = SUCCESS;
+    /* Only whole cuMemAlloc allocations: the driver refuses stream-ordered ones. */
+    if (a == NULL || a->base != (char *)(uintptr_t)ptr || !a->user || a->pool != NULL ||
+        a->graph != NULL || a->mapped)
+        status = INVALID_VALUE;
+    struct ipc_data d = {IPC_MAGIC, (long long)getpid(), ptr, a ? a->size : 0};
+    pthread_mutex_unlock(&lock);
+    if (status == SUCCESS) {
+        memset(handle, 0, sizeof *handle);
+        memcpy(handle->reserved, &d, sizeof d);
+    }
+    return status;
+}
+
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *ptr, struct ipc_handle handle, unsigned flags) {
+    ENTER(cuIpcOpenMemHandle_v2);
+    if (ptr == NULL || flags != 1) return INVALID_VALUE;
+    struct ipc_data d;
+    memcpy(&d, handle.reserved, sizeof d);
+    pthread_mutex_lock(&lock);
+    CUresult status = usable(current());
+    pthread_mutex_unlock(&lock);
+    if (status != SUCCESS) return status;
+    if (d.magic != IPC_MAGIC) return INVALID_VALUE;
+    if (d.pid == (long long)getpid()) return INVALID_CONTEXT;
+    return NOT_SUPPORTED;
+}
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr ptr) {
+    ENTER(cuIpcCloseMemHandle);
+    (void)ptr;
+    return INVALID_VALUE; /* nothing is ever opened (see above) */
+}
+#endif
