@@ -36,12 +36,14 @@ macro_rules! call {
     }};
 }
 
+mod batch;
 mod copy;
 mod event;
 mod host_memory;
 mod info;
 mod peer;
 
+pub(crate) use batch::*;
 pub(crate) use copy::*;
 pub(crate) use event::*;
 pub(crate) use host_memory::*;

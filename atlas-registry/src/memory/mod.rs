@@ -5,8 +5,9 @@
 //! copies between devices ([`peer`]); `__device__` variables ([`symbol`]); the device's default
 //! memory pool that stream-ordered allocations come from ([`pool`]); and page-locked host memory,
 //! allocated ([`pinned`]) or registered in place ([`registered`]), whose asynchronous copies are
-//! safe ([`locked`]).
+//! safe ([`locked`]); many copies enqueued as one driver call ([`batch`]).
 
+pub(crate) mod batch;
 pub(crate) mod buffer;
 pub(crate) mod copy;
 pub(crate) mod device_memory;
