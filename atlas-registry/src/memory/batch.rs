@@ -2,52 +2,7 @@
 //! enqueued as one driver call (`cuMemcpyBatchAsync`, drivers of CUDA 12.8 or newer): the cache
 //! blocks a serving engine swaps between the device and the host, thousands at a step.
 //!
-//! A batch is filled through a [`BatchBuilder`], which [`CopyBatch::begin`] makes for one stream.
-//! The memory the blocks copy between is added to the builder once, and the builder hands back a
-//! small handle ([`HostSource`], [`HostDestination`], [`DeviceSource`], [`DeviceDestination`])
-//! that blocks name with an offset: any number of blocks, at any offsets, into and out of the same
-//! memory, with no allocation beyond the batch's own vectors, which keep their capacity from one
-//! `begin` to the next.
-//!
-//! What keeps it safe:
-//!
-//! - The builder borrows the memory added to it until it is enqueued or dropped: destinations
-//!   mutably (a [`DeviceSliceMut`], `&mut [T]`), sources shared (a [`DeviceSlice`], `&[T]`), and
-//!   page-locked memory that Atlas owns ([`PinnedBuffer`], [`HostRegistration`]) mutably either
-//!   way, since its copies move the event that guards it. So nothing the batch writes is touched
-//!   elsewhere while it is built, nothing it reads is written, and nothing it uses is freed.
-//! - Memory is checked when it is added: device memory and page-locked memory of another context
-//!   than the stream's are refused ([`AtlasError::WrongContext`]), page-locked memory registered
-//!   read-only as a destination ([`HostMemoryRefusal::ReadOnly`]).
-//! - Each block is checked when it is added, before any driver call: its handles come from this
-//!   builder ([`BatchRefusal::ForeignMemory`]), and its range lies in both sides' memory
-//!   ([`BatchRefusal::OutOfRange`], with the side, the range and the length). Blocks are numbered
-//!   from 0 in the order they are added; a refused block names the number it would have had and
-//!   leaves the batch as it was.
-//! - [`BatchBuilder::enqueue`] refuses destinations that overlap
-//!   ([`BatchRefusal::OverlappingDestinations`], naming both blocks): the copies of a batch run in
-//!   no set order, so what overlapping ones leave behind is undefined.
-//! - Blocks of no elements are checked and numbered like the others but never reach the driver,
-//!   which refuses a zero size; a batch with nothing to copy makes no driver call.
-//!
-//! After `enqueue` returns, the copies run in the stream's order, and what they touch is kept as
-//! each memory's own enqueued copies keep it: a device buffer a block touched is freed only after
-//! the device's work ([`DeviceBuffer`]'s drop waits for it); page-locked memory is followed by its
-//! event, recorded after the batch, which host access and the release wait for; memory given as
-//! ordinary slices ([`BatchBuilder::read_slice`], [`BatchBuilder::write_slice`]) is waited for
-//! before `enqueue` returns (a stream synchronize), as the driver may still use it after the call.
-//!
-//! Driver calls: one `cuMemcpyBatchAsync` per batch, and for each page-locked memory added one
-//! `cuEventRecord` after it (and one `cuStreamWaitEvent` before it when that memory's last copy
-//! may still run on another stream); a `cuStreamSynchronize` when slices took part. A batch
-//! between device memory is the one call.
-//!
-//! The driver refuses a batch on the legacy default stream, and cannot capture one into a graph
-//! (it answers `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, leaving the capture going without the
-//! copies): both are refused before it ([`BatchRefusal::LegacyDefaultStream`],
-//! [`CaptureMisuse::BatchedCopy`]). A driver older than CUDA 12.8 lacks the entry point
-//! ([`BatchRefusal::Unavailable`]). When the driver refuses a batch at one block (its `failIdx`),
-//! the error is [`AtlasError::BatchBlockFailed`] with the block's number.
+//! The checks and what happens after a batch is enqueued are told on [`CopyBatch`].
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -78,7 +33,55 @@ static NEXT_BUILDER: AtomicU64 = AtomicU64::new(1);
 /// vectors have grown to, so a loop that swaps blocks at every step allocates nothing once its
 /// batches have reached their size.
 ///
-/// See [the module](self) for what a batch checks and what happens after it is enqueued.
+/// A batch is filled through a [`BatchBuilder`], which [`CopyBatch::begin`] makes for one stream.
+/// The memory the blocks copy between is added to the builder once, and the builder hands back a
+/// small handle ([`HostSource`], [`HostDestination`], [`DeviceSource`], [`DeviceDestination`])
+/// that blocks name with an offset: any number of blocks, at any offsets, into and out of the same
+/// memory, with no allocation beyond the batch's own vectors.
+///
+/// # What a batch checks
+///
+/// - The builder borrows the memory added to it until it is enqueued or dropped: destinations
+///   mutably (a [`DeviceSliceMut`], `&mut [T]`), sources shared (a [`DeviceSlice`], `&[T]`), and
+///   page-locked memory that Atlas owns ([`PinnedBuffer`], [`HostRegistration`]) mutably either
+///   way, since its copies move the event that guards it. So nothing the batch writes is touched
+///   elsewhere while it is built, nothing it reads is written, and nothing it uses is freed.
+/// - Memory is checked when it is added: device memory and page-locked memory of another context
+///   than the stream's are refused ([`AtlasError::WrongContext`]), page-locked memory registered
+///   read-only as a destination ([`HostMemoryRefusal::ReadOnly`]).
+/// - Each block is checked when it is added, before any driver call: its handles come from this
+///   builder ([`BatchRefusal::ForeignMemory`]), and its range lies in both sides' memory
+///   ([`BatchRefusal::OutOfRange`], with the side, the range and the length). Blocks are numbered
+///   from 0 in the order they are added; a refused block names the number it would have had and
+///   leaves the batch as it was.
+/// - [`BatchBuilder::enqueue`] refuses destinations that overlap
+///   ([`BatchRefusal::OverlappingDestinations`], naming both blocks): the copies of a batch run in
+///   no set order, so what overlapping ones leave behind is undefined.
+/// - Blocks of no elements are checked and numbered like the others but never reach the driver,
+///   which refuses a zero size; a batch with nothing to copy makes no driver call.
+///
+/// # After `enqueue`
+///
+/// When [`BatchBuilder::enqueue`] returns, the copies run in the stream's order, and what they touch is kept as
+/// each memory's own enqueued copies keep it: a device buffer a block touched is freed only after
+/// the device's work ([`DeviceBuffer`]'s drop waits for it); page-locked memory is followed by its
+/// event, recorded after the batch, which host access and the release wait for; memory given as
+/// ordinary slices ([`BatchBuilder::read_slice`], [`BatchBuilder::write_slice`]) is waited for
+/// before `enqueue` returns (a stream synchronize), as the driver may still use it after the call.
+///
+/// # Driver calls
+///
+/// One `cuMemcpyBatchAsync` per batch, and for each page-locked memory added one
+/// `cuEventRecord` after it (and one `cuStreamWaitEvent` before it when that memory's last copy
+/// may still run on another stream); a `cuStreamSynchronize` when slices took part. A batch
+/// between device memory is the one call.
+///
+/// The driver refuses a batch on the legacy default stream, and cannot capture one into a graph
+/// (it answers `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, leaving the capture going without the
+/// copies): both are refused before it ([`BatchRefusal::LegacyDefaultStream`],
+/// [`CaptureMisuse::BatchedCopy`]). A driver older than CUDA 12.8 lacks the entry point
+/// ([`BatchRefusal::Unavailable`]). When the driver refuses a batch at one block (its `failIdx`),
+/// the error is [`AtlasError::BatchBlockFailed`] with the block's number.
 ///
 /// # Examples
 ///
@@ -305,7 +308,59 @@ fn batch_error(error: driver::Error) -> AtlasError {
 /// added to it, blocks are copied between that memory, and [`enqueue`](Self::enqueue) hands them
 /// to the driver in one call. Dropped without `enqueue`, it copies nothing.
 ///
-/// See [the module](self) for what it checks and what happens after `enqueue`.
+/// See [`CopyBatch`] for what it checks and what happens after `enqueue`.
+///
+/// The builder holds what it copies until it is enqueued. The host cannot hold a slice of
+/// page-locked memory that a batch may write:
+///
+/// ```compile_fail
+/// # fn f(stream: &atlas_registry::CudaStream, x: &atlas_registry::DeviceBuffer<f32>,
+/// #      host: &mut atlas_registry::PinnedBuffer<f32>) -> atlas_registry::Result<()> {
+/// use atlas_registry::{CopyBatch, DeviceMemory};
+/// let mut batch = CopyBatch::new();
+/// let before = host.as_slice()?;
+/// let mut copies = batch.begin(stream)?;
+/// let to = copies.write_host(host)?; // refused by the compiler: `before` still reads the memory
+/// let from = copies.read_device(x.as_slice())?;
+/// copies.device_to_host(from, 0, to, 0, 4)?;
+/// copies.enqueue()?;
+/// println!("{}", before[0]);
+/// # Ok(()) }
+/// ```
+///
+/// memory cannot be both read and written by one batch (nor read elsewhere while a batch writes
+/// it):
+///
+/// ```compile_fail
+/// # fn f(stream: &atlas_registry::CudaStream, x: &mut atlas_registry::DeviceBuffer<f32>)
+/// #      -> atlas_registry::Result<()> {
+/// use atlas_registry::{CopyBatch, DeviceMemory, DeviceMemoryMut};
+/// let mut batch = CopyBatch::new();
+/// let mut copies = batch.begin(stream)?;
+/// let to = copies.write_device(x.as_slice_mut())?;
+/// let from = copies.read_device(x.as_slice())?; // refused: `x` is borrowed mutably by the batch
+/// copies.device_to_device(from, 0, to, 4, 4)?;
+/// copies.enqueue()?;
+/// # Ok(()) }
+/// ```
+///
+/// and nothing it copies is freed before it is enqueued:
+///
+/// ```compile_fail
+/// # fn f(stream: &atlas_registry::CudaStream, context: &atlas_registry::CudaContext)
+/// #      -> atlas_registry::Result<()> {
+/// use atlas_registry::{CopyBatch, DeviceBuffer, DeviceMemory};
+/// let mut batch = CopyBatch::new();
+/// let x = DeviceBuffer::<f32>::alloc(context, 8)?;
+/// let mut host = vec![0.0f32; 8];
+/// let mut copies = batch.begin(stream)?;
+/// let from = copies.read_device(x.as_slice())?;
+/// let to = copies.write_slice(&mut host);
+/// copies.device_to_host(from, 0, to, 0, 8)?;
+/// drop(x); // refused: the batch still reads `x`
+/// copies.enqueue()?;
+/// # Ok(()) }
+/// ```
 pub struct BatchBuilder<'b> {
     batch: &'b mut CopyBatch,
     stream: &'b CudaStream,
