@@ -218,6 +218,14 @@ pub enum CaptureMisuse {
          after the capture ends, or from another thread (the capture goes on)"
     )]
     HostWaitWhileCapturing,
+    /// A batch of copies ([`CopyBatch`](crate::CopyBatch)) on a stream being captured: the driver
+    /// refuses `cuMemcpyBatchAsync` there (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`), without
+    /// invalidating the capture, so the copies would silently be missing from the graph.
+    #[error(
+        "the driver cannot capture a batch of copies (`cuMemcpyBatchAsync`) into a graph; enqueue \
+         the batch outside the capture, or capture the copies one by one (the capture goes on)"
+    )]
+    BatchedCopy,
 }
 
 /// Page-locked host memory asked for, or used, in a way that cannot work
@@ -537,6 +545,68 @@ fn reversed(start: usize, end: usize) -> &'static str {
     } else {
         ""
     }
+}
+
+/// Why a batch of copies ([`CopyBatch`](crate::CopyBatch)) was refused before the driver was
+/// called ([`AtlasError::Batch`]). Blocks are numbered from 0 in the order they were added to the
+/// batch, empty ones included; ranges are in elements of the block's type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BatchRefusal {
+    /// The driver lacks the entry point of batched copies: it is older than CUDA 12.8 (or an
+    /// injection library that does not forward it).
+    #[error(
+        "batched copies need {missing}, which this driver lacks (drivers of CUDA 12.8 or newer \
+         have it); update the driver, or enqueue the copies one by one"
+    )]
+    Unavailable {
+        /// The entry point the driver lacks (`cuMemcpyBatchAsync`).
+        missing: &'static str,
+    },
+    /// A batch on the legacy default stream, which the driver refuses for batches.
+    #[error(
+        "the driver takes no batch of copies on the legacy default stream; use a created stream \
+         (or the per-thread default stream)"
+    )]
+    LegacyDefaultStream,
+    /// A block given memory that was added to another batch (or to this one before its last
+    /// `begin`): its handle names memory this batch does not hold.
+    #[error(
+        "block {block} names memory added to another batch; add the memory to this one (its \
+         `read_*`/`write_*` methods) and use the handle they return"
+    )]
+    ForeignMemory {
+        /// The block.
+        block: usize,
+    },
+    /// A block whose range does not lie in its source's or destination's memory.
+    #[error(
+        "block {block}: elements {start}..{end} are not a range of the {side}'s {len} element(s)"
+    )]
+    OutOfRange {
+        /// The block.
+        block: usize,
+        /// The side whose memory is too short.
+        side: CopySide,
+        /// The first element asked for.
+        start: usize,
+        /// One past the last element asked for (saturated at `usize::MAX`).
+        end: usize,
+        /// The elements that side's memory holds.
+        len: usize,
+    },
+    /// Two blocks that write overlapping memory: the copies of a batch run in no set order, so
+    /// what the memory would hold after it is undefined.
+    #[error(
+        "blocks {first} and {second} write overlapping memory; the copies of a batch run in no \
+         set order, so give each element one writer"
+    )]
+    OverlappingDestinations {
+        /// The block added first.
+        first: usize,
+        /// The block added later.
+        second: usize,
+    },
 }
 
 /// Everything that can go wrong in Atlas. Each variant says what was being done and names the
@@ -934,6 +1004,20 @@ pub enum AtlasError {
         /// What Atlas expected (`domain:bus:device.function in hexadecimal`).
         expected: &'static str,
     },
+    /// A batch of copies ([`CopyBatch`](crate::CopyBatch)) refused before the driver was called
+    /// ([`BatchRefusal`]).
+    #[error("cannot enqueue the batch of copies: {0}")]
+    Batch(BatchRefusal),
+    /// The driver refused a batch of copies at one block (`cuMemcpyBatchAsync`'s `failIdx`).
+    /// A failure that concerns no one block is an [`AtlasError::Driver`] (or
+    /// [`AtlasError::ContextLost`]).
+    #[error("block {block} of the batch of copies: {failure}")]
+    BatchBlockFailed {
+        /// The block the driver named, numbered as the batch numbers its blocks.
+        block: usize,
+        /// The failed call.
+        failure: DriverFailure,
+    },
 }
 
 /// Why a context limit could not be read or set ([`AtlasError::ContextLimit`]).
@@ -1303,7 +1387,9 @@ impl AtlasError {
     /// The CUDA status code when the error came from the driver.
     pub fn cuda_code(&self) -> Option<u32> {
         match self {
-            Self::Driver(failure) | Self::ContextLost(failure) => Some(failure.code),
+            Self::Driver(failure)
+            | Self::ContextLost(failure)
+            | Self::BatchBlockFailed { failure, .. } => Some(failure.code),
             Self::ModuleLoad { code, .. } | Self::Launch { code, .. } => Some(*code),
             Self::ContextLimit {
                 reason: ContextLimitRefusal::Driver { code, .. },

@@ -322,6 +322,7 @@ pub use driver::calls::ContextLimit;
 pub use driver::nvrtc::{NvrtcFailure, nvrtc_error_text};
 pub use driver::status::{CUDA_ERROR_DEINITIALIZED, cuda_error_text, is_teardown_noop};
 pub use error::AttributeRefusal;
+pub use error::BatchRefusal;
 pub use error::CompileRefusal;
 pub use error::ContextLimitRefusal;
 pub use error::{
@@ -340,6 +341,10 @@ pub use launch::attributes::{LaunchAttributes, MemSyncDomain, PORTABLE_CLUSTER_B
 pub use launch::config::LaunchConfig;
 pub use launch::held::GraphHolds;
 pub use launch::kernel::{FunctionAttributes, Kernel};
+pub use memory::batch::{
+    BatchBuilder, CopyBatch, DeviceDestination, DeviceSource, HostDestination, HostSource,
+    PageLocked,
+};
 pub use memory::buffer::{DeviceBuffer, DeviceCopy};
 pub use memory::copy::{copy_to_device_async, copy_to_host_async};
 pub use memory::device_memory::{DeviceMemory, DeviceMemoryMut};

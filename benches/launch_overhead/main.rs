@@ -31,6 +31,7 @@
 //! | pinned copies, paired   | `pinned_paired/{upload,download}/{raw,atlas}` (256 MiB, × raw `cuMemcpy*Async_v2` from the same pinned memory) |
 //! | pageable vs pinned      | `pinned_bandwidth/{upload,download}/{pageable,pinned}` (256 MiB, bytes per second) |
 //! | device-to-device copy   | `copy_dtod/1g/{raw,atlas}` (bandwidth), `copy_dtod_paired/{1g,4k}/{raw,atlas}` (× raw `cuMemcpyDtoDAsync_v2`) |
+//! | batched copies          | `batch_copies_paired/{upload,download}/{raw,atlas,single}` (4,096 blocks of 16 KiB, × raw `cuMemcpyBatchAsync`), `batch_copies/…` (bandwidth) |
 //!
 //! Each bench lives in the file named after its benchmark group (`enqueue.rs`, `roundtrip.rs`,
 //! `lookup.rs`, `replaced.rs`, `model_load.rs`, `graph_replay.rs`, `load_all_devices.rs`;
@@ -57,6 +58,7 @@
 //! driver cannot be used (none, no device, a missing function) the binary prints one line saying
 //! what is wrong and exits 0.
 
+mod batch_copies;
 mod copies;
 mod enqueue;
 mod events;
@@ -238,6 +240,7 @@ fn main() {
     pinned::pinned(&mut c, &mut paired, &env);
     copies::copies(&mut c, &mut paired, &env);
     pools::pools(&mut paired, &env);
+    batch_copies::batch_copies(&mut c, &mut paired, &env);
 
     c.final_summary();
     paired.final_summary();

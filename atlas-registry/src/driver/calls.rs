@@ -35,6 +35,7 @@ macro_rules! call {
     }};
 }
 
+mod batch;
 mod copy;
 mod event;
 mod host_memory;
@@ -43,6 +44,7 @@ mod ipc;
 mod peer;
 mod pool;
 
+pub(crate) use batch::*;
 pub(crate) use copy::*;
 pub(crate) use event::*;
 pub(crate) use host_memory::*;

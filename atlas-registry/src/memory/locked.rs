@@ -38,9 +38,9 @@ use crate::error::{AtlasError, CaptureMisuse, HostMemoryRefusal, Result};
 use crate::memory::buffer::{DeviceBuffer, DeviceCopy};
 
 /// The device may still read the memory: a copy to the device, or a marked use.
-const READS: u8 = 1;
+pub(crate) const READS: u8 = 1;
 /// The device may still write the memory: a copy from the device, or a marked use.
-const WRITES: u8 = 2;
+pub(crate) const WRITES: u8 = 2;
 /// A copy was enqueued that the fence does not follow (its record and a synchronize of its stream
 /// both failed): the device may use the memory at any time from now on.
 const UNFENCED: u8 = 4;
@@ -299,6 +299,18 @@ impl<T: DeviceCopy> Locked<T> {
         uses: u8,
         enqueue: impl FnOnce() -> driver::Result<()>,
     ) -> Result<()> {
+        self.prepare_use(stream)?;
+        stream.bind_if_default()?;
+        enqueue().about(|| format!("{} bytes of page-locked host memory", self.bytes()))?;
+        self.follow_use(stream, uses)
+    }
+
+    /// The first half of [`fenced`](Self::fenced), for work that touches several memories at once
+    /// (a batch of copies): refuses memory the device may use unfenced, and makes `stream` (of the
+    /// memory's context, not captured by Atlas: checked by the caller) wait for the fence when
+    /// earlier work of the memory may still run on another stream. Work enqueued on `stream`
+    /// after this, and before [`follow_use`](Self::follow_use), may touch the memory.
+    pub(crate) fn prepare_use(&mut self, stream: &CudaStream) -> Result<()> {
         let pending = *self.pending.get_mut();
         if pending & UNFENCED != 0 {
             return Err(AtlasError::HostMemory(HostMemoryRefusal::Unfenced));
@@ -311,12 +323,18 @@ impl<T: DeviceCopy> Locked<T> {
         if pending != 0 && (raw != self.last_stream || raw.addr() == PER_THREAD_STREAM) {
             stream.wait(&self.fence)?;
         }
-        stream.bind_if_default()?;
-        enqueue().about(|| format!("{} bytes of page-locked host memory", self.bytes()))?;
+        Ok(())
+    }
+
+    /// The second half of [`fenced`](Self::fenced): records the fence on `stream` after the work
+    /// enqueued since [`prepare_use`](Self::prepare_use), noting `uses` (`READS`, `WRITES`). When
+    /// the record fails, the stream is synchronized instead (or the memory marked unfenced).
+    pub(crate) fn follow_use(&mut self, stream: &CudaStream, uses: u8) -> Result<()> {
+        let pending = *self.pending.get_mut();
         if let Err(e) = self.fence.record(stream) {
             // The work is enqueued but not followed by the fence: wait for it here instead.
-            // The stream waited for the fence's last record (above) or is its stream, so once
-            // it is synchronized, everything noted so far is done too.
+            // The stream waited for the fence's last record (`prepare_use`) or is its stream, so
+            // once it is synchronized, everything noted so far is done too.
             let settled = if stream.synchronize_unchecked().is_ok() {
                 0
             } else {
@@ -326,7 +344,7 @@ impl<T: DeviceCopy> Locked<T> {
             return Err(e);
         }
         *self.pending.get_mut() = pending | uses;
-        self.last_stream = raw;
+        self.last_stream = stream.raw();
         Ok(())
     }
 

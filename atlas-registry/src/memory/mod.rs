@@ -6,8 +6,9 @@
 //! device's default one and pools of one's own, that stream-ordered allocations come from
 //! ([`pool`]); device memory shared between processes ([`sharing`]); and page-locked host memory,
 //! allocated ([`pinned`]) or registered in place ([`registered`]), whose asynchronous copies are
-//! safe ([`locked`]).
+//! safe ([`locked`]); many copies enqueued as one driver call ([`batch`]).
 
+pub(crate) mod batch;
 pub(crate) mod buffer;
 pub(crate) mod copy;
 pub(crate) mod device_memory;

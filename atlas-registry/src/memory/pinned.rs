@@ -331,6 +331,12 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         self.memory.mapped()
     }
 
+    /// The memory and its fence, for the copies of a batch
+    /// ([`CopyBatch`](crate::CopyBatch)), which follow them as this type's own copies do.
+    pub(crate) fn locked_mut(&mut self) -> &mut Locked<T> {
+        &mut self.memory
+    }
+
     /// The first element's address, for the raw copies
     /// ([`copy_to_device_async`](crate::copy_to_device_async),
     /// [`copy_to_host_async`](crate::copy_to_host_async)) that Atlas cannot follow (captured

@@ -291,6 +291,12 @@ impl<T: DeviceCopy> HostRegistration<T> {
         self.memory.mapped()
     }
 
+    /// The memory and its fence, for the copies of a batch
+    /// ([`CopyBatch`](crate::CopyBatch)), which follow them as this type's own copies do.
+    pub(crate) fn locked_mut(&mut self) -> &mut Locked<T> {
+        &mut self.memory
+    }
+
     /// The first element's address, for the raw copies Atlas cannot follow, as
     /// [`PinnedBuffer::as_ptr`](crate::PinnedBuffer::as_ptr).
     pub fn as_ptr(&self) -> *mut T {

@@ -279,3 +279,19 @@ impl Probe {
         ctx
     }
 }
+
+/// Batched copies (`cuMemcpyBatchAsync`).
+impl Probe {
+    /// Makes the next `cuMemcpyBatchAsync` of more than `index` copies fail at copy `index` with
+    /// `code`, reporting `index` as its `failIdx`, as the driver does for a copy it refuses.
+    pub fn fail_batch_at(&self, index: usize, code: u32) {
+        // SAFETY: the signature of standin_fail_batch_at in standin.c.
+        let fail = unsafe {
+            self._library
+                .get::<unsafe extern "C" fn(usize, c_uint)>(b"standin_fail_batch_at")
+        }
+        .unwrap_or_else(|e| panic!("the stand-in lacks standin_fail_batch_at: {e}"));
+        // SAFETY: plain integers; the stand-in locks its own state.
+        unsafe { fail(index, code) }
+    }
+}

@@ -62,6 +62,7 @@
  *   STANDIN_NO_PEER_ACCESS   the devices cannot reach each other's memory (cuDeviceCanAccessPeer
  *                            answers 0, cuCtxEnablePeerAccess CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
  *                            copies between them still work, as the driver stages them.
+ *   STANDIN_NO_BATCH_COPY    no cuMemcpyBatchAsync export (a driver older than CUDA 12.8).
  *
  * Blob markers: a blob containing STANDIN_JIT_ERROR fails to JIT (CUDA_ERROR_INVALID_PTX) with a
  * log; one containing STANDIN_EARLY_FAIL fails the same way before touching any JIT option; one
@@ -225,7 +226,9 @@ static CUresult status_string(CUresult error, const char **out, int want_name) {
     X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemAllocFromPoolAsync) X(cuMemPoolTrimTo)         \
     X(cuMemPoolExportToShareableHandle) X(cuMemPoolImportFromShareableHandle)                    \
     X(cuMemPoolExportPointer) X(cuMemPoolImportPointer) X(cuIpcGetMemHandle)                     \
-    X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle)
+    X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle)                                             \
+    /* Batched copies */                                                                        \
+    X(cuMemcpyBatchAsync)
 
 /* Things that happen inside calls, counted for tests. */
 #define EVENTS(X)                                                                               \
@@ -4085,5 +4088,118 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr ptr) {
     ENTER(cuIpcCloseMemHandle);
     (void)ptr;
     return INVALID_VALUE; /* nothing is ever opened (see above) */
+}
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Batched copies                                                                             */
+/* ------------------------------------------------------------------------------------------ */
+
+/* cuMemcpyBatchAsync with the CUDA 12.8/12.9 signature (failIdx before the stream). Refused as the
+ * driver refuses them: the legacy default stream (0 or CU_STREAM_LEGACY) and malformed attributes
+ * (CUDA_ERROR_INVALID_VALUE), a capturing stream (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, the
+ * capture going on, as the real driver leaves it). Every copy is checked before any runs, failIdx
+ * naming the first refused: a zero size, a side that begins in a live allocation or page-locked
+ * range and ends past it (CUDA_ERROR_INVALID_VALUE). Other addresses are pageable host memory, which
+ * the driver copies too. A device side of another context than the stream's counts
+ * "context_mismatch", overlapping destinations or a copy onto its own source "copy_overlap"
+ * (Atlas must never cause either). Then the copies are done at once, in order.
+ * standin_fail_batch_at(i, code) makes the next batch of more than i copies fail at copy i. */
+
+#ifndef STANDIN_NO_BATCH_COPY
+struct memcpy_location {
+    unsigned type;
+    int id;
+};
+
+struct memcpy_attributes {
+    unsigned src_access_order; /* 1 stream, 2 during the call, 3 any */
+    struct memcpy_location src_hint, dst_hint;
+    unsigned flags; /* CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE (1) or 0 */
+};
+
+static size_t batch_fail_index = SIZE_MAX;
+static CUresult batch_fail_code;
+
+void standin_fail_batch_at(size_t index, unsigned code) {
+    pthread_mutex_lock(&lock);
+    batch_fail_index = index;
+    batch_fail_code = code;
+    pthread_mutex_unlock(&lock);
+}
+
+/* Whether a copy may read or write [p, p + bytes): inside the live allocation or page-locked range
+ * it begins in, or pageable host memory. Lock held. */
+static int batch_side_ok(struct object *ctx, CUdeviceptr at, size_t bytes, const char *what) {
+    const void *p = (const void *)(uintptr_t)at;
+    struct allocation *a = find_allocation(p, 1);
+    if (a != NULL) {
+        if (find_allocation(p, bytes) != a) return 0;
+        if (a->ctx != ctx) {
+            note(E_context_mismatch);
+            fprintf(stderr, "standin: cuMemcpyBatchAsync %s memory of another context\n", what);
+        }
+        return 1;
+    }
+    struct host_range *r = host_range_at(p);
+    return r == NULL || bytes <= r->size - (size_t)((const char *)p - r->base);
+}
+
+static int ranges_overlap(CUdeviceptr a, size_t a_bytes, CUdeviceptr b, size_t b_bytes) {
+    return a < b + b_bytes && b < a + a_bytes;
+}
+
+CUresult cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                            struct memcpy_attributes *attrs, size_t *attrs_idxs, size_t num_attrs,
+                            size_t *fail_idx, void *stream) {
+    ENTER(cuMemcpyBatchAsync);
+    if (fail_idx == NULL) return INVALID_VALUE;
+    *fail_idx = SIZE_MAX;
+    if (count == 0 || dsts == NULL || srcs == NULL || sizes == NULL || attrs == NULL ||
+        attrs_idxs == NULL || num_attrs == 0 || num_attrs > count || (uintptr_t)stream <= 1)
+        return INVALID_VALUE;
+    for (size_t k = 0; k < num_attrs; k++) {
+        if ((k == 0 && attrs_idxs[0] != 0) || (k > 0 && attrs_idxs[k] <= attrs_idxs[k - 1]) ||
+            attrs_idxs[k] >= count)
+            return INVALID_VALUE;
+        if (attrs[k].src_access_order < 1 || attrs[k].src_access_order > 3 ||
+            (attrs[k].flags & ~1u) != 0) {
+            *fail_idx = attrs_idxs[k];
+            return INVALID_VALUE;
+        }
+    }
+    pthread_mutex_lock(&lock);
+    struct object *ctx = NULL;
+    CUresult status = stream_context(stream, "cuMemcpyBatchAsync", &ctx);
+    if (status == SUCCESS) status = usable(ctx);
+    struct object *st = as(stream, K_STREAM);
+    if (status == SUCCESS && st != NULL && st->u.stream.capture != 0)
+        status = STREAM_CAPTURE_UNSUPPORTED;
+    for (size_t i = 0; status == SUCCESS && i < count; i++) {
+        if (i == batch_fail_index) {
+            status = batch_fail_code;
+            batch_fail_index = SIZE_MAX;
+        } else if (sizes[i] == 0 || !batch_side_ok(ctx, dsts[i], sizes[i], "writes") ||
+                   !batch_side_ok(ctx, srcs[i], sizes[i], "reads")) {
+            status = INVALID_VALUE;
+        }
+        if (status != SUCCESS) *fail_idx = i;
+    }
+    if (status == SUCCESS) {
+        for (size_t i = 0; i < count; i++) {
+            int overlaps = ranges_overlap(dsts[i], sizes[i], srcs[i], sizes[i]);
+            for (size_t j = i + 1; j < count && !overlaps; j++)
+                overlaps = ranges_overlap(dsts[i], sizes[i], dsts[j], sizes[j]);
+            if (overlaps) {
+                note(E_copy_overlap);
+                fprintf(stderr, "standin: cuMemcpyBatchAsync copy %zu overlaps a destination\n", i);
+            }
+        }
+        for (size_t i = 0; i < count; i++)
+            memmove((void *)(uintptr_t)dsts[i], (const void *)(uintptr_t)srcs[i], sizes[i]);
+        last_copy_ctx = current();
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
 }
 #endif
