@@ -328,7 +328,7 @@ pub use error::{
     AtlasError, CaptureMisuse, EventMisuse, HostMemoryRefusal, LaunchRefusal, LimitError,
     NotFoundKind, Result,
 };
-pub use error::{CopySide, MemoryRefusal};
+pub use error::{CopySide, MemoryRefusal, VirtualMemoryRefusal};
 pub use error::{GraphFeature, UpdateRefusal};
 pub use graph::capture::{Capture, CudaGraph};
 pub use graph::conditional::ConditionalHandle;
@@ -347,6 +347,9 @@ pub use memory::pitched::Copy2d;
 pub use memory::registered::{HostRegistration, RegisterFlags, RegistrationFailed};
 pub use memory::symbol::DeviceSymbol;
 pub use memory::view::{DeviceChunks, DeviceChunksMut, DeviceSlice, DeviceSliceMut};
+pub use memory::virtual_memory::{
+    AddressReservation, Granularity, GrowableBuffer, Mapping, MemoryAccess, PhysicalAllocation,
+};
 pub use registry::cache::FunctionCache;
 pub use registry::function::{CudaFunction, FunctionRef, RawCudaFunc};
 pub use registry::library::AtlasLibrary;
@@ -377,6 +380,10 @@ mod send_sync {
         send_sync::<DeviceSliceMut<'static, f32>>();
         send_sync::<DeviceChunks<'static, f32>>();
         send_sync::<DeviceChunksMut<'static, f32>>();
+        send_sync::<AddressReservation>();
+        send_sync::<PhysicalAllocation>();
+        send_sync::<Mapping>();
+        send_sync::<GrowableBuffer<f32>>();
         send_sync::<FunctionCache>();
         send_sync::<AtlasError>();
         send_sync::<AtlasLibrary>();

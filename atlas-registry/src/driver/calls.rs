@@ -41,6 +41,7 @@ mod event;
 mod host_memory;
 mod info;
 mod peer;
+mod virtual_memory;
 
 pub(crate) use copy::*;
 pub(crate) use event::*;
@@ -48,6 +49,7 @@ pub(crate) use host_memory::*;
 pub use info::ContextLimit;
 pub(crate) use info::*;
 pub(crate) use peer::*;
+pub(crate) use virtual_memory::*;
 
 // Devices and contexts.
 

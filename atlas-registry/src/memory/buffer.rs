@@ -265,7 +265,6 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// The buffer of `len` elements at `ptr`, memory of `context` that `keeper` owns: the buffer
     /// and the graphs that use it share `keeper`, and the last of them to go drops it. Dropping
     /// it must release the memory only once no work of the device can use it any more.
-    #[allow(dead_code)] // the memory kinds that own their memory are not built yet
     pub(crate) fn kept(context: CUcontext, ptr: CUdeviceptr, len: usize, keeper: Hold) -> Self {
         Self::with_origin(context, ptr, len, Origin::Kept(keeper))
     }

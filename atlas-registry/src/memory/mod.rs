@@ -5,7 +5,8 @@
 //! copies between devices ([`peer`]); `__device__` variables ([`symbol`]); the device's default
 //! memory pool that stream-ordered allocations come from ([`pool`]); and page-locked host memory,
 //! allocated ([`pinned`]) or registered in place ([`registered`]), whose asynchronous copies are
-//! safe ([`locked`]).
+//! safe ([`locked`]); virtual memory, reserved, mapped and shared between processes, and buffers
+//! that grow in place ([`virtual_memory`]).
 
 pub(crate) mod buffer;
 pub(crate) mod copy;
@@ -19,3 +20,4 @@ pub(crate) mod pool;
 pub(crate) mod registered;
 pub(crate) mod symbol;
 pub(crate) mod view;
+pub(crate) mod virtual_memory;
