@@ -483,7 +483,8 @@ pub enum VirtualMemoryRefusal {
         /// Its size.
         mapped_bytes: usize,
     },
-    /// A physical allocation of another device than the context that maps it or imports it.
+    /// A physical allocation of another device than the context that maps it or imports it (an
+    /// import was made, to ask the driver its device, and is released again).
     #[error(
         "the physical allocation is memory of device {allocation}, and cannot be mapped for \
          device {context}; import or create it with that device's context"
@@ -1477,6 +1478,33 @@ mod tests {
             "conditional graph nodes need cuGraphConditionalHandleCreate, \
              cuStreamBeginCaptureToGraph, which this driver lacks (drivers of CUDA 12.3 or newer \
              have them)"
+        );
+    }
+
+    #[test]
+    fn virtual_memory_refusals_say_what_to_do() {
+        let size = VirtualMemoryRefusal::SizeNotGranular {
+            bytes: 3 << 20,
+            granularity: 2 << 20,
+        };
+        assert_eq!(
+            size.to_string(),
+            "3145728 bytes is not a multiple of the device's allocation granularity of 2097152 \
+             bytes; round it up to 4194304"
+        );
+        let grow = VirtualMemoryRefusal::WrongDirection { len: 5, current: 9 };
+        assert_eq!(
+            grow.to_string(),
+            "cannot grow a growable buffer of 9 element(s) to 5; use `shrink_to`"
+        );
+        let shrink = VirtualMemoryRefusal::WrongDirection { len: 9, current: 5 };
+        assert!(shrink.to_string().contains("use `grow_to`"), "{shrink}");
+        let held =
+            AtlasError::VirtualMemory(VirtualMemoryRefusal::HeldByGraph { start: 4, end: 8 });
+        assert!(
+            held.to_string()
+                .starts_with("elements 4..8 of the growable buffer"),
+            "{held}"
         );
     }
 

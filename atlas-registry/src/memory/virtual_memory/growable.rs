@@ -125,7 +125,7 @@ impl<T: DeviceCopy> GrowableBuffer<T> {
         let reservation = Arc::new(Reservation::reserve(
             Home::of(context),
             reserved,
-            granularity.minimum,
+            granularity,
         )?);
         let mapped = Arc::new(Chunks(Vec::new()));
         let buffer = DeviceBuffer::kept(

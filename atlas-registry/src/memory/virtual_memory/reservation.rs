@@ -10,7 +10,9 @@ use crate::device::context::CudaContext;
 use crate::driver::{About, calls};
 use crate::error::{Result, VirtualMemoryRefusal, report_cleanup};
 use crate::memory::virtual_memory::mapping::{MappedRange, Mapping};
-use crate::memory::virtual_memory::physical::{Physical, PhysicalAllocation, granularity_of};
+use crate::memory::virtual_memory::physical::{
+    Granularity, Physical, PhysicalAllocation, granularity_of,
+};
 use crate::memory::virtual_memory::{Home, check_size, refused, require_virtual_memory};
 
 /// A range of device addresses of one context's device, reserved and mapped to nothing until
@@ -66,22 +68,22 @@ unsafe impl Send for Reservation {}
 unsafe impl Sync for Reservation {}
 
 impl Reservation {
-    /// Reserves `bytes` (a non-zero multiple of `granularity`, checked by the caller) of addresses
-    /// for `context`, aligned to the granularity when it is a power of two.
-    pub(super) fn reserve(home: Home, bytes: usize, granularity: usize) -> Result<Self> {
+    /// Reserves `bytes` (a non-zero multiple of the minimum granularity, checked by the caller)
+    /// of addresses for `home`, aligned to the recommended granularity (or else the minimum) when
+    /// it is a power of two, as the driver takes alignments.
+    pub(super) fn reserve(home: Home, bytes: usize, granularity: Granularity) -> Result<Self> {
         home.bind()?;
-        let alignment = if granularity.is_power_of_two() {
-            granularity
-        } else {
-            0
-        };
+        let alignment = [granularity.recommended, granularity.minimum]
+            .into_iter()
+            .find(|a| a.is_power_of_two())
+            .unwrap_or(0);
         let base = calls::address_reserve(bytes, alignment)
             .about(|| format!("{bytes} bytes of addresses on device {}", home.ordinal))?;
         Ok(Self {
             home,
             base,
             bytes,
-            granularity,
+            granularity: granularity.minimum,
             mapped: Mutex::new(Vec::new()),
         })
     }
@@ -115,8 +117,8 @@ impl Reservation {
         let ptr = self.base + offset as CUdeviceptr;
         // SAFETY: the range lies in this live reservation (checked above) and overlaps no other
         // mapping (claimed above); offset and size are multiples of the device's minimum
-        // granularity, and so is the base, which the driver aligned to it; `memory` is a live
-        // handle of this many bytes.
+        // granularity, and so is the base, which the reservation asked the driver to align to a
+        // multiple of it; `memory` is a live handle of this many bytes.
         let mapped = unsafe { calls::mem_map(ptr, bytes, memory.handle) }.about(|| {
             format!(
                 "{bytes} bytes at offset {offset} on device {}",
@@ -175,7 +177,7 @@ impl Drop for Reservation {
 
 impl AddressReservation {
     /// Reserves `bytes` of device addresses for `context` (`cuMemAddressReserve`), aligned to the
-    /// device's granularity. Reserving takes no memory: only addresses, which may well exceed
+    /// device's recommended granularity. Reserving takes no memory: only addresses, which may well exceed
     /// the device's memory.
     ///
     /// `bytes` must be a non-zero multiple of the minimum
@@ -186,8 +188,8 @@ impl AddressReservation {
     #[doc(alias = "cuMemAddressFree")]
     pub fn new(context: &CudaContext, bytes: usize) -> Result<Self> {
         require_virtual_memory(context)?;
-        let granularity = granularity_of(context, false)?.minimum;
-        check_size(bytes, granularity)?;
+        let granularity = granularity_of(context, false)?;
+        check_size(bytes, granularity.minimum)?;
         Ok(Self {
             inner: Arc::new(Reservation::reserve(Home::of(context), bytes, granularity)?),
         })
