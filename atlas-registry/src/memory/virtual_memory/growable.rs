@@ -144,7 +144,7 @@ impl<T: DeviceCopy> GrowableBuffer<T> {
 
     /// Grows the buffer to `len` elements, mapping as many chunks as its end needs after those
     /// mapped now (`cuMemCreate` and `cuMemMap` each, then one `cuMemSetAccess` for them all).
-    /// The elements `0..` the old length keep their contents; the new ones are unspecified. The
+    /// The elements up to the old length keep their contents; the new ones are unspecified. The
     /// device address stays the same.
     ///
     /// Refused before the driver is called: a length below the current one

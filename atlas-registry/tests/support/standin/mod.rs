@@ -152,7 +152,8 @@ impl Probe {
     /// `"fault"`: a kernel, or a replayed copy or fill, touched what it may not and lost its
     /// context; `"graph_race"`: two calls used one graph at once; `"copy_overlap"`: a copy between
     /// overlapping memory), or how many of a thing are alive (`"live_allocations"`,
-    /// `"live_modules"`, `"live_graphs"`, `"live_execs"`). Counts run from the start or the last
+    /// `"live_modules"`, `"live_graphs"`, `"live_execs"`; of virtual memory `"live_reservations"`,
+    /// `"live_physical"`, `"live_mappings"`). Counts run from the start or the last
     /// [`reset`](Self::reset).
     pub fn count(&self, what: &str) -> u64 {
         let name = CString::new(what).expect("a name without NUL");
