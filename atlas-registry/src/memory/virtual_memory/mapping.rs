@@ -1,5 +1,6 @@
-//! [`Mapping`]: physical memory mapped at an offset of a reservation, with the access each device
-//! has to it ([`MemoryAccess`]), unmapped after the device's work when it goes.
+//! [`Mapping`]: physical memory mapped at an offset of a reservation (made by
+//! [`AddressReservation::map`], here with the checks it makes), with the access each device has to
+//! it ([`MemoryAccess`]), unmapped after the device's work when it goes.
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,9 +12,9 @@ use crate::device::context::CudaContext;
 use crate::driver::{About, calls};
 use crate::error::{Result, VirtualMemoryRefusal, report_cleanup};
 use crate::memory::buffer::{DeviceBuffer, DeviceCopy};
-use crate::memory::virtual_memory::physical::Physical;
-use crate::memory::virtual_memory::refused;
-use crate::memory::virtual_memory::reservation::Reservation;
+use crate::memory::virtual_memory::physical::{Physical, PhysicalAllocation};
+use crate::memory::virtual_memory::reservation::{AddressReservation, Reservation};
+use crate::memory::virtual_memory::{check_size, refused};
 
 /// The access a device has to mapped memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,6 +193,74 @@ impl Mapping {
         };
         let context = range.reservation.home.context;
         capture::free(Free::unmap(context, self.ptr, self.bytes, Box::new(range)))
+    }
+}
+
+impl Reservation {
+    /// Maps all of `memory` at `offset` (`cuMemMap`), after checking that it is memory of this
+    /// reservation's device, at a granular offset, inside the reservation and beside every other
+    /// mapping. The mapping has no access yet. The context is the caller's to have made current.
+    pub(super) fn map(self: &Arc<Self>, offset: usize, memory: &Arc<Physical>) -> Result<Mapping> {
+        let bytes = memory.bytes;
+        if memory.home.device != self.home.device {
+            return Err(refused(VirtualMemoryRefusal::OtherDevice {
+                allocation: memory.home.ordinal,
+                context: self.home.ordinal,
+            }));
+        }
+        if !offset.is_multiple_of(self.granularity) {
+            return Err(refused(VirtualMemoryRefusal::OffsetNotGranular {
+                offset,
+                granularity: self.granularity,
+            }));
+        }
+        check_size(bytes, self.granularity)?;
+        if offset.checked_add(bytes).is_none_or(|end| end > self.bytes) {
+            return Err(refused(VirtualMemoryRefusal::OutsideReservation {
+                offset,
+                bytes,
+                reserved: self.bytes,
+            }));
+        }
+        self.claim(offset, bytes)?;
+        let ptr = self.base + offset as CUdeviceptr;
+        // SAFETY: the range lies in this live reservation (checked above) and overlaps no other
+        // mapping (claimed above); offset and size are multiples of the device's minimum
+        // granularity, and so is the base, which the reservation asked the driver to align to a
+        // multiple of it; `memory` is a live handle of this many bytes.
+        let mapped = unsafe { calls::mem_map(ptr, bytes, memory.handle) }.about(|| {
+            format!(
+                "{bytes} bytes at offset {offset} on device {}",
+                self.home.ordinal
+            )
+        });
+        if let Err(e) = mapped {
+            self.forget(offset);
+            return Err(e.into());
+        }
+        Ok(Mapping::new(MappedRange {
+            reservation: Arc::clone(self),
+            offset,
+            bytes,
+            _memory: Arc::clone(memory),
+        }))
+    }
+}
+
+impl AddressReservation {
+    /// Maps all of `memory` at `offset` bytes into the reservation (`cuMemMap`). The mapping
+    /// starts with no access for any device: grant it with [`Mapping::set_access`].
+    ///
+    /// Refused before the driver is called: memory of another device than the reservation's
+    /// ([`VirtualMemoryRefusal::OtherDevice`]), an offset that is not a multiple of the
+    /// granularity ([`VirtualMemoryRefusal::OffsetNotGranular`]), a mapping past the end
+    /// ([`VirtualMemoryRefusal::OutsideReservation`]) or overlapping another mapping
+    /// ([`VirtualMemoryRefusal::Overlap`], naming it; an unmap that waits for a capture in
+    /// progress still counts until the capture ends).
+    #[doc(alias = "cuMemMap")]
+    pub fn map(&self, offset: usize, memory: &PhysicalAllocation) -> Result<Mapping> {
+        self.inner.home.bind()?;
+        self.inner.map(offset, &memory.inner)
     }
 }
 

@@ -9,17 +9,14 @@ use atlas_sys::CUdeviceptr;
 use crate::device::context::CudaContext;
 use crate::driver::{About, calls};
 use crate::error::{Result, VirtualMemoryRefusal, report_cleanup};
-use crate::memory::virtual_memory::mapping::{MappedRange, Mapping};
-use crate::memory::virtual_memory::physical::{
-    Granularity, Physical, PhysicalAllocation, granularity_of,
-};
+use crate::memory::virtual_memory::physical::{Granularity, granularity_of};
 use crate::memory::virtual_memory::{Home, check_size, refused, require_virtual_memory};
 
 /// A range of device addresses of one context's device, reserved and mapped to nothing until
-/// [`map`](Self::map) maps [`PhysicalAllocation`]s into it. The addresses are valid for the
+/// [`map`](Self::map) maps [`PhysicalAllocation`](crate::PhysicalAllocation)s into it. The addresses are valid for the
 /// reservation's life: they never move, whatever is mapped or unmapped.
 ///
-/// A [`Mapping`] keeps its reservation: the addresses are freed (`cuMemAddressFree`) when the
+/// A [`Mapping`](crate::Mapping) keeps its reservation: the addresses are freed (`cuMemAddressFree`) when the
 /// reservation and every mapping in it have gone, never while something is mapped.
 ///
 /// # Examples
@@ -88,58 +85,9 @@ impl Reservation {
         })
     }
 
-    /// Maps all of `memory` at `offset` (`cuMemMap`), after checking that it is memory of this
-    /// reservation's device, at a granular offset, inside the reservation and beside every other
-    /// mapping. The mapping has no access yet. The context is the caller's to have made current.
-    pub(super) fn map(self: &Arc<Self>, offset: usize, memory: &Arc<Physical>) -> Result<Mapping> {
-        let bytes = memory.bytes;
-        if memory.home.device != self.home.device {
-            return Err(refused(VirtualMemoryRefusal::OtherDevice {
-                allocation: memory.home.ordinal,
-                context: self.home.ordinal,
-            }));
-        }
-        if !offset.is_multiple_of(self.granularity) {
-            return Err(refused(VirtualMemoryRefusal::OffsetNotGranular {
-                offset,
-                granularity: self.granularity,
-            }));
-        }
-        check_size(bytes, self.granularity)?;
-        if offset.checked_add(bytes).is_none_or(|end| end > self.bytes) {
-            return Err(refused(VirtualMemoryRefusal::OutsideReservation {
-                offset,
-                bytes,
-                reserved: self.bytes,
-            }));
-        }
-        self.claim(offset, bytes)?;
-        let ptr = self.base + offset as CUdeviceptr;
-        // SAFETY: the range lies in this live reservation (checked above) and overlaps no other
-        // mapping (claimed above); offset and size are multiples of the device's minimum
-        // granularity, and so is the base, which the reservation asked the driver to align to a
-        // multiple of it; `memory` is a live handle of this many bytes.
-        let mapped = unsafe { calls::mem_map(ptr, bytes, memory.handle) }.about(|| {
-            format!(
-                "{bytes} bytes at offset {offset} on device {}",
-                self.home.ordinal
-            )
-        });
-        if let Err(e) = mapped {
-            self.forget(offset);
-            return Err(e.into());
-        }
-        Ok(Mapping::new(MappedRange {
-            reservation: Arc::clone(self),
-            offset,
-            bytes,
-            _memory: Arc::clone(memory),
-        }))
-    }
-
     /// Records `offset .. offset + bytes` as mapped, or refuses it when it overlaps a range that
     /// is.
-    fn claim(&self, offset: usize, bytes: usize) -> Result<()> {
+    pub(super) fn claim(&self, offset: usize, bytes: usize) -> Result<()> {
         let mut mapped = self.mapped.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(&(mapped_offset, mapped_bytes)) = mapped
             .iter()
@@ -181,7 +129,8 @@ impl AddressReservation {
     /// the device's memory.
     ///
     /// `bytes` must be a non-zero multiple of the minimum
-    /// [`PhysicalAllocation::granularity`] ([`VirtualMemoryRefusal::SizeNotGranular`] naming
+    /// [`PhysicalAllocation::granularity`](crate::PhysicalAllocation::granularity)
+    /// ([`VirtualMemoryRefusal::SizeNotGranular`] naming
     /// both, [`VirtualMemoryRefusal::Empty`]). Refused as that is on a driver or device without
     /// virtual memory.
     #[doc(alias = "cuMemAddressReserve")]
@@ -193,21 +142,6 @@ impl AddressReservation {
         Ok(Self {
             inner: Arc::new(Reservation::reserve(Home::of(context), bytes, granularity)?),
         })
-    }
-
-    /// Maps all of `memory` at `offset` bytes into the reservation (`cuMemMap`). The mapping
-    /// starts with no access for any device: grant it with [`Mapping::set_access`].
-    ///
-    /// Refused before the driver is called: memory of another device than the reservation's
-    /// ([`VirtualMemoryRefusal::OtherDevice`]), an offset that is not a multiple of the
-    /// granularity ([`VirtualMemoryRefusal::OffsetNotGranular`]), a mapping past the end
-    /// ([`VirtualMemoryRefusal::OutsideReservation`]) or overlapping another mapping
-    /// ([`VirtualMemoryRefusal::Overlap`], naming it; an unmap that waits for a capture in
-    /// progress still counts until the capture ends).
-    #[doc(alias = "cuMemMap")]
-    pub fn map(&self, offset: usize, memory: &PhysicalAllocation) -> Result<Mapping> {
-        self.inner.home.bind()?;
-        self.inner.map(offset, &memory.inner)
     }
 
     /// The device address of the first reserved byte.
