@@ -539,6 +539,158 @@ fn uuid_text(bytes: &[u8; 16]) -> String {
     text
 }
 
+/// Why a use of virtual memory (reservations, physical allocations, mappings, growable buffers)
+/// was refused ([`AtlasError::VirtualMemory`]). Sizes and offsets are in bytes, lengths in
+/// elements; nothing reached the driver unless a variant says so.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum VirtualMemoryRefusal {
+    /// The device cannot manage virtual memory
+    /// (`CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED` is 0).
+    #[error(
+        "device {device} does not support virtual memory management \
+         (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0); use `DeviceBuffer::alloc`"
+    )]
+    ManagementUnsupported {
+        /// The device's ordinal.
+        device: usize,
+    },
+    /// The device cannot share memory through POSIX file descriptors
+    /// (`CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED` is 0).
+    #[error(
+        "device {device} cannot share memory through POSIX file descriptors \
+         (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is 0)"
+    )]
+    FileDescriptorsUnsupported {
+        /// The device's ordinal.
+        device: usize,
+    },
+    /// A reservation, a physical allocation or a growable buffer of no bytes.
+    #[error("virtual memory of 0 bytes: ask for at least one granule of the device's granularity")]
+    Empty,
+    /// A size that is not a multiple of the device's allocation granularity.
+    #[error(
+        "{bytes} bytes is not a multiple of the device's allocation granularity of {granularity} \
+         bytes; round it up to {}",
+        round_up(*.bytes, *.granularity)
+    )]
+    SizeNotGranular {
+        /// The size asked for.
+        bytes: usize,
+        /// The device's minimum granularity.
+        granularity: usize,
+    },
+    /// A mapping offset that is not a multiple of the device's allocation granularity.
+    #[error(
+        "offset {offset} is not a multiple of the device's allocation granularity of \
+         {granularity} bytes"
+    )]
+    OffsetNotGranular {
+        /// The offset asked for, from the reservation's start.
+        offset: usize,
+        /// The device's minimum granularity.
+        granularity: usize,
+    },
+    /// A mapping that does not lie in its reservation.
+    #[error(
+        "a mapping of {bytes} bytes at offset {offset} does not fit the reservation of {reserved} \
+         bytes"
+    )]
+    OutsideReservation {
+        /// The offset asked for.
+        offset: usize,
+        /// The physical allocation's size.
+        bytes: usize,
+        /// The reservation's size.
+        reserved: usize,
+    },
+    /// A mapping that overlaps one that exists (or whose unmap waits for a capture to end).
+    #[error(
+        "a mapping of {bytes} bytes at offset {offset} overlaps the mapping of {mapped_bytes} \
+         bytes at offset {mapped_offset}; drop that mapping first (an unmap that a capture in \
+         progress holds back is made when the capture ends)"
+    )]
+    Overlap {
+        /// The offset asked for.
+        offset: usize,
+        /// The physical allocation's size.
+        bytes: usize,
+        /// Where the existing mapping begins.
+        mapped_offset: usize,
+        /// Its size.
+        mapped_bytes: usize,
+    },
+    /// A physical allocation of another device than the context that maps it or imports it (an
+    /// import was made, to ask the driver its device, and is released again).
+    #[error(
+        "the physical allocation is memory of device {allocation}, and cannot be mapped for \
+         device {context}; import or create it with that device's context"
+    )]
+    OtherDevice {
+        /// The allocation's device.
+        allocation: usize,
+        /// The device of the context that would map it.
+        context: usize,
+    },
+    /// A buffer asked of a mapping whose device cannot read and write it yet.
+    #[error(
+        "the mapping does not grant device {device} read-write access: kernels and copies would \
+         fault; call `Mapping::set_access` with `MemoryAccess::ReadWrite` first"
+    )]
+    NoAccess {
+        /// The device of the mapping's context.
+        device: usize,
+    },
+    /// An export of a physical allocation created without a shareable handle type.
+    #[error(
+        "the physical allocation was not created exportable; create it with \
+         `PhysicalAllocation::exportable` to share it with another process"
+    )]
+    NotExportable,
+    /// A growable buffer asked to grow past its reservation.
+    #[error(
+        "a growable buffer of capacity {capacity} element(s) cannot grow to {len}; reserve a \
+         larger capacity"
+    )]
+    BeyondCapacity {
+        /// The length asked for.
+        len: usize,
+        /// The buffer's capacity.
+        capacity: usize,
+    },
+    /// `grow_to` a length below the current one, or `shrink_to` one above it.
+    #[error(
+        "cannot {} a growable buffer of {current} element(s) to {len}; use `{}`",
+        if *.len < *.current { "grow" } else { "shrink" },
+        if *.len < *.current { "shrink_to" } else { "grow_to" }
+    )]
+    WrongDirection {
+        /// The length asked for.
+        len: usize,
+        /// The buffer's length.
+        current: usize,
+    },
+    /// A shrink that would unmap memory that a graph (or an executable graph) still uses.
+    #[error(
+        "elements {start}..{end} of the growable buffer are used by a graph that still lives (it \
+         captured work on them), so they stay mapped; drop that graph and its executable graphs \
+         first, or shrink less"
+    )]
+    HeldByGraph {
+        /// The first element a graph holds past the length asked for.
+        start: usize,
+        /// One past the last element it holds.
+        end: usize,
+    },
+}
+
+fn round_up(bytes: usize, granularity: usize) -> String {
+    match bytes.div_ceil(granularity.max(1)).checked_mul(granularity) {
+        Some(rounded) => rounded.to_string(),
+        None => "a multiple of it".into(),
+    }
+}
+
 fn reversed(start: usize, end: usize) -> &'static str {
     if start > end {
         " (it ends before it starts)"
@@ -910,6 +1062,10 @@ pub enum AtlasError {
     /// of bounds, lengths that differ, a fill width the memory does not fit.
     #[error("{0}")]
     Memory(MemoryRefusal),
+    /// Virtual memory (a reservation, a physical allocation, a mapping, a growable buffer, an
+    /// export or an import) asked for or used in a way that cannot work ([`VirtualMemoryRefusal`]).
+    #[error("{0}")]
+    VirtualMemory(VirtualMemoryRefusal),
     /// Peer access asked between devices that cannot reach each other's memory directly
     /// (`cuDeviceCanAccessPeer` says no); nothing was changed.
     #[error(
@@ -1545,6 +1701,33 @@ mod tests {
             "conditional graph nodes need cuGraphConditionalHandleCreate, \
              cuStreamBeginCaptureToGraph, which this driver lacks (drivers of CUDA 12.3 or newer \
              have them)"
+        );
+    }
+
+    #[test]
+    fn virtual_memory_refusals_say_what_to_do() {
+        let size = VirtualMemoryRefusal::SizeNotGranular {
+            bytes: 3 << 20,
+            granularity: 2 << 20,
+        };
+        assert_eq!(
+            size.to_string(),
+            "3145728 bytes is not a multiple of the device's allocation granularity of 2097152 \
+             bytes; round it up to 4194304"
+        );
+        let grow = VirtualMemoryRefusal::WrongDirection { len: 5, current: 9 };
+        assert_eq!(
+            grow.to_string(),
+            "cannot grow a growable buffer of 9 element(s) to 5; use `shrink_to`"
+        );
+        let shrink = VirtualMemoryRefusal::WrongDirection { len: 9, current: 5 };
+        assert!(shrink.to_string().contains("use `grow_to`"), "{shrink}");
+        let held =
+            AtlasError::VirtualMemory(VirtualMemoryRefusal::HeldByGraph { start: 4, end: 8 });
+        assert!(
+            held.to_string()
+                .starts_with("elements 4..8 of the growable buffer"),
+            "{held}"
         );
     }
 

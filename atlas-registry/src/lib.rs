@@ -329,7 +329,7 @@ pub use error::{
     AtlasError, CaptureMisuse, EventMisuse, HostMemoryRefusal, LaunchRefusal, LimitError,
     NotFoundKind, Result,
 };
-pub use error::{CopySide, MemoryRefusal};
+pub use error::{CopySide, MemoryRefusal, VirtualMemoryRefusal};
 pub use error::{GraphFeature, UpdateRefusal};
 pub use error::{MemoryOrigin, PoolRefusal, SharingRefusal};
 pub use graph::capture::{Capture, CudaGraph};
@@ -356,6 +356,9 @@ pub use memory::registered::{HostRegistration, RegisterFlags, RegistrationFailed
 pub use memory::sharing::{ImportedPool, IpcMemHandle, PoolPointer, SharedPool};
 pub use memory::symbol::DeviceSymbol;
 pub use memory::view::{DeviceChunks, DeviceChunksMut, DeviceSlice, DeviceSliceMut};
+pub use memory::virtual_memory::{
+    AddressReservation, Granularity, GrowableBuffer, Mapping, MemoryAccess, PhysicalAllocation,
+};
 pub use registry::cache::FunctionCache;
 pub use registry::function::{CudaFunction, FunctionRef, RawCudaFunc};
 pub use registry::library::AtlasLibrary;
@@ -386,6 +389,10 @@ mod send_sync {
         send_sync::<DeviceSliceMut<'static, f32>>();
         send_sync::<DeviceChunks<'static, f32>>();
         send_sync::<DeviceChunksMut<'static, f32>>();
+        send_sync::<AddressReservation>();
+        send_sync::<PhysicalAllocation>();
+        send_sync::<Mapping>();
+        send_sync::<GrowableBuffer<f32>>();
         send_sync::<FunctionCache>();
         send_sync::<AtlasError>();
         send_sync::<AtlasLibrary>();

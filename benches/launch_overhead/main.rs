@@ -32,13 +32,14 @@
 //! | pageable vs pinned      | `pinned_bandwidth/{upload,download}/{pageable,pinned}` (256 MiB, bytes per second) |
 //! | device-to-device copy   | `copy_dtod/1g/{raw,atlas}` (bandwidth), `copy_dtod_paired/{1g,4k}/{raw,atlas}` (× raw `cuMemcpyDtoDAsync_v2`) |
 //! | batched copies          | `batch_copies_paired/{upload,download}/{raw,atlas,single}` (4,096 blocks of 16 KiB, × raw `cuMemcpyBatchAsync`), `batch_copies/…` (bandwidth) |
+//! | growable buffer, paired | `growable_paired/launch/{raw,buffer,growable}` (× raw `cuLaunchKernel`), `growable_paired/grow_shrink/{raw,atlas}` (16 chunks mapped and unmapped, × raw) |
 //!
 //! Each bench lives in the file named after its benchmark group (`enqueue.rs`, `roundtrip.rs`,
 //! `lookup.rs`, `replaced.rs`, `model_load.rs`, `graph_replay.rs`, `load_all_devices.rs`;
 //! `graph_capture.rs` holds `graph_capture`, `graph_capture_paired` and `graph_replay_paired`;
 //! `stream_memory.rs` holds `alloc_paired` and `synchronize_paired`, `pdl.rs` `pdl_chain` and
 //! `launch_ex_paired`, `graph_update.rs` `graph_update` and `while_loop`, `events.rs` `event_paired`,
-//! `pinned.rs` `pinned_paired` and `pinned_bandwidth`);
+//! `pinned.rs` `pinned_paired` and `pinned_bandwidth`, `virtual_memory.rs` `growable_paired`);
 //! `launches.rs` holds the launches that enqueue and round trip share, `paired.rs` the ratio
 //! measurement.
 //!
@@ -76,6 +77,7 @@ mod pools;
 mod replaced;
 mod roundtrip;
 mod stream_memory;
+mod virtual_memory;
 
 use std::ffi::CStr;
 use std::ptr::null_mut;
@@ -241,6 +243,7 @@ fn main() {
     copies::copies(&mut c, &mut paired, &env);
     pools::pools(&mut paired, &env);
     batch_copies::batch_copies(&mut c, &mut paired, &env);
+    virtual_memory::virtual_memory(&mut paired, &env);
 
     c.final_summary();
     paired.final_summary();

@@ -43,6 +43,7 @@ mod info;
 mod ipc;
 mod peer;
 mod pool;
+mod virtual_memory;
 
 pub(crate) use batch::*;
 pub(crate) use copy::*;
@@ -53,6 +54,7 @@ pub(crate) use info::*;
 pub(crate) use ipc::*;
 pub(crate) use peer::*;
 pub(crate) use pool::*;
+pub(crate) use virtual_memory::*;
 
 // Devices and contexts.
 

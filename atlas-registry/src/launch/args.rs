@@ -55,12 +55,13 @@ use atlas_sys::{CUcontext, CUdeviceptr};
 use crate::launch::held::GraphHolds;
 use crate::memory::buffer::{DeviceBuffer, DeviceCopy};
 use crate::memory::view::{DeviceSlice, DeviceSliceMut};
+use crate::memory::virtual_memory::GrowableBuffer;
 
 /// One kernel argument: where its bytes are, how many, and which context's memory it refers to.
 ///
 /// Implemented for every [`DeviceCopy`] value (passed by value), for `&DeviceBuffer<T>` and
-/// `&mut DeviceBuffer<T>` (passed as the buffer's device address), and for views of part of a
-/// buffer: [`DeviceSlice`] (by value or `&view`) and [`DeviceSliceMut`] (by value, `&mut view`,
+/// `&mut DeviceBuffer<T>` (passed as the buffer's device address), for `&GrowableBuffer<T>` and
+/// `&mut GrowableBuffer<T>` (likewise), and for views of part of a buffer: [`DeviceSlice`] (by value or `&view`) and [`DeviceSliceMut`] (by value, `&mut view`,
 /// or `&view` to read it), passed as the view's first element's address.
 ///
 /// # Safety
@@ -145,6 +146,34 @@ unsafe impl<T: DeviceCopy> KernelParam for &mut DeviceBuffer<T> {
         holds.buffer(self);
     }
 }
+
+/// `KernelParam` for a growable buffer, taken as its inner buffer is: the inner buffer is replaced
+/// only through `&mut GrowableBuffer` (its growth and shrinking), so the address it stores stays
+/// valid and unchanged while the argument borrows the growable buffer (duty 1); it is memory of
+/// the buffer's context (duty 2); a captured launch keeps the chunks mapped at the time.
+macro_rules! growable_param {
+    ($($buffer:ty),*) => {$(
+        // SAFETY: see the macro's comment.
+        unsafe impl<T: DeviceCopy> KernelParam for $buffer {
+            const SIZE: usize = size_of::<CUdeviceptr>();
+            #[inline]
+            fn param_ptr(&self) -> *mut c_void {
+                (self.buffer().device_ptr_slot() as *const CUdeviceptr)
+                    .cast_mut()
+                    .cast()
+            }
+            #[inline]
+            fn memory_context(&self) -> Option<CUcontext> {
+                Some(self.buffer().context_raw())
+            }
+            #[inline]
+            fn hold_for_graph(&self, holds: &mut GraphHolds) {
+                holds.buffer(self.buffer());
+            }
+        }
+    )*};
+}
+growable_param!(&GrowableBuffer<T>, &mut GrowableBuffer<T>);
 
 /// `KernelParam` for views, taken as the view's first element's address: the address is stored
 /// in the view itself, which the argument keeps alive and unchanged while borrowed (duty 1); the

@@ -18,19 +18,22 @@ use crate::memory::fill::{self, FillValue};
 use crate::memory::peer;
 use crate::memory::pitched::{self, Copy2d};
 use crate::memory::view::{DeviceChunks, DeviceChunksMut, DeviceSlice, DeviceSliceMut};
+use crate::memory::virtual_memory::GrowableBuffer;
 
 mod sealed {
-    /// Implemented by [`DeviceBuffer`](crate::DeviceBuffer), [`DeviceSlice`](crate::DeviceSlice)
-    /// and [`DeviceSliceMut`](crate::DeviceSliceMut) only.
+    /// Implemented by [`DeviceBuffer`](crate::DeviceBuffer), [`DeviceSlice`](crate::DeviceSlice),
+    /// [`DeviceSliceMut`](crate::DeviceSliceMut) and [`GrowableBuffer`](crate::GrowableBuffer)
+    /// only.
     pub trait Sealed {}
 }
 
 impl<T: DeviceCopy> sealed::Sealed for DeviceBuffer<T> {}
 impl<T: DeviceCopy> sealed::Sealed for DeviceSlice<'_, T> {}
 impl<T: DeviceCopy> sealed::Sealed for DeviceSliceMut<'_, T> {}
+impl<T: DeviceCopy> sealed::Sealed for GrowableBuffer<T> {}
 
-/// Device memory holding `T`s that can be read: a [`DeviceBuffer`], a [`DeviceSlice`] or a
-/// [`DeviceSliceMut`]. Sealed.
+/// Device memory holding `T`s that can be read: a [`DeviceBuffer`], a [`DeviceSlice`], a
+/// [`DeviceSliceMut`] or a [`GrowableBuffer`]. Sealed.
 ///
 /// Its methods make read-only views ([`range`](Self::range), [`split_at`](Self::split_at),
 /// [`chunks`](Self::chunks)) and copy the memory to the host (waiting, or `unsafe` and enqueued).
@@ -131,8 +134,8 @@ pub trait DeviceMemory<T: DeviceCopy>: sealed::Sealed {
     }
 }
 
-/// Device memory holding `T`s that can be written: a [`DeviceBuffer`] or a [`DeviceSliceMut`].
-/// Sealed.
+/// Device memory holding `T`s that can be written: a [`DeviceBuffer`], a [`DeviceSliceMut`] or a
+/// [`GrowableBuffer`]. Sealed.
 ///
 /// Its methods make views that may be written ([`range_mut`](Self::range_mut),
 /// [`split_at_mut`](Self::split_at_mut), [`chunks_mut`](Self::chunks_mut)), copy into the memory

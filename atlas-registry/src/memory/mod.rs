@@ -6,7 +6,9 @@
 //! device's default one and pools of one's own, that stream-ordered allocations come from
 //! ([`pool`]); device memory shared between processes ([`sharing`]); and page-locked host memory,
 //! allocated ([`pinned`]) or registered in place ([`registered`]), whose asynchronous copies are
-//! safe ([`locked`]); many copies enqueued as one driver call ([`batch`]).
+//! safe ([`locked`]); many copies enqueued as one driver call ([`batch`]); virtual memory,
+//! reserved, mapped and shared between processes, and buffers that grow in place
+//! ([`virtual_memory`]).
 
 pub(crate) mod batch;
 pub(crate) mod buffer;
@@ -23,3 +25,4 @@ pub(crate) mod registered;
 pub(crate) mod sharing;
 pub(crate) mod symbol;
 pub(crate) mod view;
+pub(crate) mod virtual_memory;

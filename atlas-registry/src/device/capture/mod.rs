@@ -10,8 +10,9 @@
 //! A free cannot be refused (a buffer's drop returns nothing), so a free that would break a
 //! capture waits for it instead ([`free`]): `cuMemFree` from a capturing thread, and the free of
 //! memory that graphs used or that was imported from another process (which synchronizes the
-//! context first), wait for that thread's captures to end; `cuMemFreeAsync` on a stream being captured (of memory allocated before the
-//! capture) waits for that capture to end. The release of page-locked host memory
+//! context first), and the unmap of virtual memory (which synchronizes it too), wait for that
+//! thread's captures to end; `cuMemFreeAsync` on a stream being captured (of memory allocated
+//! before the capture) waits for that capture to end. The release of page-locked host memory
 //! (`cuMemFreeHost`, `cuMemHostUnregister`) from a capturing thread waits as `cuMemFree` does. In thread-local mode a capture is not disturbed by
 //! what other threads call, so a free from a thread that is not capturing is made at once, and
 //! never under the record's lock.
@@ -102,6 +103,10 @@ pub(crate) enum How {
     /// The release of page-locked host memory: from a capturing thread, the driver refuses it
     /// and invalidates the thread's captures, as it does `cuMemFree`.
     Host,
+    /// `cuCtxSynchronize`, then `cuMemUnmap` of this many bytes (and the payload dropped): a
+    /// mapping of virtual memory, which the unmap does not order with any stream, so work that
+    /// may still use the range runs first.
+    Unmap(usize),
 }
 
 // SAFETY: a Free holds a device address and handle addresses, never dereferenced by Rust (the
@@ -150,11 +155,31 @@ impl Free {
         self
     }
 
+    /// The unmap of the `bytes` mapped at `ptr` in `context`'s device's address space, after the
+    /// device's work; `payload` (what the mapping kept: its reservation, its physical memory) is
+    /// dropped after the unmap.
+    pub(crate) fn unmap(
+        context: CUcontext,
+        ptr: CUdeviceptr,
+        bytes: usize,
+        payload: Box<dyn Send>,
+    ) -> Self {
+        Self {
+            context: context as usize,
+            ptr,
+            how: How::Unmap(bytes),
+            payload: Some(payload),
+            host: None,
+        }
+    }
+
     /// What the free would break while a capture is in progress.
     fn conflict(&self) -> Conflict {
         match self.how {
             How::Plain | How::Host => Conflict::ThisThread,
-            How::AfterDevice | How::CloseAfterDevice => Conflict::Context(self.context),
+            How::AfterDevice | How::CloseAfterDevice | How::Unmap(_) => {
+                Conflict::Context(self.context)
+            }
             How::OnStream(stream) => Conflict::Stream(StreamKey(stream)),
             How::InCapture(_) => Conflict::Nothing,
         }
@@ -190,6 +215,15 @@ impl Free {
                 // hands it over once, when it goes); the context is current, and every kernel
                 // and replay that used it has finished (the context was synchronized now).
                 unsafe { calls::ipc_close_mem_handle(self.ptr) }?;
+                drop(self.payload.take());
+            }
+            How::Unmap(bytes) => {
+                calls::context_synchronize()?;
+                // SAFETY: the range of one live mapping, unmapped once (its mapping handed it over
+                // when it went); every kernel, copy and replay of this context that used it has
+                // finished (the context was synchronized now), as for `AfterDevice`.
+                unsafe { calls::mem_unmap(self.ptr, bytes) }?;
+                // The mapping's reservation and physical memory, released after the unmap.
                 drop(self.payload.take());
             }
             How::Host => {

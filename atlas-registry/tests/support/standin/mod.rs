@@ -32,7 +32,8 @@
 //! `-DSTANDIN_NO_LAUNCH_EX`, `-DSTANDIN_CC_MAJOR=8`, `-DSTANDIN_CC_MINOR=6`, `-DSTANDIN_CC1=80`,
 //! `-DSTANDIN_DRIVER_VERSION=12040`, `-DSTANDIN_NO_COOPERATIVE`,
 //! `-DSTANDIN_NO_CONDITIONAL`, `-DSTANDIN_NO_UUID_V2`, `-DSTANDIN_NO_PEER_ACCESS`,
-//! `-DSTANDIN_NO_POSIX_FD`, `-DSTANDIN_NO_IPC`. Inside a child,
+//! `-DSTANDIN_NO_POSIX_FD`, `-DSTANDIN_NO_IPC`, `-DSTANDIN_NO_VIRTUAL_MEMORY_API`,
+//! `-DSTANDIN_NO_VIRTUAL_MEMORY`. Inside a child,
 //! [`probe`] reads what the stand-in saw (calls, contexts, limits) and injects failures.
 
 use std::any::type_name;
@@ -152,7 +153,8 @@ impl Probe {
     /// context; `"graph_race"`: two calls used one graph at once; `"copy_overlap"`: a copy between
     /// overlapping memory), or how many of a thing are alive (`"live_allocations"`,
     /// `"live_modules"`, `"live_graphs"`, `"live_execs"`, `"live_pools"`: pools made by
-    /// `cuMemPoolCreate`, `"live_imports"`: pointers imported from pools). Counts run from the start or the last
+    /// `cuMemPoolCreate`, `"live_imports"`: pointers imported from pools; of virtual memory
+    /// `"live_reservations"`, `"live_physical"`, `"live_mappings"`). Counts run from the start or the last
     /// [`reset`](Self::reset).
     pub fn count(&self, what: &str) -> u64 {
         let name = CString::new(what).expect("a name without NUL");

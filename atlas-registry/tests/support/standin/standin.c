@@ -228,7 +228,11 @@ static CUresult status_string(CUresult error, const char **out, int want_name) {
     X(cuMemPoolExportPointer) X(cuMemPoolImportPointer) X(cuIpcGetMemHandle)                     \
     X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle)                                             \
     /* Batched copies */                                                                        \
-    X(cuMemcpyBatchAsync)
+    X(cuMemcpyBatchAsync)                                                                       \
+    /* Virtual memory: reservations, physical allocations, mappings, sharing by descriptor */   \
+    X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate) \
+    X(cuMemRelease) X(cuMemGetAllocationPropertiesFromHandle) X(cuMemMap) X(cuMemUnmap)         \
+    X(cuMemSetAccess) X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle)
 
 /* Things that happen inside calls, counted for tests. */
 #define EVENTS(X)                                                                               \
@@ -255,6 +259,7 @@ static struct {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
 
+static long long vmm_count(const char *what);
 static void note(enum event e) { __atomic_fetch_add(&event_counts[e], 1, __ATOMIC_RELAXED); }
 
 /* Counts the call; returns the status to fail it with (an injected failure, or not initialised),
@@ -797,6 +802,8 @@ struct allocation {
 static struct allocation *allocations;
 static size_t allocation_count, allocation_capacity;
 
+static struct allocation *vmm_allocation(const void *p, size_t bytes);
+
 /* The live allocation that holds all of [p, p + bytes), or NULL. */
 static struct allocation *find_allocation(const void *p, size_t bytes) {
     uintptr_t at = (uintptr_t)p;
@@ -805,7 +812,7 @@ static struct allocation *find_allocation(const void *p, size_t bytes) {
         uintptr_t base = (uintptr_t)a->base;
         if (at >= base && bytes <= a->size && at - base <= a->size - bytes) return a;
     }
-    return NULL;
+    return vmm_allocation(p, bytes); /* mapped virtual memory (near the end of this file) */
 }
 
 static int mapped_host_ok(struct object *ctx, const void *p, size_t bytes);
@@ -1061,11 +1068,19 @@ CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device) {
     case 120: *value = cc_of(device) >= 90; break; /* CLUSTER_LAUNCH */
     case 76: *value = cc_of(device) % 10; break; /* COMPUTE_CAPABILITY_MINOR */
     case 97: *value = SHARED_OPTIN; break;  /* MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
-#ifdef STANDIN_NO_POSIX_FD
+#ifdef STANDIN_NO_VIRTUAL_MEMORY
+    case 102: *value = 0; break;            /* VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
+#else
+    case 102: *value = 1; break;            /* VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
+#endif
+#if defined(STANDIN_NO_POSIX_FD) || defined(STANDIN_NO_VIRTUAL_MEMORY)
     case 103: *value = 0; break;            /* HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED */
-    case 119: *value = 0; break;            /* MEMPOOL_SUPPORTED_HANDLE_TYPES */
 #else
     case 103: *value = 1; break;            /* HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED */
+#endif
+#ifdef STANDIN_NO_POSIX_FD
+    case 119: *value = 0; break;            /* MEMPOOL_SUPPORTED_HANDLE_TYPES */
+#else
     case 119: *value = 1; break;            /* MEMPOOL_SUPPORTED_HANDLE_TYPES: POSIX fd */
 #endif
 #ifdef STANDIN_NO_MEMORY_POOLS
@@ -3300,7 +3315,7 @@ long long standin_count(const char *what) {
             n += allocations[i].pool != NULL && allocations[i].pool->u.pool.imported;
     }
     pthread_mutex_unlock(&lock);
-    return n;
+    return n >= 0 ? n : vmm_count(what); /* virtual memory (near the end of this file) */
 }
 
 /* Makes the next `times` calls of `entry` fail with `code` before doing anything. 0 on success,
@@ -4203,3 +4218,428 @@ CUresult cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
     return status;
 }
 #endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Virtual memory: reservations, physical allocations, mappings, sharing by file descriptor    */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A reservation is a range of this process's address space, reserved with mmap(PROT_NONE). A
+ * physical allocation is a memfd of its size, named "standin-vmm-dev<N>" after its device, so that
+ * a process that imports its descriptor learns the device from /proc/self/fd. cuMemMap maps the
+ * memfd over part of a reservation with no access, and cuMemSetAccess opens it (read-write, or
+ * read-only: a write then crashes the process, as a fault would lose the context). Mapped memory
+ * that its own device may access is that device's memory (of its primary context) for copies,
+ * fills and kernels, through find_allocation; adjacent mappings are one range, as on the device.
+ * Mapped memory without access is not: copies are refused and kernels fault. The memfd being
+ * shared memory, a child process that imports the descriptor reaches the parent's memory, and a
+ * physical allocation released while mapped lives on in its mapping, as the driver's does.
+ * Granularity: minimum 64 KiB, recommended 2 MiB. The calls are those of CUDA 10.2.
+ *   STANDIN_NO_VIRTUAL_MEMORY_API  none of the cuMem* calls of this section are exported.
+ *   STANDIN_NO_VIRTUAL_MEMORY      the devices report VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 0
+ *                                  (and no POSIX file descriptor handles); cuMemCreate refuses.
+ *   STANDIN_NO_POSIX_FD            the devices report HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+ *                                  = 0; cuMemCreate refuses memory requested exportable.
+ * Counts for tests: "live_reservations", "live_physical" (handles not released), "live_mappings". */
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#define VMM_MINIMUM ((size_t)64 << 10)
+#define VMM_RECOMMENDED ((size_t)2 << 20)
+#define VMM_MAX 16384
+#define VMM_READ 1
+#define VMM_READWRITE 3
+
+/* CUmemAllocationProp and CUmemAccessDesc as cuda.h lays them out. */
+struct vmm_location {
+    int type; /* 1: a device */
+    int id;
+};
+struct vmm_prop {
+    int type;                  /* 1: pinned */
+    int requested_handle_types; /* 1: POSIX file descriptor */
+    struct vmm_location location;
+    void *win32_metadata;
+    unsigned char alloc_flags[8];
+};
+struct vmm_access_desc {
+    struct vmm_location location;
+    int flags;
+};
+
+static struct {
+    char *base;
+    size_t size;
+    int live;
+} vmm_reservations[VMM_MAX];
+static size_t vmm_reservation_count;
+
+/* Physical allocations; a handle is the index + 1, never reused. */
+static struct {
+    int fd;
+    size_t size;
+    int device;
+    int handle_types;
+    int imported;
+    int live;
+} vmm_handles[VMM_MAX];
+static size_t vmm_handle_count;
+
+static struct {
+    char *base;
+    size_t size;
+    int device;
+    unsigned char access[STANDIN_DEVICES];
+    int live;
+} vmm_mappings[VMM_MAX];
+static size_t vmm_mapping_count;
+
+/* The live mapping holding the byte at `p`, or -1. Lock held. */
+static long vmm_mapping_at(uintptr_t p) {
+    for (size_t i = 0; i < vmm_mapping_count; i++) {
+        uintptr_t base = (uintptr_t)vmm_mappings[i].base;
+        if (vmm_mappings[i].live && p >= base && p - base < vmm_mappings[i].size) return (long)i;
+    }
+    return -1;
+}
+
+/* The live mapping beginning exactly at `p`, or -1. Lock held. */
+static long vmm_mapping_from(uintptr_t p) {
+    long i = vmm_mapping_at(p);
+    return i >= 0 && (uintptr_t)vmm_mappings[i].base == p ? i : -1;
+}
+
+/* [p, p + bytes) as an allocation of its device's primary context, when it lies in adjacent
+ * mappings of one device that device may access; else NULL. The allocation describes the range
+ * itself, in one of a few per-thread slots (a copy asks for two at once). Lock held. */
+static struct allocation *vmm_allocation(const void *p, size_t bytes) {
+    static __thread struct allocation slots[4];
+    static __thread unsigned next;
+    uintptr_t at = (uintptr_t)p, end = at + bytes;
+    long i = vmm_mapping_at(at);
+    if (i < 0 || bytes == 0 || end < at) return NULL;
+    int device = vmm_mappings[i].device;
+    for (;;) {
+        if (vmm_mappings[i].device != device || vmm_mappings[i].access[device] == 0) return NULL;
+        uintptr_t mapped_end = (uintptr_t)vmm_mappings[i].base + vmm_mappings[i].size;
+        if (end <= mapped_end) break;
+        if ((i = vmm_mapping_from(mapped_end)) < 0) return NULL;
+    }
+    struct allocation *a = &slots[next++ % 4];
+    *a = (struct allocation){(char *)p, bytes, primary[device], 0, NULL, 0};
+    return a;
+}
+
+static long long vmm_count(const char *what) {
+    long long n = 0;
+    pthread_mutex_lock(&lock);
+    if (strcmp(what, "live_reservations") == 0) {
+        for (size_t i = 0; i < vmm_reservation_count; i++) n += vmm_reservations[i].live;
+    } else if (strcmp(what, "live_physical") == 0) {
+        for (size_t i = 0; i < vmm_handle_count; i++) n += vmm_handles[i].live;
+    } else if (strcmp(what, "live_mappings") == 0) {
+        for (size_t i = 0; i < vmm_mapping_count; i++) n += vmm_mappings[i].live;
+    } else {
+        n = -1;
+    }
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+#ifndef STANDIN_NO_VIRTUAL_MEMORY_API
+
+static int vmm_prop_ok(const struct vmm_prop *prop) {
+    return prop != NULL && prop->type == 1 && prop->location.type == 1 &&
+           prop->location.id >= 0 && prop->location.id < STANDIN_DEVICES &&
+           (prop->requested_handle_types & ~1) == 0;
+}
+
+/* The live physical allocation `handle` names, or -1 (counted as a stale handle when it was one
+ * and is released). Lock held. */
+static long vmm_handle(unsigned long long handle, const char *call) {
+    if (handle == 0 || handle > vmm_handle_count) return -1;
+    if (!vmm_handles[handle - 1].live) {
+        note(E_stale_handle);
+        fprintf(stderr, "standin: %s was given a released memory handle\n", call);
+        return -1;
+    }
+    return (long)(handle - 1);
+}
+
+/* A new physical allocation record for `fd`; the handle, or 0 when the table is full. Lock held. */
+static unsigned long long vmm_add_handle(int fd, size_t size, int device, int types, int imported) {
+    if (vmm_handle_count == VMM_MAX) return 0;
+    vmm_handles[vmm_handle_count] = (typeof(vmm_handles[0])){fd, size, device, types, imported, 1};
+    return ++vmm_handle_count;
+}
+
+
+CUresult cuMemGetAllocationGranularity(size_t *granularity, const struct vmm_prop *prop,
+                                       int option) {
+    ENTER(cuMemGetAllocationGranularity);
+    if (granularity == NULL || !vmm_prop_ok(prop) || (option != 0 && option != 1))
+        return INVALID_VALUE;
+    *granularity = option == 0 ? VMM_MINIMUM : VMM_RECOMMENDED;
+    return SUCCESS;
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags) {
+    ENTER(cuMemAddressReserve);
+    (void)addr; /* a hint */
+    if (ptr == NULL || size == 0 || size % 4096 != 0 || flags != 0 ||
+        (alignment & (alignment - 1)) != 0)
+        return INVALID_VALUE;
+    size_t align = alignment > VMM_MINIMUM ? alignment : VMM_MINIMUM;
+    char *raw = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                     -1, 0);
+    if (raw == MAP_FAILED) return OUT_OF_MEMORY;
+    char *base = (char *)(((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1));
+    if (base > raw) munmap(raw, (size_t)(base - raw));
+    if (raw + align > base) munmap(base + size, (size_t)(raw + align - base));
+    pthread_mutex_lock(&lock);
+    CUresult status = OUT_OF_MEMORY;
+    if (vmm_reservation_count < VMM_MAX) {
+        vmm_reservations[vmm_reservation_count++] = (typeof(vmm_reservations[0])){base, size, 1};
+        status = SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    if (status != SUCCESS) munmap(base, size);
+    else *ptr = (CUdeviceptr)(uintptr_t)base;
+    return status;
+}
+
+/* Refused while anything is mapped in the range (the driver's rule is that it must not be). */
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+    ENTER(cuMemAddressFree);
+    char *base = (char *)(uintptr_t)ptr;
+    pthread_mutex_lock(&lock);
+    CUresult status = INVALID_VALUE;
+    for (size_t i = 0; i < vmm_reservation_count; i++) {
+        if (!vmm_reservations[i].live || vmm_reservations[i].base != base) continue;
+        if (vmm_reservations[i].size != size) break;
+        status = SUCCESS;
+        for (size_t m = 0; m < vmm_mapping_count; m++) {
+            char *at = vmm_mappings[m].base;
+            if (vmm_mappings[m].live && at >= base && at < base + size) status = INVALID_VALUE;
+        }
+        if (status != SUCCESS) {
+            fprintf(stderr, "standin: cuMemAddressFree of a reservation that is still mapped\n");
+            break;
+        }
+        vmm_reservations[i].live = 0;
+        munmap(base, size);
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuMemCreate(unsigned long long *handle, size_t size, const struct vmm_prop *prop,
+                     unsigned long long flags) {
+    ENTER(cuMemCreate);
+    if (handle == NULL || !vmm_prop_ok(prop) || flags != 0 || size == 0 ||
+        size % VMM_MINIMUM != 0)
+        return INVALID_VALUE;
+#ifdef STANDIN_NO_VIRTUAL_MEMORY
+    return NOT_SUPPORTED;
+#endif
+#ifdef STANDIN_NO_POSIX_FD
+    if (prop->requested_handle_types != 0) return NOT_SUPPORTED;
+#endif
+    char name[32];
+    snprintf(name, sizeof name, "standin-vmm-dev%d", prop->location.id);
+    int fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0) return OUT_OF_MEMORY;
+    if (ftruncate(fd, (off_t)size) != 0) {
+        close(fd);
+        return OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&lock);
+    unsigned long long h =
+        vmm_add_handle(fd, size, prop->location.id, prop->requested_handle_types, 0);
+    pthread_mutex_unlock(&lock);
+    if (h == 0) {
+        close(fd);
+        return OUT_OF_MEMORY;
+    }
+    *handle = h;
+    return SUCCESS;
+}
+
+/* The memory lives on in its mappings (their mmap holds the memfd). */
+CUresult cuMemRelease(unsigned long long handle) {
+    ENTER(cuMemRelease);
+    pthread_mutex_lock(&lock);
+    long h = vmm_handle(handle, "cuMemRelease");
+    if (h >= 0) {
+        close(vmm_handles[h].fd);
+        vmm_handles[h].live = 0;
+    }
+    pthread_mutex_unlock(&lock);
+    return h >= 0 ? SUCCESS : INVALID_VALUE;
+}
+
+CUresult cuMemGetAllocationPropertiesFromHandle(struct vmm_prop *prop, unsigned long long handle) {
+    ENTER(cuMemGetAllocationPropertiesFromHandle);
+    if (prop == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    long h = vmm_handle(handle, "cuMemGetAllocationPropertiesFromHandle");
+    if (h >= 0) {
+        memset(prop, 0, sizeof *prop);
+        prop->type = 1;
+        prop->requested_handle_types = vmm_handles[h].handle_types;
+        prop->location = (struct vmm_location){1, vmm_handles[h].device};
+    }
+    pthread_mutex_unlock(&lock);
+    return h >= 0 ? SUCCESS : INVALID_VALUE;
+}
+
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, unsigned long long handle,
+                  unsigned long long flags) {
+    ENTER(cuMemMap);
+    if (offset != 0 || flags != 0 || size == 0 || size % VMM_MINIMUM != 0 ||
+        ptr % VMM_MINIMUM != 0)
+        return INVALID_VALUE;
+    char *base = (char *)(uintptr_t)ptr;
+    pthread_mutex_lock(&lock);
+    long h = vmm_handle(handle, "cuMemMap");
+    CUresult status = h >= 0 && size <= vmm_handles[h].size ? SUCCESS : INVALID_VALUE;
+    int reserved = 0;
+    for (size_t i = 0; status == SUCCESS && i < vmm_reservation_count; i++) {
+        char *r = vmm_reservations[i].base;
+        reserved |= vmm_reservations[i].live && base >= r &&
+                    size <= vmm_reservations[i].size - (size_t)(base - r) &&
+                    (size_t)(base - r) <= vmm_reservations[i].size;
+    }
+    if (!reserved) status = INVALID_VALUE;
+    for (size_t m = 0; status == SUCCESS && m < vmm_mapping_count; m++) {
+        char *at = vmm_mappings[m].base;
+        if (vmm_mappings[m].live && at < base + size && base < at + vmm_mappings[m].size) {
+            fprintf(stderr, "standin: cuMemMap over a range that is mapped already\n");
+            status = INVALID_VALUE;
+        }
+    }
+    if (status == SUCCESS && vmm_mapping_count == VMM_MAX) status = OUT_OF_MEMORY;
+    if (status == SUCCESS &&
+        mmap(base, size, PROT_NONE, MAP_SHARED | MAP_FIXED, vmm_handles[h].fd, 0) == MAP_FAILED)
+        status = OUT_OF_MEMORY;
+    if (status == SUCCESS) {
+        vmm_mappings[vmm_mapping_count] = (typeof(vmm_mappings[0])){0};
+        vmm_mappings[vmm_mapping_count].base = base;
+        vmm_mappings[vmm_mapping_count].size = size;
+        vmm_mappings[vmm_mapping_count].device = vmm_handles[h].device;
+        vmm_mappings[vmm_mapping_count].live = 1;
+        vmm_mapping_count++;
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* Unmaps exactly one mapping; the range is reserved address space again. */
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    ENTER(cuMemUnmap);
+    pthread_mutex_lock(&lock);
+    long m = vmm_mapping_from((uintptr_t)ptr);
+    CUresult status = m >= 0 && vmm_mappings[m].size == size ? SUCCESS : INVALID_VALUE;
+    if (status == SUCCESS) {
+        mmap(vmm_mappings[m].base, size, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+        vmm_mappings[m].live = 0;
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* The range must be whole adjacent mappings. Each device's access is kept per mapping; the host
+ * protection is the widest any device has. */
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const struct vmm_access_desc *desc,
+                        size_t count) {
+    ENTER(cuMemSetAccess);
+    if (desc == NULL || count == 0 || size == 0) return INVALID_VALUE;
+    for (size_t d = 0; d < count; d++) {
+        int id = desc[d].location.id, flags = desc[d].flags;
+        if (desc[d].location.type != 1 || id < 0 || id >= STANDIN_DEVICES ||
+            (flags != 0 && flags != VMM_READ && flags != VMM_READWRITE))
+            return INVALID_VALUE;
+    }
+    uintptr_t at = (uintptr_t)ptr, end = at + size;
+    pthread_mutex_lock(&lock);
+    CUresult status = SUCCESS;
+    for (uintptr_t p = at; status == SUCCESS && p < end;) {
+        long m = vmm_mapping_from(p);
+        if (m < 0 || (uintptr_t)vmm_mappings[m].base + vmm_mappings[m].size > end) {
+            status = INVALID_VALUE;
+            break;
+        }
+        for (size_t d = 0; d < count; d++) {
+#ifdef STANDIN_NO_PEER_ACCESS
+            if (desc[d].location.id != vmm_mappings[m].device) status = NOT_SUPPORTED;
+#endif
+        }
+        p += vmm_mappings[m].size;
+    }
+    for (uintptr_t p = at; status == SUCCESS && p < end;) {
+        long m = vmm_mapping_from(p);
+        int widest = 0;
+        for (size_t d = 0; d < count; d++)
+            vmm_mappings[m].access[desc[d].location.id] = (unsigned char)desc[d].flags;
+        for (int d = 0; d < STANDIN_DEVICES; d++)
+            widest = vmm_mappings[m].access[d] > widest ? vmm_mappings[m].access[d] : widest;
+        int prot = widest == VMM_READWRITE ? PROT_READ | PROT_WRITE
+                   : widest == VMM_READ    ? PROT_READ
+                                           : PROT_NONE;
+        mprotect(vmm_mappings[m].base, vmm_mappings[m].size, prot);
+        p += vmm_mappings[m].size;
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* A new descriptor of the allocation's memfd, close-on-exec (a caller passing it to a child
+ * clears that). */
+CUresult cuMemExportToShareableHandle(void *shareable, unsigned long long handle, int type,
+                                      unsigned long long flags) {
+    ENTER(cuMemExportToShareableHandle);
+    if (shareable == NULL || type != 1 || flags != 0) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    long h = vmm_handle(handle, "cuMemExportToShareableHandle");
+    CUresult status = h >= 0 && (vmm_handles[h].handle_types & 1) ? SUCCESS : INVALID_VALUE;
+    int fd = status == SUCCESS ? fcntl(vmm_handles[h].fd, F_DUPFD_CLOEXEC, 0) : -1;
+    pthread_mutex_unlock(&lock);
+    if (status != SUCCESS) return status;
+    if (fd < 0) return OUT_OF_MEMORY;
+    *(int *)shareable = fd;
+    return SUCCESS;
+}
+
+/* The descriptor must be one of a stand-in allocation (of this or another process): its memfd's
+ * name gives the device, its size the allocation's. The descriptor stays the caller's. */
+CUresult cuMemImportFromShareableHandle(unsigned long long *handle, void *os_handle, int type) {
+    ENTER(cuMemImportFromShareableHandle);
+    if (handle == NULL || type != 1) return INVALID_VALUE;
+    int fd = (int)(intptr_t)os_handle;
+    char link[64], target[256];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    int device = -1;
+    struct stat st;
+    if (n <= 0 || fstat(fd, &st) != 0) return INVALID_VALUE;
+    target[n] = '\0';
+    if (sscanf(target, "/memfd:standin-vmm-dev%d", &device) != 1 || device < 0 ||
+        device >= STANDIN_DEVICES)
+        return INVALID_VALUE;
+    int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0) return OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    unsigned long long h = vmm_add_handle(own, (size_t)st.st_size, device, 1, 1);
+    pthread_mutex_unlock(&lock);
+    if (h == 0) {
+        close(own);
+        return OUT_OF_MEMORY;
+    }
+    *handle = h;
+    return SUCCESS;
+}
+
+#endif /* STANDIN_NO_VIRTUAL_MEMORY_API */
