@@ -329,7 +329,7 @@ pub use error::{
     NotFoundKind, Result,
 };
 pub use error::{CopySide, MemoryRefusal};
-pub use error::{GraphFeature, UpdateRefusal};
+pub use error::{GraphFeature, LargeParamsRefusal, UpdateRefusal};
 pub use graph::capture::{Capture, CudaGraph};
 pub use graph::conditional::ConditionalHandle;
 pub use graph::exec::GraphExec;
@@ -339,6 +339,7 @@ pub use launch::attributes::{LaunchAttributes, MemSyncDomain, PORTABLE_CLUSTER_B
 pub use launch::config::LaunchConfig;
 pub use launch::held::GraphHolds;
 pub use launch::kernel::{FunctionAttributes, Kernel};
+pub use launch::large_params::{CLASSIC_PARAM_BYTES, MAX_PARAM_BYTES};
 pub use memory::buffer::{DeviceBuffer, DeviceCopy};
 pub use memory::copy::{copy_to_device_async, copy_to_host_async};
 pub use memory::device_memory::{DeviceMemory, DeviceMemoryMut};
