@@ -271,6 +271,9 @@ pub enum CaptureMisuse {
          into; make it with `conditional_handle` on this capture"
     )]
     ForeignConditionalHandle,
+    /// `Capture::capture_switch` of no branches: the driver takes a SWITCH node of one or more.
+    #[error("a SWITCH node has at least one branch")]
+    EmptySwitch,
     /// A safe copy to or from page-locked host memory ([`PinnedBuffer`](crate::PinnedBuffer),
     /// [`HostRegistration`](crate::HostRegistration)) on a stream being captured: the graph would
     /// read or write the memory at every replay, long after the event that lets the host wait
