@@ -88,8 +88,10 @@ fn switch_runs_the_branch_the_device_picks(registry: AtlasRegistry, rng: &mut Rn
         .map(|_| DeviceBuffer::alloc(registry.ctx(), n).unwrap())
         .collect();
     let choice = DeviceBuffer::<u32>::alloc(registry.ctx(), 1).unwrap();
-    let (x_ptrs, choice_ptr): (Vec<_>, _) =
-        (xs.iter().map(|x| x.device_ptr()).collect(), choice.device_ptr());
+    let (x_ptrs, choice_ptr): (Vec<_>, _) = (
+        xs.iter().map(|x| x.device_ptr()).collect(),
+        choice.device_ptr(),
+    );
     let cfg = LaunchConfig::for_elements(n as u32, 256);
 
     let mut capture = stream.begin_capture().unwrap();
@@ -107,8 +109,16 @@ fn switch_runs_the_branch_the_device_picks(registry: AtlasRegistry, rng: &mut Rn
         })
         .unwrap();
     let graph = capture.end().unwrap();
-    assert_eq!(captured, [0, 1, 2, 3], "each branch captured once, in order");
-    assert_eq!(graph.kept_count(), 6, "the registry, `choice` and every branch's buffer");
+    assert_eq!(
+        captured,
+        [0, 1, 2, 3],
+        "each branch captured once, in order"
+    );
+    assert_eq!(
+        graph.kept_count(),
+        6,
+        "the registry, `choice` and every branch's buffer"
+    );
     let exec = graph.instantiate().unwrap();
     drop((pick, scale, xs, choice));
     let e = release(registry).unwrap_err();
@@ -117,7 +127,15 @@ fn switch_runs_the_branch_the_device_picks(registry: AtlasRegistry, rng: &mut Rn
     let mut choices: Vec<u32> = vec![0, 1, 2, 3, BRANCHES, 7, u32::MAX];
     choices.extend((0..4).map(|_| rng.below(u64::from(BRANCHES) + 2) as u32));
     for (round, &chosen) in choices.iter().enumerate() {
-        replay_switch(&stream, &exec, (&x_ptrs, choice_ptr), (chosen, &factors), n, rng, round);
+        replay_switch(
+            &stream,
+            &exec,
+            (&x_ptrs, choice_ptr),
+            (chosen, &factors),
+            n,
+            rng,
+            round,
+        );
     }
 }
 
@@ -191,7 +209,13 @@ fn if_else_runs_one_branch_or_the_other(registry: AtlasRegistry, rng: &mut Rng) 
     assert!(matches!(e, AtlasError::InUse { handles: 1, .. }), "{e}");
 
     let mut flags = vec![1, 0, i32::MIN, 0, -1];
-    flags.extend((0..4).map(|_| if rng.chance(50) { 0 } else { 1 + rng.below(99) as i32 }));
+    flags.extend((0..4).map(|_| {
+        if rng.chance(50) {
+            0
+        } else {
+            1 + rng.below(99) as i32
+        }
+    }));
     for (round, &value) in flags.iter().enumerate() {
         let (xs, ys) = (rng.f32s(n, -10.0, 10.0), rng.f32s(n, -10.0, 10.0));
         upload(&stream, x_ptr, &xs);

@@ -98,10 +98,13 @@ mod tests {
         // At the old limit, the arguments are not large; past it, the kernel's are.
         assert_eq!(kernel_limit(&[8], &[4096]), None);
         assert_eq!(kernel_limit(&[4097], &[8192]), None);
-        assert_eq!(kernel_limit(&[4096], &[4097]), Some(LargeParamsRefusal::KernelLimit {
-            bytes: 4097,
-            kernel_bytes: 4096
-        }));
+        assert_eq!(
+            kernel_limit(&[4096], &[4097]),
+            Some(LargeParamsRefusal::KernelLimit {
+                bytes: 4097,
+                kernel_bytes: 4096
+            })
+        );
     }
 
     #[test]
@@ -118,7 +121,10 @@ mod tests {
             driver: (12, 0),
         }
         .to_string();
-        assert!(text.contains("8204") && text.contains("12.1") && text.contains("12.0"), "{text}");
+        assert!(
+            text.contains("8204") && text.contains("12.1") && text.contains("12.0"),
+            "{text}"
+        );
         let text = LargeParamsRefusal::DeviceTooOld {
             bytes: 8204,
             compute_capability: (6, 1),
