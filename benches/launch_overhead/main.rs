@@ -30,6 +30,7 @@
 //! | pinned copies, paired   | `pinned_paired/{upload,download}/{raw,atlas}` (256 MiB, × raw `cuMemcpy*Async_v2` from the same pinned memory) |
 //! | pageable vs pinned      | `pinned_bandwidth/{upload,download}/{pageable,pinned}` (256 MiB, bytes per second) |
 //! | device-to-device copy   | `copy_dtod/1g/{raw,atlas}` (bandwidth), `copy_dtod_paired/{1g,4k}/{raw,atlas}` (× raw `cuMemcpyDtoDAsync_v2`) |
+//! | 8 KiB struct, paired    | `large_params_paired/mix_8k/{raw,atlas}` (× raw `cuLaunchKernel`; `large_params.rs`) |
 //!
 //! Each bench lives in the file named after its benchmark group (`enqueue.rs`, `roundtrip.rs`,
 //! `lookup.rs`, `replaced.rs`, `model_load.rs`, `graph_replay.rs`, `load_all_devices.rs`;
@@ -62,6 +63,7 @@ mod events;
 mod graph_capture;
 mod graph_replay;
 mod graph_update;
+mod large_params;
 mod launches;
 mod load_all_devices;
 mod lookup;
@@ -235,6 +237,7 @@ fn main() {
     events::events(&mut paired, &env);
     pinned::pinned(&mut c, &mut paired, &env);
     copies::copies(&mut c, &mut paired, &env);
+    large_params::large_params(&mut paired, &env);
 
     c.final_summary();
     paired.final_summary();
