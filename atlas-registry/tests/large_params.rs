@@ -179,6 +179,38 @@ fn refusals_before_the_driver() {
     // SAFETY: `scale` touches the 16 floats of `out`.
     unsafe { scale.launch(stream, &cfg, (&mut out, 2.0f32, 16u32)) }.unwrap();
     assert_eq!(standin::probe().launches(), launches + 1);
+
+    // A graph's kernel-node argument update passes the same checks.
+    let mut graph_stream = CudaStream::new(registry.ctx()).unwrap();
+    let capture = graph_stream.begin_capture().unwrap();
+    // SAFETY: captured, not run: `scale` touches the 16 floats of `out`, which the graph keeps.
+    unsafe { scale.launch(&capture, &cfg, (&mut out, 2.0f32, 16u32)) }.unwrap();
+    let mut exec = capture.end().unwrap().instantiate().unwrap();
+    let updates = standin::probe().count("cuGraphExecKernelNodeSetParams_v2");
+    // SAFETY: refused before the driver.
+    let e = unsafe { exec.set_kernel_args(0, &largest, &cfg, (bytes, tail)) }.unwrap_err();
+    assert!(matches!(
+        large(e),
+        LargeParamsRefusal::TooLarge { bytes: 32768, .. }
+    ));
+    // SAFETY: refused before the driver.
+    let e = unsafe { exec.set_kernel_args(0, &scale, &cfg, (words, 2.0f32, 16u32)) }.unwrap_err();
+    assert!(matches!(
+        large(e),
+        LargeParamsRefusal::KernelLimit { bytes: 8200, .. }
+    ));
+    assert_eq!(
+        standin::probe().count("cuGraphExecKernelNodeSetParams_v2"),
+        updates
+    );
+    // SAFETY: the graph touches the 16 floats of `out`, which it keeps.
+    unsafe { exec.launch(&graph_stream) }.unwrap();
+    graph_stream.synchronize().unwrap();
+    assert_eq!(
+        out.to_vec(stream).unwrap(),
+        [0f32; 16],
+        "0 scaled, as captured"
+    );
 }
 
 #[test]

@@ -19,6 +19,23 @@ use crate::driver::calls;
 use crate::error::{LargeParamsRefusal, Result};
 
 /// The most bytes of parameters a kernel may take (CUDA 12.1+, compute capability 7.0+).
+///
+/// # Examples
+///
+/// ```no_run
+/// use atlas_registry::{DeviceCopy, KernelArgs, MAX_PARAM_BYTES};
+/// /// The descriptors a kernel takes by value (`const __grid_constant__ Tiles tiles`).
+/// #[derive(Clone, Copy)]
+/// #[repr(C)]
+/// struct Tiles {
+///     offsets: [u32; 4000],
+///     scales: [f32; 4000],
+/// }
+/// // SAFETY: two arrays of plain numbers: no padding, every bit pattern valid.
+/// unsafe impl DeviceCopy for Tiles {}
+/// // With the output pointer and a count after it: within the limit, checked at compile time.
+/// const _: () = assert!(<(Tiles, u64, u32)>::BYTES <= MAX_PARAM_BYTES);
+/// ```
 pub const MAX_PARAM_BYTES: usize = 32_764;
 
 /// The most bytes of parameters a kernel took before CUDA 12.1, and takes still on an older

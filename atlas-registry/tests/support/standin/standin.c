@@ -18,7 +18,10 @@
  *
  * Stream capture builds graphs: a launch on a capturing stream becomes a kernel node (its function,
  * configuration, parameter values and cluster/cooperative attributes copied), cuMemAllocAsync and
- * cuMemFreeAsync become memory nodes, conditional nodes have body graphs; an executable graph runs
+ * cuMemFreeAsync become memory nodes, conditional nodes have body graphs (IF with an optional ELSE,
+ * WHILE, SWITCH of up to BODIES branches; ELSE and SWITCH refused below CUDA 12.8, as the driver
+ * takes them from 12.8 on), kernels whose parameters end past PARAM_BYTES are launched but not
+ * captured (CUDA_ERROR_NOT_SUPPORTED); an executable graph runs
  * its nodes in order on the host when launched. Calls the driver refuses while capturing invalidate
  * the capture: cuStreamSynchronize of the capturing stream, cuCtxSynchronize of its context,
  * cuMemAlloc_v2 and cuMemFree_v2 from the capturing thread, cuMemFreeAsync in a capture of memory
