@@ -301,6 +301,8 @@ impl Capture<'_> {
         graph: CUgraph,
         body: impl FnOnce(&mut Capture<'_>) -> Result<()>,
     ) -> Result<()> {
+        // A body before this one may have left another context current.
+        ensure_bound(self.context())?;
         let raw = body_stream.raw();
         capture::began_body(raw, self.context(), self.raw());
         let mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
