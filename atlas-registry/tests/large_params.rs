@@ -353,7 +353,7 @@ fn mix_kernels(
     let mix_8k = registry.function_cached("large_params", "mix_8k").unwrap();
     let mix_32k = registry.function_cached("large_params", "mix_32k").unwrap();
     println!(
-        "driver {:?}; mix_8k {:?}, mix_32k {:?}",
+        "device {:?}: mix_8k takes {:?}, mix_32k {:?}",
         atlas_registry::host(0).unwrap().compute_capability(),
         mix_8k.param_sizes().unwrap(),
         mix_32k.param_sizes().unwrap()
