@@ -95,7 +95,8 @@ fn switch_runs_the_branch_the_device_picks(registry: AtlasRegistry, rng: &mut Rn
     let cfg = LaunchConfig::for_elements(n as u32, 256);
 
     let mut capture = stream.begin_capture().unwrap();
-    let cond = capture.conditional_handle(false).unwrap();
+    // The value starts past the branches: only the kernel's write can pick one.
+    let cond = capture.branch_handle(BRANCHES + 1).unwrap();
     // SAFETY: captured, not run: reads the word of `choice` (kept by the graph) and sets `cond`, a
     // handle of this graph, while running in it.
     unsafe { pick.launch(&capture, &LaunchConfig::for_elements(1, 1), (cond, &choice)) }.unwrap();
@@ -238,6 +239,7 @@ fn if_else_runs_one_branch_or_the_other(registry: AtlasRegistry, rng: &mut Rng) 
 // Stand-in (no GPU).
 
 child::bodies!(
+    standin_switch_default,
     standin_switch,
     standin_if_else,
     refusals_of_an_older_driver,
@@ -256,6 +258,42 @@ fn a_switch_runs_the_branch_its_kernel_picks_and_keeps_every_branchs_buffers() {
 fn standin_switch() {
     switch_runs_the_branch_the_device_picks(standin_registry(), &mut Rng::new());
     assert_eq!(standin::probe().count("stale_handle"), 0);
+}
+
+#[test]
+fn without_a_kernel_setting_it_a_switch_runs_the_branch_its_handle_starts_at() {
+    standin::run(standin_switch_default, &[]);
+}
+
+fn standin_switch_default() {
+    let registry = standin_registry();
+    let mut stream = CudaStream::new(registry.ctx()).unwrap();
+    let scale = registry.function_cached("elementwise", "scale").unwrap();
+    let mut xs: Vec<DeviceBuffer<f32>> = (0..3)
+        .map(|_| DeviceBuffer::from_slice(registry.ctx(), &stream, &[1.0f32; 8]).unwrap())
+        .collect();
+    let cfg = LaunchConfig::for_elements(8, 8);
+    for (initial, want) in [
+        (2u32, [1.0, 1.0, 5.0]),
+        (0, [3.0, 1.0, 5.0]),
+        (3, [3.0, 1.0, 5.0]),
+    ] {
+        let mut capture = stream.begin_capture().unwrap();
+        let cond = capture.branch_handle(initial).unwrap();
+        capture
+            .capture_switch(cond, 3, |branch, body| {
+                let factor = [3.0f32, 4.0, 5.0][branch as usize];
+                // SAFETY: captured, not run: touches the 8 floats of its buffer, which the graph
+                // keeps.
+                unsafe { scale.launch(&*body, &cfg, (&mut xs[branch as usize], factor, 8u32)) }
+            })
+            .unwrap();
+        let exec = capture.end().unwrap().instantiate().unwrap();
+        // SAFETY: the graph reaches the buffers it keeps.
+        unsafe { exec.launch(&stream) }.unwrap();
+        let got: Vec<f32> = xs.iter().map(|x| x.to_vec(&stream).unwrap()[7]).collect();
+        assert_eq!(got, want, "a handle starting at {initial}");
+    }
 }
 
 #[test]

@@ -4,8 +4,8 @@
 //!
 //! A conditional node is added to the graph of a [`Capture`], where the capture stands:
 //!
-//! 1. [`Capture::conditional_handle`] makes the node's [`ConditionalHandle`] in that graph, with
-//!    the value every replay starts with.
+//! 1. [`Capture::conditional_handle`] (or [`Capture::branch_handle`], for a SWITCH) makes the
+//!    node's [`ConditionalHandle`] in that graph, with the value every replay starts with.
 //! 2. [`Capture::capture_while`], [`Capture::capture_if`], [`Capture::capture_if_else`] and
 //!    [`Capture::capture_switch`] add the node and capture its body graphs, one after the other:
 //!    each closure's launches, on the body capture it is given, become one body graph.
@@ -83,12 +83,41 @@ impl Capture<'_> {
     /// stream's capture was ended outside Atlas.
     #[doc(alias = "cuGraphConditionalHandleCreate")]
     pub fn conditional_handle(&mut self, initial: bool) -> Result<ConditionalHandle> {
+        self.branch_handle(u32::from(initial))
+    }
+
+    /// As [`conditional_handle`](Self::conditional_handle), for a SWITCH node: every replay
+    /// starts with the value set to `initial` (`CU_GRAPH_COND_ASSIGN_DEFAULT`), the branch that
+    /// runs unless a kernel sets another with `cudaGraphSetConditional` before the node is
+    /// reached (none when it is past the node's branches).
+    ///
+    /// # Errors
+    ///
+    /// As [`conditional_handle`](Self::conditional_handle).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(registry: &atlas_registry::AtlasRegistry, x: &mut atlas_registry::DeviceBuffer<f32>) -> atlas_registry::Result<()> {
+    /// use atlas_registry::{CudaStream, LaunchConfig};
+    /// let scale = registry.function_cached("elementwise", "scale")?;
+    /// let (n, cfg) = (x.len() as u32, LaunchConfig::for_elements(x.len() as u32, 256));
+    /// let mut stream = CudaStream::new(registry.ctx())?;
+    /// let mut capture = stream.begin_capture()?;
+    /// let cond = capture.branch_handle(2)?; // branch 2 unless a kernel picks another
+    /// capture.capture_switch(cond, 3, |branch, body| {
+    ///     // SAFETY: touches the `n` floats of `x`, which the graph keeps.
+    ///     unsafe { scale.launch(&*body, &cfg, (&mut *x, branch as f32, n)) }
+    /// })?;
+    /// # drop(capture.end()?); Ok(()) }
+    /// ```
+    #[doc(alias = "cuGraphConditionalHandleCreate")]
+    pub fn branch_handle(&mut self, initial: u32) -> Result<ConditionalHandle> {
         let capture = self.capture_for_conditional()?;
         // SAFETY: the capture's graph is live while the stream captures into it, and nothing else
         // uses it now (`&mut self`); the stream's context is its context.
-        let raw = unsafe {
-            calls::conditional_handle_create(capture.graph, self.context(), u32::from(initial))
-        }?;
+        let raw =
+            unsafe { calls::conditional_handle_create(capture.graph, self.context(), initial) }?;
         Ok(ConditionalHandle {
             raw,
             capture: capture.id,
