@@ -114,6 +114,86 @@ pub enum LaunchRefusal {
     /// kernel or the configuration cannot take.
     #[error(transparent)]
     Attribute(#[from] AttributeRefusal),
+    /// Arguments past the 4,096 bytes of parameters kernels took before CUDA 12.1 that the
+    /// driver, the device or the kernel cannot take, or past the 32,764 bytes none takes.
+    #[error(transparent)]
+    LargeParams(#[from] LargeParamsRefusal),
+}
+
+/// Why a launch whose arguments take more than
+/// [`CLASSIC_PARAM_BYTES`](crate::CLASSIC_PARAM_BYTES) (4,096) was refused before the driver was
+/// called ([`LaunchRefusal::LargeParams`]): large parameters need a driver of CUDA 12.1 or newer,
+/// a device of compute capability 7.0 or newer and a kernel built for them, and take at most
+/// [`MAX_PARAM_BYTES`](crate::MAX_PARAM_BYTES) (32,764) in all.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn f(registry: &atlas_registry::AtlasRegistry, out: &mut atlas_registry::DeviceBuffer<u32>) {
+/// use atlas_registry::{AtlasError, LargeParamsRefusal, LaunchConfig, LaunchRefusal};
+/// let mix = registry.function_cached("large_params", "mix_8k").unwrap();
+/// let words = [7u32; 2048]; // 8,192 bytes by value
+/// // SAFETY: `mix_8k` writes 2,049 words of `out`, which holds as many.
+/// match unsafe { mix.launch(registry.stream(), &LaunchConfig::for_elements(2048, 256), (words, &mut *out, 1u32)) } {
+///     Ok(()) => {}
+///     Err(AtlasError::InvalidLaunch { reason: LaunchRefusal::LargeParams(why), .. }) => match why {
+///         LargeParamsRefusal::DriverTooOld { driver, .. } => println!("driver {driver:?}: update it"),
+///         other => println!("{other}"),
+///     },
+///     Err(e) => panic!("{e}"),
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LargeParamsRefusal {
+    /// More bytes of arguments than any kernel takes.
+    #[error(
+        "the arguments take {bytes} bytes, more than the {max} bytes of parameters a kernel may \
+         take; pass the rest through device memory"
+    )]
+    TooLarge {
+        /// What the arguments take together.
+        bytes: usize,
+        /// The most a kernel takes ([`MAX_PARAM_BYTES`](crate::MAX_PARAM_BYTES)).
+        max: usize,
+    },
+    /// Large parameters on a driver older than CUDA 12.1, which launches at most 4,096 bytes.
+    #[error(
+        "the arguments take {bytes} bytes, past the 4096 bytes this driver launches: parameters \
+         of more than 4096 bytes need a driver of CUDA 12.1 or newer, and this driver is CUDA \
+         {}.{}", .driver.0, .driver.1
+    )]
+    DriverTooOld {
+        /// What the arguments take together.
+        bytes: usize,
+        /// The driver's CUDA release (`cuDriverGetVersion`).
+        driver: (u32, u32),
+    },
+    /// Large parameters on a device older than compute capability 7.0 (Volta).
+    #[error(
+        "the arguments take {bytes} bytes: parameters of more than 4096 bytes need a device of \
+         compute capability 7.0 or newer, and this one is {}.{}",
+        .compute_capability.0, .compute_capability.1
+    )]
+    DeviceTooOld {
+        /// What the arguments take together.
+        bytes: usize,
+        /// The device's compute capability.
+        compute_capability: (u32, u32),
+    },
+    /// Large arguments for a kernel whose own parameters take no more than 4,096 bytes: it was
+    /// built for the old limit (or takes small parameters), and takes nothing larger.
+    #[error(
+        "the arguments take {bytes} bytes, but the kernel's parameters take {kernel_bytes}, within \
+         the 4096 bytes kernels took before CUDA 12.1: it was not built for large parameters"
+    )]
+    KernelLimit {
+        /// What the arguments take together.
+        bytes: usize,
+        /// What the kernel's parameters take together, as its layout says.
+        kernel_bytes: usize,
+    },
 }
 
 /// A use of stream capture that cannot work.
@@ -191,6 +271,9 @@ pub enum CaptureMisuse {
          into; make it with `conditional_handle` on this capture"
     )]
     ForeignConditionalHandle,
+    /// `Capture::capture_switch` of no branches: the driver takes a SWITCH node of one or more.
+    #[error("a SWITCH node has at least one branch")]
+    EmptySwitch,
     /// A safe copy to or from page-locked host memory ([`PinnedBuffer`](crate::PinnedBuffer),
     /// [`HostRegistration`](crate::HostRegistration)) on a stream being captured: the graph would
     /// read or write the memory at every replay, long after the event that lets the host wait
@@ -1048,15 +1131,31 @@ pub enum AtlasError {
     /// A graph feature whose driver entry points this driver lacks (an older driver, or an
     /// injection library that does not forward them); nothing was changed.
     #[error(
-        "{feature} need {}, which this driver lacks (drivers of CUDA {} or newer have them)",
+        "{feature} need {}, which this driver lacks (drivers of CUDA {}.{} or newer have them)",
         .missing.join(", "),
-        .feature.min_cuda()
+        .feature.min_cuda().0,
+        .feature.min_cuda().1
     )]
     GraphFeatureUnavailable {
         /// The feature asked for.
         feature: GraphFeature,
         /// The entry points the driver lacks.
         missing: Vec<&'static str>,
+    },
+    /// A graph feature of a newer CUDA release than the driver's: it has the entry points, but
+    /// not what the feature asks of them (SWITCH and IF/ELSE conditional nodes need CUDA 12.8);
+    /// nothing was changed.
+    #[error(
+        "{feature} need a driver of CUDA {}.{} or newer; this driver is CUDA {}.{}",
+        .needs.0, .needs.1, .driver.0, .driver.1
+    )]
+    GraphFeatureTooOld {
+        /// The feature asked for.
+        feature: GraphFeature,
+        /// The oldest CUDA release whose driver has it.
+        needs: (u32, u32),
+        /// The driver's CUDA release (`cuDriverGetVersion`).
+        driver: (u32, u32),
     },
     /// A view, copy or fill of device memory refused before the driver was called: a range out
     /// of bounds, lengths that differ, a fill width the memory does not fit.
@@ -1235,7 +1334,8 @@ fn limit_hint(limit: ContextLimit, reason: &ContextLimitRefusal) -> &'static str
 }
 
 /// A graph feature that needs driver entry points older drivers lack
-/// ([`AtlasError::GraphFeatureUnavailable`]).
+/// ([`AtlasError::GraphFeatureUnavailable`]), or a newer driver than the entry points tell
+/// ([`AtlasError::GraphFeatureTooOld`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum GraphFeature {
@@ -1243,6 +1343,10 @@ pub enum GraphFeature {
     Update,
     /// Conditional (IF / WHILE) nodes decided on the device (CUDA 12.3).
     Conditional,
+    /// IF nodes with an ELSE branch (CUDA 12.8).
+    IfElse,
+    /// SWITCH nodes: one of n branches, chosen on the device (CUDA 12.8).
+    Switch,
 }
 
 impl GraphFeature {
@@ -1250,13 +1354,17 @@ impl GraphFeature {
         match self {
             Self::Update => "whole-graph update and upload",
             Self::Conditional => "conditional graph nodes",
+            Self::IfElse => "IF/ELSE conditional nodes",
+            Self::Switch => "SWITCH conditional nodes",
         }
     }
 
-    fn min_cuda(self) -> &'static str {
+    /// The oldest CUDA release whose driver has the feature.
+    pub(crate) fn min_cuda(self) -> (u32, u32) {
         match self {
-            Self::Update => "12.0",
-            Self::Conditional => "12.3",
+            Self::Update => (12, 0),
+            Self::Conditional => (12, 3),
+            Self::IfElse | Self::Switch => (12, 8),
         }
     }
 }

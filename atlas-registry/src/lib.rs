@@ -330,7 +330,7 @@ pub use error::{
     NotFoundKind, Result,
 };
 pub use error::{CopySide, MemoryRefusal, VirtualMemoryRefusal};
-pub use error::{GraphFeature, UpdateRefusal};
+pub use error::{GraphFeature, LargeParamsRefusal, UpdateRefusal};
 pub use error::{MemoryOrigin, PoolRefusal, SharingRefusal};
 pub use graph::capture::{Capture, CudaGraph};
 pub use graph::conditional::ConditionalHandle;
@@ -345,6 +345,7 @@ pub use memory::batch::{
     BatchBuilder, CopyBatch, DeviceDestination, DeviceSource, HostDestination, HostSource,
     PageLocked,
 };
+pub use launch::large_params::{CLASSIC_PARAM_BYTES, MAX_PARAM_BYTES};
 pub use memory::buffer::{DeviceBuffer, DeviceCopy};
 pub use memory::copy::{copy_to_device_async, copy_to_host_async};
 pub use memory::device_memory::{DeviceMemory, DeviceMemoryMut};

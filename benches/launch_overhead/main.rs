@@ -33,6 +33,7 @@
 //! | device-to-device copy   | `copy_dtod/1g/{raw,atlas}` (bandwidth), `copy_dtod_paired/{1g,4k}/{raw,atlas}` (× raw `cuMemcpyDtoDAsync_v2`) |
 //! | batched copies          | `batch_copies_paired/{upload,download}/{raw,atlas,single}` (4,096 blocks of 16 KiB, × raw `cuMemcpyBatchAsync`), `batch_copies/…` (bandwidth) |
 //! | growable buffer, paired | `growable_paired/launch/{raw,buffer,growable}` (× raw `cuLaunchKernel`), `growable_paired/grow_shrink/{raw,atlas}` (16 chunks mapped and unmapped, × raw) |
+//! | 8 KiB struct, paired    | `large_params_paired/mix_8k/{raw,atlas}` (× raw `cuLaunchKernel`; `large_params.rs`) |
 //!
 //! Each bench lives in the file named after its benchmark group (`enqueue.rs`, `roundtrip.rs`,
 //! `lookup.rs`, `replaced.rs`, `model_load.rs`, `graph_replay.rs`, `load_all_devices.rs`;
@@ -66,6 +67,7 @@ mod events;
 mod graph_capture;
 mod graph_replay;
 mod graph_update;
+mod large_params;
 mod launches;
 mod load_all_devices;
 mod lookup;
@@ -244,6 +246,7 @@ fn main() {
     pools::pools(&mut paired, &env);
     batch_copies::batch_copies(&mut c, &mut paired, &env);
     virtual_memory::virtual_memory(&mut paired, &env);
+    large_params::large_params(&mut paired, &env);
 
     c.final_summary();
     paired.final_summary();

@@ -911,22 +911,24 @@ pub(crate) unsafe fn conditional_handle_create(
     Ok(handle)
 }
 
-/// `cuGraphAddNode_v2` of a conditional node with one body graph: the node and the body, which
-/// the node owns (the driver destroys it with the node's graph; it must never be destroyed on its
-/// own).
+/// `cuGraphAddNode_v2` of a conditional node of `kind` with `size` body graphs: the node and its
+/// bodies, in branch order, which the node owns (the driver destroys them with the node's graph;
+/// they must never be destroyed on their own).
 ///
 /// # Safety
 ///
 /// 1. `graph` is live and `context` its context; `handle` was created for `graph`.
 /// 2. `dependencies` are nodes of `graph`; `edges` is empty or holds one record per dependency.
+/// 3. `size` is one the driver takes for `kind` (1 for WHILE, 1 or 2 for IF, at least 1 for
+///    SWITCH) and the driver's release has nodes of that kind and size.
 pub(crate) unsafe fn add_conditional_node(
     graph: CUgraph,
     dependencies: &[CUgraphNode],
     edges: &[CUgraphEdgeData],
     handle: CUgraphConditionalHandle,
-    kind: CUgraphConditionalNodeType,
+    (kind, size): (CUgraphConditionalNodeType, u32),
     context: CUcontext,
-) -> Result<(CUgraphNode, CUgraph)> {
+) -> Result<(CUgraphNode, Vec<CUgraph>)> {
     // SAFETY: CUgraphNodeParams is plain C data (integers, pointers, unions of them), for which all
     // zero bytes are a valid value: null pointers and zero counts, as the driver asks for unused
     // fields.
@@ -935,7 +937,7 @@ pub(crate) unsafe fn add_conditional_node(
     params.__bindgen_anon_1.conditional = CUDA_CONDITIONAL_NODE_PARAMS {
         handle,
         type_: kind,
-        size: 1,
+        size,
         phGraph_out: std::ptr::null_mut(),
         ctx: context,
     };
@@ -945,7 +947,7 @@ pub(crate) unsafe fn add_conditional_node(
         std::ptr::null()
     };
     let mut node: CUgraphNode = std::ptr::null_mut();
-    // SAFETY: duties 1 and 2; `node` and `params` are live; the driver fills `phGraph_out` with an
+    // SAFETY: duties 1 to 3; `node` and `params` are live; the driver fills `phGraph_out` with an
     // array it owns.
     unsafe {
         call!(cuGraphAddNode_v2(
@@ -962,12 +964,13 @@ pub(crate) unsafe fn add_conditional_node(
     if bodies.is_null() {
         return Err(Error::Failed(super::DriverFailure {
             call: "cuGraphAddNode_v2",
-            subject: "a conditional node without a body graph".into(),
+            subject: "a conditional node without body graphs".into(),
             code: CUresult::CUDA_ERROR_UNKNOWN.0,
         }));
     }
-    // SAFETY: a node of size 1 has one body graph in the driver's array, valid for the node's life.
-    Ok((node, unsafe { *bodies }))
+    // SAFETY: a node of `size` branches has `size` body graphs in the driver's array, valid for
+    // the node's life; they are copied out at once.
+    Ok((node, unsafe { copy_out(bodies, size as usize) }))
 }
 
 /// `cuStreamUpdateCaptureDependencies_v2` with `CU_STREAM_SET_CAPTURE_DEPENDENCIES`: the next

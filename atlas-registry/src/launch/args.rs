@@ -53,6 +53,7 @@ use std::ffi::c_void;
 use atlas_sys::{CUcontext, CUdeviceptr};
 
 use crate::launch::held::GraphHolds;
+use crate::launch::large_params::total;
 use crate::memory::buffer::{DeviceBuffer, DeviceCopy};
 use crate::memory::view::{DeviceSlice, DeviceSliceMut};
 use crate::memory::virtual_memory::GrowableBuffer;
@@ -224,6 +225,10 @@ mod sealed {
 pub trait KernelArgs: sealed::Sealed {
     /// The size in bytes of each argument, in order.
     const SIZES: &'static [usize];
+    /// The bytes the arguments take together: past
+    /// [`CLASSIC_PARAM_BYTES`](crate::CLASSIC_PARAM_BYTES) (4,096), they are large parameters,
+    /// which a launch checks the driver, the device and the kernel for.
+    const BYTES: usize = total(Self::SIZES);
     /// Calls `f` with the launch's parameter array (one pointer per argument), valid during the call.
     fn with_params<R>(&self, f: impl FnOnce(*mut *mut c_void) -> R) -> R;
     /// The first argument whose device memory belongs to another context than `context`, with
@@ -300,6 +305,9 @@ mod tests {
     fn sizes_and_pointers_follow_the_tuple() {
         let args = (1.5f32, 7u32, 9u64, 3u8);
         assert_eq!(<(f32, u32, u64, u8)>::SIZES, &[4, 4, 8, 1]);
+        assert_eq!(<(f32, u32, u64, u8)>::BYTES, 17);
+        assert_eq!(<([u32; 2048], u64, u32)>::BYTES, 8204);
+        assert_eq!(<()>::BYTES, 0);
         args.with_params(|params| {
             // SAFETY: four parameters, each pointing at the tuple's own field.
             unsafe {

@@ -25,6 +25,7 @@ use crate::launch::attributes::{
 use crate::launch::config::LaunchConfig;
 use crate::launch::enqueue::{FunctionName, SharedMemOptIn, check_config, launch_kernel};
 use crate::launch::held::{self, GraphHolds};
+use crate::launch::large_params::{self, CLASSIC_PARAM_BYTES};
 
 /// A kernel of a loaded module: what every function handle points to. It lives as long as its
 /// registry; handles borrow it ([`FunctionRef`](crate::FunctionRef)) or keep the registry alive
@@ -180,12 +181,19 @@ impl Kernel {
     }
 
     /// Everything a typed launch or a graph argument update checks before the driver is called:
-    /// the configuration against the device's limits, the arguments against the kernel's
-    /// parameters (count and sizes; refused when nothing can tell them), that every buffer
-    /// argument is memory of the function's context; then the shared memory opt-in `cfg` needs.
+    /// the configuration against the device's limits, arguments past 4,096 bytes against what
+    /// large parameters need (a constant of the argument types: no cost for smaller ones), the
+    /// arguments against the kernel's parameters (count and sizes; refused when nothing can tell
+    /// them), that every buffer argument is memory of the function's context; then the shared
+    /// memory opt-in `cfg` needs.
     #[inline]
     pub(crate) fn preflight<A: KernelArgs>(&self, cfg: &LaunchConfig, args: &A) -> Result<()> {
         check_config(&self.host, self, cfg)?;
+        if A::BYTES > CLASSIC_PARAM_BYTES
+            && let Some(refusal) = large_params::check_device(&self.host, A::BYTES)?
+        {
+            return Err(self.refused(refusal.into()));
+        }
         match self.layout()? {
             Ok(expected) if **expected == *A::SIZES => {}
             other => return Err(self.args_refused(other, A::SIZES)),
@@ -203,17 +211,26 @@ impl Kernel {
     #[cold]
     fn args_refused(&self, layout: &ParamSizes, given: &[usize]) -> AtlasError {
         match layout {
-            Ok(expected) => AtlasError::InvalidLaunch {
-                function: self.name.clone(),
-                reason: LaunchRefusal::Arguments {
+            Ok(expected) => self.refused(match large_params::kernel_limit(expected, given) {
+                Some(refusal) => refusal.into(),
+                None => LaunchRefusal::Arguments {
                     expected: expected.clone(),
                     given: given.into(),
                 },
-            },
+            }),
             Err(reason) => AtlasError::ParamsUnknown {
                 function: self.name.clone(),
                 reason: reason.clone(),
             },
+        }
+    }
+
+    /// The refusal of a launch of this kernel, for `reason`.
+    #[cold]
+    fn refused(&self, reason: LaunchRefusal) -> AtlasError {
+        AtlasError::InvalidLaunch {
+            function: self.name.clone(),
+            reason,
         }
     }
 
@@ -265,6 +282,12 @@ impl Kernel {
     /// size, and `cfg` fits the device's limits. A refusal is an error and nothing reaches the
     /// driver. No heap allocation, one `cuLaunchKernel`. See [`KernelArgs`] for what an argument
     /// can be. `stream` is a `&CudaStream` or a raw `CUstream` ([`StreamArg`]).
+    ///
+    /// Arguments may take up to [`MAX_PARAM_BYTES`](crate::MAX_PARAM_BYTES) (32,764) together,
+    /// a large [`DeviceCopy`](crate::DeviceCopy) struct passed by value included; past 4,096
+    /// bytes the launch is refused, with a [`LargeParamsRefusal`](crate::LargeParamsRefusal),
+    /// on a driver older than CUDA 12.1, a device older than compute capability 7.0, or for a
+    /// kernel whose own parameters take no more than 4,096 bytes.
     ///
     /// On a stream being captured (a capture Atlas began), the launch is recorded into the graph
     /// and the kernel runs at each replay instead. The graph then keeps this kernel's registry

@@ -24,7 +24,10 @@
  *
  * Stream capture builds graphs: a launch on a capturing stream becomes a kernel node (its function,
  * configuration, parameter values and cluster/cooperative attributes copied), cuMemAllocAsync and
- * cuMemFreeAsync become memory nodes, conditional nodes have body graphs; an executable graph runs
+ * cuMemFreeAsync become memory nodes, conditional nodes have body graphs (IF with an optional ELSE,
+ * WHILE, SWITCH of up to BODIES branches; ELSE and SWITCH refused below CUDA 12.8, as the driver
+ * takes them from 12.8 on), kernels whose parameters end past PARAM_BYTES are launched but not
+ * captured (CUDA_ERROR_NOT_SUPPORTED); an executable graph runs
  * its nodes in order on the host when launched. Calls the driver refuses while capturing invalidate
  * the capture: cuStreamSynchronize of the capturing stream, cuCtxSynchronize of its context,
  * cuMemAlloc_v2 and cuMemFree_v2 from the capturing thread, cuMemFreeAsync in a capture of memory
@@ -558,6 +561,11 @@ static CUresult run_coop_sum(const struct launch *l) {
     return SUCCESS;
 }
 
+/* Conditional branches and large parameters: defined with their topic, near the end. */
+static CUresult run_set_branch(const struct launch *l);
+static CUresult run_block_then_pointer(const struct launch *l);
+static CUresult run_largest(const struct launch *l);
+
 static const struct kernel kernels[] = {
     {"noop", 0, {0}, {0}, 0, run_noop, {0, 0, 0}},
     {"scale", 3, {0, 8, 12}, {8, 4, 4}, 0, run_scale, {0, 0, 0}},
@@ -576,6 +584,11 @@ static const struct kernel kernels[] = {
     {"set_condition", 2, {0, 8}, {8, 8}, 0, run_set_condition, {0, 0, 0}},
     {"coop_sum", 5, {0, 8, 16, 24, 32}, {8, 8, 8, 4, 8}, 4, run_coop_sum, {0, 0, 0}},
     {"_Z8scale_byILi2EEvPfj", 2, {0, 8}, {8, 4}, 0, run_scale_by_2, {0, 0, 0}},
+    /* A SWITCH node's choice; kernels of tests/fixtures/large_params.cu (4,408 and 32,764 bytes
+     * of parameters), which the stand-in launches but does not capture (PARAM_BYTES). */
+    {"set_branch", 2, {0, 8}, {8, 8}, 0, run_set_branch, {0, 0, 0}},
+    {"block_then_pointer", 2, {0, 4400}, {4400, 8}, 0, run_block_then_pointer, {0, 0, 0}},
+    {"largest", 2, {0, 32760}, {32760, 4}, 0, run_largest, {0, 0, 0}},
 };
 #define KERNEL_COUNT (sizeof kernels / sizeof kernels[0])
 
@@ -595,6 +608,8 @@ enum {
 };
 
 #define PARAM_BYTES 64
+/* The most body graphs a conditional node has here (the driver takes any number for a SWITCH). */
+#define BODIES 8
 
 /* What one graph node does, as plain data: kept in a node of a graph, copied into an executable
  * graph (a conditional node's body with it). */
@@ -607,10 +622,11 @@ struct node_data {
     int cooperative;
     unsigned long long ptr;            /* memory nodes */
     unsigned long long handle;         /* conditional */
-    int cond_type;                     /* 0 IF, 1 WHILE */
-    struct object *body;               /* conditional, in a graph: its body graph */
-    struct node_data *body_nodes;      /* conditional, in an executable graph: the body's copy */
-    size_t body_count;
+    int cond_type;                     /* 0 IF, 1 WHILE, 2 SWITCH */
+    unsigned size;                     /* conditional: how many body graphs */
+    struct object *body[BODIES];       /* conditional, in a graph: its body graphs */
+    struct node_data *body_nodes[BODIES]; /* conditional, in an executable graph: their copies */
+    size_t body_count[BODIES];
     void (*host_fn)(void *);           /* host */
     void *host_data;
 };
@@ -653,7 +669,7 @@ struct object {
         struct {
             struct object *graph;
             size_t index;
-            struct object *bodies[1]; /* a conditional node's body graph, as the driver hands out */
+            struct object *bodies[BODIES]; /* a conditional node's body graphs, as handed out */
             struct node_data d;
         } node;
         struct {
@@ -1620,6 +1636,8 @@ static void run_kernel(struct object *f, struct object *ctx, unsigned grid_x, un
     }
 }
 
+static size_t param_end(const struct kernel *k);
+
 /* The parameter values of a launch of `k`, copied out of `params` to the kernel's offsets. */
 static void pack_params(const struct kernel *k, void **params, unsigned char out[PARAM_BYTES]) {
     memset(out, 0, PARAM_BYTES);
@@ -1665,6 +1683,7 @@ static CUresult launch(const char *call, void *function, const unsigned grid[3],
         fprintf(stderr, "standin: %s enqueued into a stream whose capture began or ended\n", call);
     }
     if (s != NULL && s->u.stream.capture != 0) {
+        if (param_end(k) > PARAM_BYTES) return NOT_SUPPORTED; /* not modelled */
         struct node_data d;
         memset(&d, 0, sizeof d);
         d.type = NODE_KERNEL;
@@ -2096,7 +2115,8 @@ static int has_memory_nodes(struct object *g) {
     for (size_t i = 0; i < g->u.graph.count; i++) {
         const struct node_data *d = &g->u.graph.nodes[i]->u.node.d;
         if (d->type == NODE_MEM_ALLOC || d->type == NODE_MEM_FREE) return 1;
-        if (d->type == NODE_CONDITIONAL && has_memory_nodes(d->body)) return 1;
+        for (unsigned b = 0; d->type == NODE_CONDITIONAL && b < d->size; b++)
+            if (has_memory_nodes(d->body[b])) return 1;
     }
     return 0;
 }
@@ -2107,7 +2127,7 @@ static void graph_gone(struct object *g) {
     if (!g->dead || g->u.graph.execs != 0 || g->u.graph.nodes == NULL) return;
     for (size_t i = 0; i < g->u.graph.count; i++) {
         struct node_data *d = &g->u.graph.nodes[i]->u.node.d;
-        if (d->type == NODE_CONDITIONAL) graph_gone(d->body);
+        for (unsigned b = 0; d->type == NODE_CONDITIONAL && b < d->size; b++) graph_gone(d->body[b]);
     }
     for (size_t i = allocation_count; i-- > 0;) {
         if (allocations[i].graph == g && allocations[i].freed_in_graph)
@@ -2123,14 +2143,16 @@ static void destroy_graph(struct object *g) {
     for (size_t i = 0; i < g->u.graph.count; i++) {
         struct object *n = g->u.graph.nodes[i];
         n->dead = 1;
-        if (n->u.node.d.type == NODE_CONDITIONAL) destroy_graph(n->u.node.d.body);
+        for (unsigned b = 0; n->u.node.d.type == NODE_CONDITIONAL && b < n->u.node.d.size; b++)
+            destroy_graph(n->u.node.d.body[b]);
     }
     graph_gone(g);
 }
 
 static void free_copies(struct node_data *nodes, size_t count) {
     for (size_t i = 0; i < count; i++)
-        if (nodes[i].type == NODE_CONDITIONAL) free_copies(nodes[i].body_nodes, nodes[i].body_count);
+        for (unsigned b = 0; nodes[i].type == NODE_CONDITIONAL && b < nodes[i].size; b++)
+            free_copies(nodes[i].body_nodes[b], nodes[i].body_count[b]);
     free(nodes);
 }
 
@@ -2145,16 +2167,16 @@ static struct node_data *copy_nodes(struct object *g, size_t *count, const char 
     }
     for (size_t i = 0; i < g->u.graph.count; i++) {
         out[i] = g->u.graph.nodes[i]->u.node.d;
-        out[i].body_nodes = NULL;
+        memset(out[i].body_nodes, 0, sizeof out[i].body_nodes);
         if (out[i].type == NODE_KERNEL && (*status = live(out[i].function, call)) != SUCCESS) {
             free_copies(out, i);
             return NULL;
         }
-        if (out[i].type == NODE_CONDITIONAL) {
-            out[i].body_nodes = copy_nodes(out[i].body, &out[i].body_count, call, status);
-            out[i].body = NULL;
-            if (out[i].body_nodes == NULL) {
-                free_copies(out, i);
+        for (unsigned b = 0; out[i].type == NODE_CONDITIONAL && b < out[i].size; b++) {
+            out[i].body_nodes[b] = copy_nodes(out[i].body[b], &out[i].body_count[b], call, status);
+            out[i].body[b] = NULL;
+            if (out[i].body_nodes[b] == NULL) {
+                free_copies(out, i + 1);
                 return NULL;
             }
         }
@@ -2171,9 +2193,10 @@ static int same_topology(const struct node_data *a, size_t na, struct object *g)
         const struct node_data *b = &g->u.graph.nodes[i]->u.node.d;
         if (a[i].type != b->type) return 0;
         if (a[i].type == NODE_KERNEL && a[i].cooperative != b->cooperative) return 0;
-        if (a[i].type == NODE_CONDITIONAL &&
-            (a[i].cond_type != b->cond_type || !same_topology(a[i].body_nodes, a[i].body_count, b->body)))
+        if (a[i].type == NODE_CONDITIONAL && (a[i].cond_type != b->cond_type || a[i].size != b->size))
             return 0;
+        for (unsigned c = 0; a[i].type == NODE_CONDITIONAL && c < a[i].size; c++)
+            if (!same_topology(a[i].body_nodes[c], a[i].body_count[c], b->body[c])) return 0;
     }
     return 1;
 }
@@ -2210,11 +2233,16 @@ static CUresult run_nodes(const struct node_data *nodes, size_t count, struct ob
         } else if (d->type == NODE_MEMCPY || d->type == NODE_MEMSET) {
             run_memory_node(d, ctx);
         } else if (d->type == NODE_CONDITIONAL && d->handle >= 1 && d->handle <= handle_count) {
+            unsigned value = handles[d->handle - 1].value;
+            /* IF: body 0 when the value is not 0, else body 1 when there is one (ELSE); SWITCH:
+             * body `value`, none past the last; WHILE: body 0 while the value is not 0. */
+            unsigned body = d->cond_type == 2 ? value : d->cond_type == 0 && value == 0 ? 1 : 0;
+            int runs = d->cond_type == 1 ? value != 0 : body < d->size;
             unsigned long rounds = 0;
-            while (handles[d->handle - 1].value != 0 && rounds++ < 1000000) {
-                CUresult status = run_nodes(d->body_nodes, d->body_count, ctx);
+            while (runs && rounds++ < 1000000) {
+                CUresult status = run_nodes(d->body_nodes[body], d->body_count[body], ctx);
                 if (status != SUCCESS) return status;
-                if (d->cond_type == 0) break; /* IF: once */
+                runs = d->cond_type == 1 && handles[d->handle - 1].value != 0;
             }
         }
     }
@@ -2657,6 +2685,7 @@ CUresult cuGraphExecKernelNodeSetParams_v2(void *exec, void *node,
     const struct kernel *k = status == SUCCESS ? f->u.function.kernel : NULL;
     if (status == SUCCESS && k->param_count > 0 && p->params == NULL) status = INVALID_VALUE;
     if (status == SUCCESS && p->shared > (unsigned)f->u.function.max_dynamic_shared) status = INVALID_VALUE;
+    if (status == SUCCESS && param_end(k) > PARAM_BYTES) status = NOT_SUPPORTED; /* not modelled */
     if (status == SUCCESS) {
         struct node_data *d = &e->u.exec.nodes[n->u.node.index];
         d->function = f;
@@ -2730,9 +2759,10 @@ CUresult cuGraphConditionalHandleCreate(unsigned long long *handle, void *graph,
     return status;
 }
 
-/* Adds a conditional node (CUgraphNodeParams of type 13, one body) to `graph`: the body graph is
- * made for it and handed out through the parameters' phGraph_out, as the driver does. Other node
- * types are not modelled. */
+/* Adds a conditional node (CUgraphNodeParams of type 13) to `graph`: its body graphs are made for
+ * it and handed out through the parameters' phGraph_out, as the driver does. Sizes as the driver
+ * takes them: 1 for WHILE, 1 or 2 for IF, 1 or more for SWITCH (up to BODIES here); a driver older
+ * than CUDA 12.8 takes neither an ELSE body nor a SWITCH. Other node types are not modelled. */
 CUresult cuGraphAddNode_v2(void **node, void *graph, void *const *dependencies, const void *edges,
                            size_t count, void *params) {
     ENTER(cuGraphAddNode_v2);
@@ -2750,7 +2780,11 @@ CUresult cuGraphAddNode_v2(void **node, void *graph, void *const *dependencies, 
     memcpy(&cond_type, p + 24, 4);
     memcpy(&size, p + 28, 4);
     if (type != NODE_CONDITIONAL) return NOT_SUPPORTED;
-    if (size != 1 || cond_type < 0 || cond_type > 1) return INVALID_VALUE;
+    if (cond_type < 0 || cond_type > 2 || size == 0 || (cond_type == 1 && size != 1) ||
+        (cond_type == 0 && size > 2))
+        return INVALID_VALUE;
+    if (STANDIN_DRIVER_VERSION < 12080 && (cond_type == 2 || size > 1)) return INVALID_VALUE;
+    if (size > BODIES) return NOT_SUPPORTED;
     pthread_mutex_lock(&lock);
     struct object *g = as(graph, K_GRAPH), *n = NULL;
     CUresult status = live(g, "cuGraphAddNode_v2");
@@ -2763,9 +2797,12 @@ CUresult cuGraphAddNode_v2(void **node, void *graph, void *const *dependencies, 
         d.handle = handle;
         d.cond_type = cond_type;
         if (status == SUCCESS && (n = graph_add(g, &d)) == NULL) status = OUT_OF_MEMORY;
-        if (status == SUCCESS && (n->u.node.d.body = new_graph(n)) == NULL) status = OUT_OF_MEMORY;
+        for (unsigned b = 0; status == SUCCESS && b < size; b++) {
+            if ((n->u.node.d.body[b] = new_graph(n)) == NULL) status = OUT_OF_MEMORY;
+            else n->u.node.d.size = b + 1;
+        }
         if (status == SUCCESS) {
-            n->u.node.bodies[0] = n->u.node.d.body;
+            memcpy(n->u.node.bodies, n->u.node.d.body, sizeof n->u.node.bodies);
             struct object **bodies = n->u.node.bodies;
             memcpy(p + 32, &bodies, sizeof bodies);
         }
@@ -4643,3 +4680,42 @@ CUresult cuMemImportFromShareableHandle(unsigned long long *handle, void *os_han
 }
 
 #endif /* STANDIN_NO_VIRTUAL_MEMORY_API */
+
+/* ------------------------------------------------------------------------------------------ */
+/* SWITCH and IF/ELSE conditional nodes, large kernel parameters                              */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Where the last parameter of `k` ends: a node keeps PARAM_BYTES of them. */
+static size_t param_end(const struct kernel *k) {
+    return k->param_count ? k->offsets[k->param_count - 1] + k->sizes[k->param_count - 1] : 0;
+}
+
+/* set_branch(handle, const unsigned *choice): a SWITCH node's branch is *choice. */
+static CUresult run_set_branch(const struct launch *l) {
+    unsigned long long handle;
+    const unsigned *choice;
+    param(l, 0, &handle, 8);
+    param(l, 1, &choice, 8);
+    if (!device_range_ok(l->ctx, choice, 4)) return ILLEGAL_ADDRESS;
+    set_conditional(handle, *choice);
+    return SUCCESS;
+}
+
+/* block_then_pointer(Block b, int *out): out[0] = b.v[0] + b.v[1099], b 1,100 ints by value. */
+static CUresult run_block_then_pointer(const struct launch *l) {
+    int v[1100], *out;
+    param(l, 0, v, sizeof v);
+    param(l, 1, &out, 8);
+    if (!device_range_ok(l->ctx, out, 4)) return ILLEGAL_ADDRESS;
+    out[0] = v[0] + v[1099];
+    return SUCCESS;
+}
+
+/* largest(Largest p, int i): traps unless byte i % 32760 of p is 0. */
+static CUresult run_largest(const struct launch *l) {
+    static char bytes[32760]; /* the lock is held: one launch at a time */
+    int i;
+    param(l, 0, bytes, sizeof bytes);
+    param(l, 1, &i, 4);
+    return bytes[(unsigned)i % sizeof bytes] != 0 ? LAUNCH_FAILED : SUCCESS;
+}
