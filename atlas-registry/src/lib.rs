@@ -313,6 +313,7 @@ pub use compile::{
 };
 pub use device::context::CudaContext;
 pub use device::event::CudaEvent;
+pub use device::green_context::{GreenContext, SmGranularity, SmResource, SmSplit};
 pub use device::host::{CudaHost, device_count, host};
 pub use device::info::{DeviceUuid, MemoryInfo, PciBusId};
 pub use device::limits::DeviceLimits;
@@ -330,6 +331,7 @@ pub use error::{
 };
 pub use error::{CopySide, MemoryRefusal};
 pub use error::{GraphFeature, UpdateRefusal};
+pub use error::{GreenContextRefusal, TensorArgument, TensorMapRefusal};
 pub use graph::capture::{Capture, CudaGraph};
 pub use graph::conditional::ConditionalHandle;
 pub use graph::exec::GraphExec;
@@ -339,6 +341,10 @@ pub use launch::attributes::{LaunchAttributes, MemSyncDomain, PORTABLE_CLUSTER_B
 pub use launch::config::LaunchConfig;
 pub use launch::held::GraphHolds;
 pub use launch::kernel::{FunctionAttributes, Kernel};
+pub use launch::tensor_map::{
+    Im2colTensor, TensorDataType, TensorInterleave, TensorL2Promotion, TensorMap, TensorOobFill,
+    TensorOptions, TensorSwizzle, TiledTensor,
+};
 pub use memory::buffer::{DeviceBuffer, DeviceCopy};
 pub use memory::copy::{copy_to_device_async, copy_to_host_async};
 pub use memory::device_memory::{DeviceMemory, DeviceMemoryMut};
@@ -394,6 +400,9 @@ mod send_sync {
         send_sync::<Compiler>();
         send_sync::<CompileCache>();
         send_sync::<CompiledCode>();
+        send_sync::<TensorMap<'static>>();
+        send_sync::<GreenContext>();
+        send_sync::<SmResource>();
     };
 }
 

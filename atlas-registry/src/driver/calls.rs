@@ -38,16 +38,20 @@ macro_rules! call {
 
 mod copy;
 mod event;
+mod green_context;
 mod host_memory;
 mod info;
 mod peer;
+mod tensor_map;
 
 pub(crate) use copy::*;
 pub(crate) use event::*;
+pub(crate) use green_context::*;
 pub(crate) use host_memory::*;
 pub use info::ContextLimit;
 pub(crate) use info::*;
 pub(crate) use peer::*;
+pub(crate) use tensor_map::*;
 
 // Devices and contexts.
 

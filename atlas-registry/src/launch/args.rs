@@ -35,6 +35,8 @@
 //! struct Lying;
 //! impl atlas_registry::KernelArgs for Lying {
 //!     const SIZES: &'static [usize] = &[8, 8, 8];
+//!     const ALIGNS: &'static [usize] = &[1, 1, 1];
+//!     const ALIGNED: bool = false;
 //!     fn with_params<R>(&self, f: impl FnOnce(*mut *mut std::ffi::c_void) -> R) -> R {
 //!         f(std::ptr::null_mut())
 //!     }
@@ -76,6 +78,12 @@ use crate::memory::view::{DeviceSlice, DeviceSliceMut};
 pub unsafe trait KernelParam {
     /// The argument's size in bytes, as the kernel's parameter must have it.
     const SIZE: usize;
+    /// The alignment the kernel's parameter must have where the kernel reads it (in the constant
+    /// bank) for the argument to work there: 64 for a [`TensorMap`](crate::TensorMap), which the
+    /// Tensor Memory Accelerator reads in place; 1 (the default) for every argument the kernel
+    /// only reads as a value, whatever its type's alignment (the driver copies parameters byte for
+    /// byte). A launch checks it against the kernel's layout where it is above 1.
+    const ALIGN: usize = 1;
     /// A pointer to the argument's bytes.
     fn param_ptr(&self) -> *mut c_void;
     /// The context of the device memory this argument is the address of, or `None` for a plain
@@ -195,6 +203,12 @@ mod sealed {
 pub trait KernelArgs: sealed::Sealed {
     /// The size in bytes of each argument, in order.
     const SIZES: &'static [usize];
+    /// The alignment each argument needs its parameter to have ([`KernelParam::ALIGN`]), in
+    /// order.
+    const ALIGNS: &'static [usize];
+    /// Whether any argument needs an aligned parameter (one of [`ALIGNS`](Self::ALIGNS) is above
+    /// 1): only then does a launch check the parameters' places.
+    const ALIGNED: bool;
     /// Calls `f` with the launch's parameter array (one pointer per argument), valid during the call.
     fn with_params<R>(&self, f: impl FnOnce(*mut *mut c_void) -> R) -> R;
     /// The first argument whose device memory belongs to another context than `context`, with
@@ -209,6 +223,8 @@ impl sealed::Sealed for () {}
 
 impl KernelArgs for () {
     const SIZES: &'static [usize] = &[];
+    const ALIGNS: &'static [usize] = &[];
+    const ALIGNED: bool = false;
     #[inline]
     fn with_params<R>(&self, f: impl FnOnce(*mut *mut c_void) -> R) -> R {
         f(std::ptr::null_mut())
@@ -227,6 +243,8 @@ macro_rules! tuple_args {
 
         impl<$($name: KernelParam),+> KernelArgs for ($($name,)+) {
             const SIZES: &'static [usize] = &[$($name::SIZE),+];
+            const ALIGNS: &'static [usize] = &[$($name::ALIGN),+];
+            const ALIGNED: bool = $($name::ALIGN > 1)||+;
             #[inline]
             fn with_params<R>(&self, f: impl FnOnce(*mut *mut c_void) -> R) -> R {
                 let mut params = [$(self.$idx.param_ptr()),+];
@@ -271,6 +289,9 @@ mod tests {
     fn sizes_and_pointers_follow_the_tuple() {
         let args = (1.5f32, 7u32, 9u64, 3u8);
         assert_eq!(<(f32, u32, u64, u8)>::SIZES, &[4, 4, 8, 1]);
+        // Values need no aligned parameter, whatever their type's alignment.
+        assert_eq!(<(f32, u32, u64, u8)>::ALIGNS, &[1, 1, 1, 1]);
+        const { assert!(!<(f32, u32, u64, u8)>::ALIGNED && !<()>::ALIGNED) };
         args.with_params(|params| {
             // SAFETY: four parameters, each pointing at the tuple's own field.
             unsafe {

@@ -1,8 +1,8 @@
 //! Launching: the configuration ([`config`]), typed arguments ([`args`]), what Atlas knows of each
 //! kernel and the one preflight that every typed launch and graph argument update passes
 //! ([`kernel`]), launch attributes and their checks ([`attributes`]), the launch calls every
-//! path ends in ([`enqueue`]), and what a captured launch leaves its graph to keep alive
-//! ([`held`]).
+//! path ends in ([`enqueue`]), what a captured launch leaves its graph to keep alive
+//! ([`held`]), and TMA descriptors passed as arguments ([`tensor_map`]).
 
 pub(crate) mod args;
 pub(crate) mod attributes;
@@ -10,3 +10,4 @@ pub(crate) mod config;
 pub(crate) mod enqueue;
 pub(crate) mod held;
 pub(crate) mod kernel;
+pub(crate) mod tensor_map;
