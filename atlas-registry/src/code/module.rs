@@ -458,7 +458,10 @@ mod tests {
             .sizes("elementwise")
         };
         let scale = params("scale").unwrap();
-        assert_eq!((&scale.sizes[..], &scale.offsets[..]), (&[8, 4, 4][..], &[0, 8, 12][..]));
+        assert_eq!(
+            (&scale.sizes[..], &scale.offsets[..]),
+            (&[8, 4, 4][..], &[0, 8, 12][..])
+        );
         let e = params("absent").unwrap_err();
         assert!(
             e.contains("module `elementwise` declares no parameter layout for `absent`"),

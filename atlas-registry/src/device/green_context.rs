@@ -161,7 +161,10 @@ impl SmResource {
         }
         let sms = self.sm_count();
         if min_count > sms {
-            return Err(refused(GreenContextRefusal::MinCountAboveSms { min_count, sms }));
+            return Err(refused(GreenContextRefusal::MinCountAboveSms {
+                min_count,
+                sms,
+            }));
         }
         if self.of_split {
             return Err(refused(GreenContextRefusal::SplitOfGroup));
@@ -170,12 +173,12 @@ impl SmResource {
         // a group of a split (checked above).
         let (made, remainder) = unsafe { calls::sm_resource_split(&self.raw, groups, min_count) }
             .about(|| {
-                format!(
-                    "{groups} group(s) of at least {min_count} of device {}'s {sms} \
+            format!(
+                "{groups} group(s) of at least {min_count} of device {}'s {sms} \
                      multiprocessors",
-                    self.ordinal
-                )
-            })?;
+                self.ordinal
+            )
+        })?;
         let of_split = |raw| Self {
             raw,
             device: self.device,
@@ -262,7 +265,13 @@ impl GreenContext {
                 device: context.ordinal(),
             }));
         }
-        let subject = || format!("{} multiprocessors of device {}", group.sm_count(), group.ordinal);
+        let subject = || {
+            format!(
+                "{} multiprocessors of device {}",
+                group.sm_count(),
+                group.ordinal
+            )
+        };
         // SAFETY: the driver wrote `group`.
         let desc = unsafe { calls::resource_desc(&group.raw) }.about(subject)?;
         // SAFETY: `desc` was made just now of a resource of this device (checked above).

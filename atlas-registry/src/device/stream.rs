@@ -194,7 +194,11 @@ impl CudaStream {
     /// Takes ownership of `raw`, a stream created in `context`'s device on what `keeper` keeps
     /// (a green context of that device's primary context), which the stream keeps until it is
     /// destroyed.
-    pub(crate) fn owned_on(raw: CUstream, context: CUcontext, keeper: Arc<dyn Send + Sync>) -> Self {
+    pub(crate) fn owned_on(
+        raw: CUstream,
+        context: CUcontext,
+        keeper: Arc<dyn Send + Sync>,
+    ) -> Self {
         Self {
             raw,
             context,

@@ -13,10 +13,10 @@
 //!
 //! ```compile_fail
 //! # fn f(context: &atlas_registry::CudaContext) -> atlas_registry::Result<()> {
-//! use atlas_registry::{DeviceBuffer, TensorDataType, TensorMap, TiledTensor};
+//! use atlas_registry::{DeviceBuffer, DeviceMemory, TensorDataType, TensorMap, TiledTensor};
 //! let map = {
 //!     let x = DeviceBuffer::<f32>::alloc(context, 64 * 64)?;
-//!     TensorMap::tiled(&x, &TiledTensor::new(TensorDataType::F32, &[64, 64], &[256], &[32, 32]))?
+//!     TensorMap::tiled(x.as_slice(), &TiledTensor::new(TensorDataType::F32, &[64, 64], &[256], &[32, 32]))?
 //!     // refused: `x` is dropped while `map` borrows it
 //! };
 //! # drop(map); Ok(()) }
@@ -33,13 +33,13 @@ use atlas_sys::{
 
 use crate::device::context::{ensure_bound, ordinal_of};
 use crate::device::host::host;
-use crate::driver::calls::{self, Im2colBox, TensorModes};
 use crate::driver::About;
+use crate::driver::calls::{self, Im2colBox, TensorModes};
 use crate::error::{AtlasError, Result, TensorArgument, TensorMapRefusal};
 use crate::launch::args::KernelParam;
 use crate::launch::held::GraphHolds;
 use crate::memory::buffer::{DeviceBuffer, DeviceCopy};
-use crate::memory::device_memory::DeviceMemory;
+use crate::memory::view::DeviceSlice;
 
 /// The type of a tensor's elements (`CUtensorMapDataType`). The last three are packed 4- and
 /// 6-bit types of CUDA 12.8 drivers and compute capability 10.0 devices.
@@ -127,7 +127,13 @@ impl TensorDataType {
     pub fn is_float(self) -> bool {
         matches!(
             self,
-            Self::F16 | Self::F32 | Self::F64 | Self::Bf16 | Self::F32Ftz | Self::Tf32 | Self::Tf32Ftz
+            Self::F16
+                | Self::F32
+                | Self::F64
+                | Self::Bf16
+                | Self::F32Ftz
+                | Self::Tf32
+                | Self::Tf32Ftz
         )
     }
 
@@ -374,8 +380,7 @@ struct Memory<'a> {
 }
 
 impl<'a> Memory<'a> {
-    fn of<T: DeviceCopy>(memory: &'a impl DeviceMemory<T>) -> Self {
-        let view = memory.as_slice();
+    fn of<T: DeviceCopy>(view: DeviceSlice<'a, T>) -> Self {
         Self {
             address: view.device_ptr(),
             // A buffer's length in bytes fits the address space (it was allocated).
@@ -418,13 +423,13 @@ impl<'a> Memory<'a> {
 /// ```no_run
 /// # fn f(registry: &atlas_registry::AtlasRegistry) -> atlas_registry::Result<()> {
 /// use atlas_registry::{
-///     DeviceBuffer, LaunchConfig, TensorDataType, TensorMap, TensorOptions, TensorSwizzle,
-///     TiledTensor,
+///     DeviceBuffer, DeviceMemory, LaunchConfig, TensorDataType, TensorMap, TensorOptions,
+///     TensorSwizzle, TiledTensor,
 /// };
 /// let (ctx, stream) = (registry.ctx(), registry.stream());
 /// let (rows, cols, pitch) = (100u64, 75u64, 76u64);
 /// let x = DeviceBuffer::from_slice(ctx, stream, &vec![1.0f32; (rows * pitch) as usize])?;
-/// let map = TensorMap::tiled(&x, &TiledTensor {
+/// let map = TensorMap::tiled(x.as_slice(), &TiledTensor {
 ///     options: TensorOptions { swizzle: TensorSwizzle::B128, ..TensorOptions::default() },
 ///     ..TiledTensor::new(TensorDataType::F32, &[cols, rows], &[pitch * 4], &[32, 16])
 /// })?;
@@ -458,15 +463,15 @@ unsafe impl Send for TensorMap<'_> {}
 unsafe impl Sync for TensorMap<'_> {}
 
 impl<'a> TensorMap<'a> {
-    /// Encodes a descriptor of `tensor`, whose first element is the first of `memory`
-    /// (`cuTensorMapEncodeTiled`), after checking every rule the driver documents for its
+    /// Encodes a descriptor of `tensor`, whose first element is the first of `memory` (a view of
+    /// a buffer: `buffer.as_slice()`, or a range of it) (`cuTensorMapEncodeTiled`), after checking every rule the driver documents for its
     /// arguments, that the tensor lies in `memory` and that the device has the Tensor Memory
     /// Accelerator: a refusal is an [`AtlasError::TensorMap`] naming the argument and the rule.
     /// One driver call (and `cuCtxGetCurrent`, `cuCtxSetCurrent` when the memory's context is not
     /// current).
     #[doc(alias = "cuTensorMapEncodeTiled")]
     pub fn tiled<T: DeviceCopy>(
-        memory: &'a impl DeviceMemory<T>,
+        memory: DeviceSlice<'a, T>,
         tensor: &TiledTensor<'_>,
     ) -> Result<Self> {
         let memory = Memory::of(memory);
@@ -510,7 +515,7 @@ impl<'a> TensorMap<'a> {
     /// to the driver. One driver call.
     #[doc(alias = "cuTensorMapEncodeIm2col")]
     pub fn im2col<T: DeviceCopy>(
-        memory: &'a impl DeviceMemory<T>,
+        memory: DeviceSlice<'a, T>,
         tensor: &Im2colTensor<'_>,
     ) -> Result<Self> {
         let memory = Memory::of(memory);
@@ -597,7 +602,7 @@ impl<'a> TensorMap<'a> {
     /// ([`AtlasError::WrongContext`]), an address not aligned as the tensor needs, or memory the
     /// tensor does not fit in ([`AtlasError::TensorMap`]). One driver call.
     #[doc(alias = "cuTensorMapReplaceAddress")]
-    pub fn set_memory<T: DeviceCopy>(&mut self, memory: &'a impl DeviceMemory<T>) -> Result<()> {
+    pub fn set_memory<T: DeviceCopy>(&mut self, memory: DeviceSlice<'a, T>) -> Result<()> {
         let memory = Memory::of(memory);
         if memory.context != self.memory.context {
             return Err(AtlasError::WrongContext {
@@ -727,7 +732,12 @@ impl Shape<'_> {
                 max: MAX_RANK,
             }));
         }
-        check_length(TensorArgument::GlobalStrides, self.strides.len(), rank, rank - 1)?;
+        check_length(
+            TensorArgument::GlobalStrides,
+            self.strides.len(),
+            rank,
+            rank - 1,
+        )?;
         if !self.element_strides.is_empty() {
             check_length(
                 TensorArgument::ElementStrides,
@@ -766,7 +776,10 @@ impl Shape<'_> {
                 }));
             }
             if stride >= 1 << 40 {
-                return Err(refused(TensorMapRefusal::GlobalStrideTooLarge { dim, stride }));
+                return Err(refused(TensorMapRefusal::GlobalStrideTooLarge {
+                    dim,
+                    stride,
+                }));
             }
         }
         let mut element_strides = [1; MAX_RANK];
@@ -781,8 +794,7 @@ impl Shape<'_> {
                 swizzle: options.swizzle,
             }));
         }
-        if data_type == TensorDataType::U6x16Align16
-            && options.interleave != TensorInterleave::None
+        if data_type == TensorDataType::U6x16Align16 && options.interleave != TensorInterleave::None
         {
             return Err(refused(TensorMapRefusal::PackedInterleave {
                 data_type,

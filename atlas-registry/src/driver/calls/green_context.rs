@@ -15,7 +15,10 @@ use crate::driver::{Result, driver};
 pub(crate) fn missing_green_contexts() -> Result<Vec<&'static str>> {
     let cuda = driver()?.cuda;
     Ok(missing(&[
-        ("cuDeviceGetDevResource", cuda.cuDeviceGetDevResource.is_ok()),
+        (
+            "cuDeviceGetDevResource",
+            cuda.cuDeviceGetDevResource.is_ok(),
+        ),
         (
             "cuDevSmResourceSplitByCount",
             cuda.cuDevSmResourceSplitByCount.is_ok(),
@@ -31,7 +34,10 @@ pub(crate) fn missing_green_contexts() -> Result<Vec<&'static str>> {
             "cuGreenCtxGetDevResource",
             cuda.cuGreenCtxGetDevResource.is_ok(),
         ),
-        ("cuGreenCtxStreamCreate", cuda.cuGreenCtxStreamCreate.is_ok()),
+        (
+            "cuGreenCtxStreamCreate",
+            cuda.cuGreenCtxStreamCreate.is_ok(),
+        ),
     ]))
 }
 

@@ -31,7 +31,8 @@
 //! `-DSTANDIN_NO_MEMORY_POOLS`, `-DSTANDIN_NO_MEMORY_POOL_API`,
 //! `-DSTANDIN_NO_LAUNCH_EX`, `-DSTANDIN_CC_MAJOR=8`, `-DSTANDIN_CC_MINOR=6`, `-DSTANDIN_CC1=80`,
 //! `-DSTANDIN_DRIVER_VERSION=12040`, `-DSTANDIN_NO_COOPERATIVE`,
-//! `-DSTANDIN_NO_CONDITIONAL`, `-DSTANDIN_NO_UUID_V2`, `-DSTANDIN_NO_PEER_ACCESS`. Inside a child,
+//! `-DSTANDIN_NO_CONDITIONAL`, `-DSTANDIN_NO_UUID_V2`, `-DSTANDIN_NO_PEER_ACCESS`,
+//! `-DSTANDIN_NO_GREEN_CONTEXTS`. Inside a child,
 //! [`probe`] reads what the stand-in saw (calls, contexts, limits) and injects failures.
 
 use std::any::type_name;
