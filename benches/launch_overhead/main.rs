@@ -30,6 +30,7 @@
 //! | pinned copies, paired   | `pinned_paired/{upload,download}/{raw,atlas}` (256 MiB, × raw `cuMemcpy*Async_v2` from the same pinned memory) |
 //! | pageable vs pinned      | `pinned_bandwidth/{upload,download}/{pageable,pinned}` (256 MiB, bytes per second) |
 //! | device-to-device copy   | `copy_dtod/1g/{raw,atlas}` (bandwidth), `copy_dtod_paired/{1g,4k}/{raw,atlas}` (× raw `cuMemcpyDtoDAsync_v2`) |
+//! | TMA launch, paired      | `tma_paired/tile/{raw,atlas}` (a launch with a tensor map, × raw `cuLaunchKernel`; `tma.rs`) |
 //!
 //! Each bench lives in the file named after its benchmark group (`enqueue.rs`, `roundtrip.rs`,
 //! `lookup.rs`, `replaced.rs`, `model_load.rs`, `graph_replay.rs`, `load_all_devices.rs`;
@@ -72,6 +73,7 @@ mod pinned;
 mod replaced;
 mod roundtrip;
 mod stream_memory;
+mod tma;
 
 use std::ffi::CStr;
 use std::ptr::null_mut;
@@ -235,6 +237,7 @@ fn main() {
     events::events(&mut paired, &env);
     pinned::pinned(&mut c, &mut paired, &env);
     copies::copies(&mut c, &mut paired, &env);
+    tma::tma(&mut paired, &env);
 
     c.final_summary();
     paired.final_summary();
