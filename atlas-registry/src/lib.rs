@@ -425,3 +425,6 @@ pub struct StreamsAndMemoryDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/compile.md")]
 pub struct CompileDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/green_contexts.md")]
+pub struct GreenContextsDoctests;

@@ -221,11 +221,14 @@ impl Kernel {
         let Some(bank_offset) = param_bank_offset(self.host.compute_capability()) else {
             return Ok(());
         };
-        let misplaced = aligns
-            .iter()
-            .zip(&layout.offsets)
-            .enumerate()
-            .find(|&(_, (&align, &offset))| align > 1 && (bank_offset + offset) % align != 0);
+        let misplaced =
+            aligns
+                .iter()
+                .zip(&layout.offsets)
+                .enumerate()
+                .find(|&(_, (&align, &offset))| {
+                    align > 1 && !(bank_offset + offset).is_multiple_of(align)
+                });
         match misplaced {
             Some((index, (&align, &offset))) => Err(AtlasError::InvalidLaunch {
                 function: self.name.clone(),

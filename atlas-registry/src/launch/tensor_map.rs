@@ -577,7 +577,7 @@ impl<'a> TensorMap<'a> {
 
     /// `Ok` when the tensor lies in `memory`, at an address aligned as it needs.
     fn check_memory(&self, memory: &Memory<'_>) -> Result<()> {
-        if memory.address % self.address_align != 0 {
+        if !memory.address.is_multiple_of(self.address_align) {
             return Err(refused(TensorMapRefusal::GlobalAddress {
                 address: memory.address,
                 align: self.address_align,
@@ -747,7 +747,7 @@ impl Shape<'_> {
             )?;
         }
         let align = self.address_align();
-        if address % align != 0 {
+        if !address.is_multiple_of(align) {
             return Err(refused(TensorMapRefusal::GlobalAddress { address, align }));
         }
         for (dim, &value) in self.dims.iter().enumerate() {
@@ -760,7 +760,7 @@ impl Shape<'_> {
             TensorDataType::U4x16Align8 => 2,
             _ => 1,
         };
-        if self.dims[0] % packed_multiple != 0 {
+        if !self.dims[0].is_multiple_of(packed_multiple) {
             return Err(refused(TensorMapRefusal::PackedGlobalDim {
                 value: self.dims[0],
                 data_type,
@@ -768,7 +768,7 @@ impl Shape<'_> {
             }));
         }
         for (dim, &stride) in self.strides.iter().enumerate() {
-            if stride % align != 0 {
+            if !stride.is_multiple_of(align) {
                 return Err(refused(TensorMapRefusal::GlobalStride {
                     dim,
                     stride,
@@ -876,7 +876,7 @@ fn check_box(shape: &Shape<'_>, box_dims: &[u32]) -> Result<()> {
     }
     if shape.options.interleave == TensorInterleave::None {
         let bits = u64::from(box_dims[0]) * data_type.bits();
-        if bits % (16 * 8) != 0 {
+        if !bits.is_multiple_of(16 * 8) {
             return Err(refused(TensorMapRefusal::BoxInnerBytes {
                 bytes: bits.div_ceil(8),
                 data_type,
