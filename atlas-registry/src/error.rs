@@ -6,7 +6,7 @@ use atlas_sys::{LoadError, MissingSymbol, NvrtcLoadError};
 
 use crate::driver::nvrtc::{self, NvrtcFailure, nvrtc_error_text};
 
-use crate::driver::calls::ContextLimit;
+use crate::driver::calls::{ContextLimit, TensorDataType, TensorInterleave, TensorSwizzle};
 use crate::driver::status::{cuda_error_text, is_teardown_noop};
 use crate::driver::{self, DriverFailure};
 
@@ -1324,7 +1324,7 @@ pub enum TensorMapRefusal {
         /// Its value.
         value: u64,
         /// The data type.
-        data_type: crate::TensorDataType,
+        data_type: TensorDataType,
         /// What it must be a multiple of.
         multiple: u64,
     },
@@ -1361,7 +1361,7 @@ pub enum TensorMapRefusal {
         /// Its value.
         value: u32,
         /// The data type.
-        data_type: crate::TensorDataType,
+        data_type: TensorDataType,
     },
     /// The box's inner dimension in bytes is not a multiple of 16 (a tensor without
     /// interleave).
@@ -1373,7 +1373,7 @@ pub enum TensorMapRefusal {
         /// Its size in bytes (a fraction is rounded up).
         bytes: u64,
         /// The data type.
-        data_type: crate::TensorDataType,
+        data_type: TensorDataType,
     },
     /// The box's inner dimension in bytes (`boxDim[0]`, or `channelsPerPixel` for im2col) is
     /// wider than the swizzle's span (a tensor without interleave).
@@ -1385,7 +1385,7 @@ pub enum TensorMapRefusal {
         /// Its size in bytes.
         bytes: u64,
         /// The swizzle.
-        swizzle: crate::TensorSwizzle,
+        swizzle: TensorSwizzle,
         /// The swizzle's span in bytes.
         span: u64,
     },
@@ -1401,31 +1401,31 @@ pub enum TensorMapRefusal {
     #[error("interleave 32B needs swizzle 32B, not {swizzle}")]
     InterleaveSwizzle {
         /// The swizzle given.
-        swizzle: crate::TensorSwizzle,
+        swizzle: TensorSwizzle,
     },
     /// A packed data type with an interleave it does not take (`U6x16Align16` takes none).
     #[error("a tensor of {data_type} takes no interleave, not {interleave}")]
     PackedInterleave {
         /// The data type.
-        data_type: crate::TensorDataType,
+        data_type: TensorDataType,
         /// The interleave given.
-        interleave: crate::TensorInterleave,
+        interleave: TensorInterleave,
     },
     /// A 16-byte-aligned packed data type with a swizzle it does not take (none, 128B and 128B
     /// with 32-byte atoms; 128B with 64-byte atoms too for `U6x16Align16`, for stores).
     #[error("a tensor of {data_type} cannot be swizzled {swizzle}")]
     PackedSwizzle {
         /// The data type.
-        data_type: crate::TensorDataType,
+        data_type: TensorDataType,
         /// The swizzle given.
-        swizzle: crate::TensorSwizzle,
+        swizzle: TensorSwizzle,
     },
     /// NaN fill of out-of-bounds elements (`oobFill`) for a data type that is not a floating-point
     /// one.
     #[error("oobFill NaN needs a floating-point data type; {data_type} is not one")]
     NanFillNotFloat {
         /// The data type.
-        data_type: crate::TensorDataType,
+        data_type: TensorDataType,
     },
     /// A pixel box corner offset outside the range the rank allows ([-32768, 32767] for rank 3,
     /// [-128, 127] for rank 4, [-16, 15] for rank 5).

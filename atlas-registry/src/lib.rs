@@ -320,6 +320,9 @@ pub use device::limits::DeviceLimits;
 pub use device::stream::{CudaStream, StreamArg};
 pub use driver::DriverFailure;
 pub use driver::calls::ContextLimit;
+pub use driver::calls::{
+    TensorDataType, TensorInterleave, TensorL2Promotion, TensorOobFill, TensorSwizzle,
+};
 pub use driver::nvrtc::{NvrtcFailure, nvrtc_error_text};
 pub use driver::status::{CUDA_ERROR_DEINITIALIZED, cuda_error_text, is_teardown_noop};
 pub use error::AttributeRefusal;
@@ -341,10 +344,7 @@ pub use launch::attributes::{LaunchAttributes, MemSyncDomain, PORTABLE_CLUSTER_B
 pub use launch::config::LaunchConfig;
 pub use launch::held::GraphHolds;
 pub use launch::kernel::{FunctionAttributes, Kernel};
-pub use launch::tensor_map::{
-    Im2colTensor, TensorDataType, TensorInterleave, TensorL2Promotion, TensorMap, TensorOobFill,
-    TensorOptions, TensorSwizzle, TiledTensor,
-};
+pub use launch::tensor_map::{Im2colTensor, TensorMap, TensorOptions, TiledTensor};
 pub use memory::buffer::{DeviceBuffer, DeviceCopy};
 pub use memory::copy::{copy_to_device_async, copy_to_host_async};
 pub use memory::device_memory::{DeviceMemory, DeviceMemoryMut};

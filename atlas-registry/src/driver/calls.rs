@@ -52,6 +52,9 @@ pub use info::ContextLimit;
 pub(crate) use info::*;
 pub(crate) use peer::*;
 pub(crate) use tensor_map::*;
+pub use tensor_map::{
+    TensorDataType, TensorInterleave, TensorL2Promotion, TensorOobFill, TensorSwizzle,
+};
 
 // Devices and contexts.
 
