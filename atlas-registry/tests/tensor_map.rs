@@ -1019,3 +1019,48 @@ fn a_captured_tma_launch_moved_to_another_buffer_replays_it() {
     unsafe { exec.launch(&stream) }.unwrap();
     check(&out, &b, "a second replay");
 }
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_graph_keeps_the_memory_its_tensor_maps_describe() {
+    let registry = hopper_on_gpu();
+    let mut stream = CudaStream::new(registry.ctx()).unwrap();
+    let mut rng = Rng::new();
+    let (rows, cols, pitch) = (100usize, 75usize, 76usize);
+    let a = matrix(&mut rng, rows, cols, pitch);
+    let (tiles_x, tiles_y) = (cols.div_ceil(32), rows.div_ceil(16));
+    let count = tiles_x * tiles_y;
+    let len = count * (1 + 16 * 32);
+    let mut out = DeviceBuffer::from_slice(registry.ctx(), &stream, &vec![f32::NAN; len]).unwrap();
+    let kernel = registry.function_cached("tma", "tma_tiles").unwrap();
+    let cfg = LaunchConfig {
+        grid: (tiles_x as u32, tiles_y as u32, 1),
+        block: (128, 1, 1),
+        shared_mem_bytes: 16 * 32 * 4 + 1024,
+    };
+    let exec = {
+        let x = DeviceBuffer::from_slice(registry.ctx(), &stream, &a).unwrap();
+        let map = TensorMap::tiled(
+            x.as_slice(),
+            &TiledTensor::new(
+                TensorDataType::F32,
+                &[cols as u64, rows as u64],
+                &[(pitch * 4) as u64],
+                &[32, 16],
+            ),
+        )
+        .unwrap();
+        let capture = stream.begin_capture().unwrap();
+        // SAFETY: captured, not run: at each replay tma_tiles reads the tensor of `map` (its
+        // memory the graph keeps) and writes `count` sums and tiles to `out`, which outlives `exec`.
+        unsafe { kernel.launch(&capture, &cfg, (&map, &mut out, 16u32, 32u32, 0u32)) }.unwrap();
+        capture.end().unwrap().instantiate().unwrap()
+        // `map` and `x` are dropped here: the graph keeps x's memory.
+    };
+    // SAFETY: `out` outlives `exec`; the tensor's memory is the graph's to keep.
+    unsafe { exec.launch(&stream) }.unwrap();
+    let got = out.to_vec(&stream).unwrap();
+    let (sums, tiles) = expected_tiles(&a, (rows, cols, pitch), (16, 32), (tiles_x, tiles_y), 0.0);
+    same(&got[count..], &tiles, "tiles of the dropped buffer");
+    same(&got[..count], &sums, "sums of the dropped buffer");
+}

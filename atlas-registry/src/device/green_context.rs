@@ -9,8 +9,8 @@
 //! so functions of registries on that device launch there, with buffers of that device, and
 //! nothing of another device does. The stream keeps its green context alive.
 //!
-//! Green contexts need a driver of CUDA 12.5 or newer (12.4 for all but
-//! `cuGreenCtxStreamCreate`); an older one is refused by name
+//! Green contexts came with CUDA 12.4 drivers; every entry point Atlas uses for them is in drivers
+//! of CUDA 12.5 or newer, and a driver without one is refused naming them
 //! ([`GreenContextRefusal::Unsupported`]).
 
 use std::fmt;

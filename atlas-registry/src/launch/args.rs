@@ -63,7 +63,9 @@ use crate::memory::view::{DeviceSlice, DeviceSliceMut};
 /// Implemented for every [`DeviceCopy`] value (passed by value), for `&DeviceBuffer<T>` and
 /// `&mut DeviceBuffer<T>` (passed as the buffer's device address), and for views of part of a
 /// buffer: [`DeviceSlice`] (by value or `&view`) and [`DeviceSliceMut`] (by value, `&mut view`,
-/// or `&view` to read it), passed as the view's first element's address.
+/// or `&view` to read it), passed as the view's first element's address; and for
+/// `&`[`TensorMap`](crate::TensorMap), a TMA descriptor passed by value (its 128 bytes, for a
+/// `const __grid_constant__ CUtensorMap` parameter).
 ///
 /// # Safety
 ///

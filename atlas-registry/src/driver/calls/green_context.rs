@@ -11,7 +11,7 @@ use atlas_sys::{
 use super::missing;
 use crate::driver::{Result, driver};
 
-/// The green-context entry points this driver lacks (none from CUDA 12.5 on).
+/// The green-context entry points this driver lacks (none in drivers of CUDA 12.5 or newer).
 pub(crate) fn missing_green_contexts() -> Result<Vec<&'static str>> {
     let cuda = driver()?.cuda;
     Ok(missing(&[
