@@ -21,6 +21,8 @@ const SOURCES: &[&str] = &[
     "kernels/pdl.cu",
     "kernels/cluster.cu",
     "kernels/cooperative.cu",
+    "kernels/tma.cu",
+    "kernels/smid.cu",
     "kernels/regen.sh",
 ];
 

@@ -12,6 +12,7 @@
 //! | `model_b` | `model` (`transform`: `out = in * -3 + 0.5`)              |
 //! | `faults`  | `faults` (`trap`, `write_far`: kernels that fail on purpose) |
 //! | `launch`  | `pdl` (`pdl_step`), `cluster` (`cluster_shape`, `cluster_shape_pair`), `cooperative` (`coop_sum`): kernels for launch attributes; their Hopper instructions are in the `sm_90` cubin only |
+//! | `hopper`  | `tma` (`tma_tiles`: boxes of a matrix loaded through a TMA descriptor passed by value), `smid` (`smid_items`: the multiprocessor each work item runs on); TMA needs the `sm_90` cubin (the other builds write NaN sums) |
 //! | `conditional` | `conditional` (`loop_step`, `host_step`, `reset_counter`, `set_condition`: conditional graph nodes) |
 //!
 //! Every model of [`MODELS`] comes as PTX and as cubins for each architecture in
@@ -50,7 +51,7 @@ use atlas_registry::BlobSet;
 
 /// Names of every model with PTX and a cubin for every architecture of [`CUBIN_ARCHS`], in the
 /// order of the table above.
-pub const MODELS: &[&str] = &["demo", "model_a", "model_b", "faults", "launch"];
+pub const MODELS: &[&str] = &["demo", "model_a", "model_b", "faults", "launch", "hopper"];
 
 /// Models that are not in [`MODELS`] because they lack cubins for most architectures: PTX, and
 /// cubins only where nvcc built them (`conditional`: `sm_90`, see [`CONDITIONAL_SM_90`]).
@@ -137,6 +138,9 @@ const TABLE: &[Model] = &[
         "pdl" => "pdl",
         "cluster" => "cluster",
         "cooperative" => "cooperative"),
+    model!("hopper":
+        "tma" => "tma",
+        "smid" => "smid"),
     Model {
         name: "conditional",
         ptx: &[("conditional", ptx!("conditional"))],

@@ -82,6 +82,8 @@ MODULES = (
     ("model_a", "model_tagged.cu", ("-DMODEL_SCALE=2", "-DMODEL_OFFSET=1")),
     ("model_b", "model_tagged.cu", ("-DMODEL_SCALE=-3", "-DMODEL_OFFSET=0.5")),
     ("conditional", "conditional.cu", ()),
+    ("tma", "tma.cu", ()),
+    ("smid", "smid.cu", ()),
 )
 # Modules NVRTC 12.0 compiles to PTX only. conditional.cu calls cudaGraphSetConditional, a device
 # function of CUDA 12.3+ that the PTX keeps as an extern call: a CUDA 12.3+ driver resolves it when

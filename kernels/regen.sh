@@ -38,6 +38,8 @@ build faults faults.cu
 build pdl pdl.cu
 build cluster cluster.cu
 build cooperative cooperative.cu
+build tma tma.cu
+build smid smid.cu
 build model_a model_tagged.cu -DMODEL_SCALE=2 -DMODEL_OFFSET=1
 build model_b model_tagged.cu -DMODEL_SCALE=-3 -DMODEL_OFFSET=0.5
 # conditional.cu calls cudaGraphSetConditional, which only the assemblers of CUDA 12.3 and newer

@@ -6,7 +6,7 @@ use atlas_sys::{LoadError, MissingSymbol, NvrtcLoadError};
 
 use crate::driver::nvrtc::{self, NvrtcFailure, nvrtc_error_text};
 
-use crate::driver::calls::ContextLimit;
+use crate::driver::calls::{ContextLimit, TensorDataType, TensorInterleave, TensorSwizzle};
 use crate::driver::status::{cuda_error_text, is_teardown_noop};
 use crate::driver::{self, DriverFailure};
 
@@ -114,6 +114,25 @@ pub enum LaunchRefusal {
     /// kernel or the configuration cannot take.
     #[error(transparent)]
     Attribute(#[from] AttributeRefusal),
+    /// An argument that must lie at an aligned address of the parameter space (a
+    /// [`TensorMap`](crate::TensorMap): 64 bytes, where the TMA unit reads it) given for a
+    /// parameter that the kernel does not align so: one of another type of the same size.
+    #[error(
+        "argument {index} needs a parameter aligned to {align} bytes (a `const __grid_constant__ \
+         CUtensorMap`); the kernel's lies at byte {} of the constant bank ({offset} into its \
+         parameters, which start at {bank_offset})",
+        .bank_offset + .offset
+    )]
+    ParamAlignment {
+        /// The argument's index.
+        index: usize,
+        /// The alignment it needs.
+        align: usize,
+        /// The parameter's offset from the start of the kernel's parameters.
+        offset: usize,
+        /// Where the parameters start in the constant bank on the device's architecture.
+        bank_offset: usize,
+    },
     /// Arguments past the 4,096 bytes of parameters kernels took before CUDA 12.1 that the
     /// driver, the device or the kernel cannot take, or past the 32,764 bytes none takes.
     #[error(transparent)]
@@ -1273,6 +1292,15 @@ pub enum AtlasError {
         /// The failed call.
         failure: DriverFailure,
     },
+    /// A tensor map (TMA descriptor) refused before the driver was called: an argument that
+    /// breaks a rule of `cuTensorMapEncodeTiled` or `cuTensorMapEncodeIm2col`, a device without
+    /// the Tensor Memory Accelerator, or a tensor that reaches past its memory.
+    #[error("cannot encode a tensor map: {0}")]
+    TensorMap(TensorMapRefusal),
+    /// A green context, a split of a device's multiprocessors or a stream of a green context that
+    /// cannot be made as asked; nothing was created.
+    #[error("{0}")]
+    GreenContext(GreenContextRefusal),
 }
 
 /// Why a context limit could not be read or set ([`AtlasError::ContextLimit`]).
@@ -1682,6 +1710,300 @@ pub(crate) fn report_cleanup(what: &str, result: Result<()>) {
     {
         eprintln!("atlas: {what}: {e}");
     }
+}
+
+/// An array argument of `cuTensorMapEncodeTiled` or `cuTensorMapEncodeIm2col`, by the driver's
+/// name for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TensorArgument {
+    /// `globalDim`: the elements of each dimension.
+    GlobalDim,
+    /// `globalStrides`: the bytes between elements of each dimension but the innermost.
+    GlobalStrides,
+    /// `boxDim`: the elements of each dimension of the box a load takes.
+    BoxDim,
+    /// `elementStrides`: the step in each dimension.
+    ElementStrides,
+    /// `pixelBoxLowerCorner` of an im2col tensor.
+    PixelBoxLowerCorner,
+    /// `pixelBoxUpperCorner` of an im2col tensor.
+    PixelBoxUpperCorner,
+}
+
+impl fmt::Display for TensorArgument {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::GlobalDim => "globalDim",
+            Self::GlobalStrides => "globalStrides",
+            Self::BoxDim => "boxDim",
+            Self::ElementStrides => "elementStrides",
+            Self::PixelBoxLowerCorner => "pixelBoxLowerCorner",
+            Self::PixelBoxUpperCorner => "pixelBoxUpperCorner",
+        })
+    }
+}
+
+/// Why a tensor map was refused before the driver was called ([`AtlasError::TensorMap`]): each
+/// variant names the argument of `cuTensorMapEncodeTiled` / `cuTensorMapEncodeIm2col` and the
+/// rule of the driver's documentation it breaks, or says that the tensor reaches past its memory.
+/// Dimensions are numbered from the innermost (0).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TensorMapRefusal {
+    /// The memory is on a device without the Tensor Memory Accelerator (compute capability below
+    /// 9.0).
+    #[error(
+        "tensor maps need a device of compute capability 9.0 or newer; device {device} is {}.{}",
+        .compute_capability.0, .compute_capability.1
+    )]
+    DeviceUnsupported {
+        /// The device's ordinal.
+        device: usize,
+        /// Its compute capability.
+        compute_capability: (u32, u32),
+    },
+    /// `tensorRank` out of range: 1 to 5 for a tiled tensor, 3 to 5 for an interleaved or an
+    /// im2col one.
+    #[error("tensorRank {rank} is outside {min} to {max} for this tensor")]
+    Rank {
+        /// The dimensions given.
+        rank: usize,
+        /// The fewest this tensor may have.
+        min: usize,
+        /// The most.
+        max: usize,
+    },
+    /// An array argument whose length does not follow from the rank (`globalStrides` has one
+    /// value fewer, the pixel box corners two fewer).
+    #[error("{argument} has {len} value(s); a tensor of rank {rank} needs {expected}")]
+    ArgumentLength {
+        /// The argument.
+        argument: TensorArgument,
+        /// Its length.
+        len: usize,
+        /// The tensor's rank.
+        rank: usize,
+        /// The length it needs.
+        expected: usize,
+    },
+    /// `globalAddress` not aligned: to 16 bytes, 32 with interleave 32B or a 16-byte-aligned
+    /// packed data type.
+    #[error("globalAddress {address:#x} is not a multiple of {align} bytes")]
+    GlobalAddress {
+        /// The memory's device address.
+        address: u64,
+        /// The alignment it needs.
+        align: u64,
+    },
+    /// A `globalDim` of 0 or above 2^32.
+    #[error("globalDim[{dim}] is {value}; it must be 1 to 2^32")]
+    GlobalDim {
+        /// The dimension.
+        dim: usize,
+        /// Its value.
+        value: u64,
+    },
+    /// `globalDim[0]` of a packed data type that is not a multiple of what the type needs (128
+    /// for the 16-byte-aligned types, 2 for `U4x16Align8`).
+    #[error("globalDim[0] is {value}; a tensor of {data_type} needs a multiple of {multiple}")]
+    PackedGlobalDim {
+        /// Its value.
+        value: u64,
+        /// The data type.
+        data_type: TensorDataType,
+        /// What it must be a multiple of.
+        multiple: u64,
+    },
+    /// A `globalStrides` value that is not a multiple of 16 bytes (32 with interleave 32B or a
+    /// 16-byte-aligned packed data type).
+    #[error("globalStrides[{dim}] is {stride} bytes, not a multiple of {multiple}")]
+    GlobalStride {
+        /// The dimension (its stride is `globalStrides[dim]`, the step of dimension `dim + 1`).
+        dim: usize,
+        /// Its value in bytes.
+        stride: u64,
+        /// What it must be a multiple of.
+        multiple: u64,
+    },
+    /// A `globalStrides` value of 2^40 bytes or more.
+    #[error("globalStrides[{dim}] is {stride} bytes; it must be below 2^40")]
+    GlobalStrideTooLarge {
+        /// The dimension.
+        dim: usize,
+        /// Its value in bytes.
+        stride: u64,
+    },
+    /// A `boxDim` of 0 or above 256.
+    #[error("boxDim[{dim}] is {value}; it must be 1 to 256")]
+    BoxDim {
+        /// The dimension.
+        dim: usize,
+        /// Its value.
+        value: u32,
+    },
+    /// `boxDim[0]` of a 16-byte-aligned packed data type that is not 128.
+    #[error("boxDim[0] is {value}; a tensor of {data_type} needs 128")]
+    PackedBoxDim {
+        /// Its value.
+        value: u32,
+        /// The data type.
+        data_type: TensorDataType,
+    },
+    /// The box's inner dimension in bytes is not a multiple of 16 (a tensor without
+    /// interleave).
+    #[error(
+        "the box's inner dimension (boxDim[0] of {data_type}) is {bytes} bytes, not a multiple of \
+         16"
+    )]
+    BoxInnerBytes {
+        /// Its size in bytes (a fraction is rounded up).
+        bytes: u64,
+        /// The data type.
+        data_type: TensorDataType,
+    },
+    /// The box's inner dimension in bytes (`boxDim[0]`, or `channelsPerPixel` for im2col) is
+    /// wider than the swizzle's span (a tensor without interleave).
+    #[error(
+        "the box's inner dimension is {bytes} bytes, wider than the {span}-byte span of swizzle \
+         {swizzle}"
+    )]
+    SwizzleSpan {
+        /// Its size in bytes.
+        bytes: u64,
+        /// The swizzle.
+        swizzle: TensorSwizzle,
+        /// The swizzle's span in bytes.
+        span: u64,
+    },
+    /// An `elementStrides` value of 0 or above 8.
+    #[error("elementStrides[{dim}] is {value}; it must be 1 to 8")]
+    ElementStride {
+        /// The dimension.
+        dim: usize,
+        /// Its value.
+        value: u32,
+    },
+    /// Interleave 32B with another swizzle than 32B.
+    #[error("interleave 32B needs swizzle 32B, not {swizzle}")]
+    InterleaveSwizzle {
+        /// The swizzle given.
+        swizzle: TensorSwizzle,
+    },
+    /// A packed data type with an interleave it does not take (`U6x16Align16` takes none).
+    #[error("a tensor of {data_type} takes no interleave, not {interleave}")]
+    PackedInterleave {
+        /// The data type.
+        data_type: TensorDataType,
+        /// The interleave given.
+        interleave: TensorInterleave,
+    },
+    /// A 16-byte-aligned packed data type with a swizzle it does not take (none, 128B and 128B
+    /// with 32-byte atoms; 128B with 64-byte atoms too for `U6x16Align16`, for stores).
+    #[error("a tensor of {data_type} cannot be swizzled {swizzle}")]
+    PackedSwizzle {
+        /// The data type.
+        data_type: TensorDataType,
+        /// The swizzle given.
+        swizzle: TensorSwizzle,
+    },
+    /// NaN fill of out-of-bounds elements (`oobFill`) for a data type that is not a floating-point
+    /// one.
+    #[error("oobFill NaN needs a floating-point data type; {data_type} is not one")]
+    NanFillNotFloat {
+        /// The data type.
+        data_type: TensorDataType,
+    },
+    /// A pixel box corner offset outside the range the rank allows ([-32768, 32767] for rank 3,
+    /// [-128, 127] for rank 4, [-16, 15] for rank 5).
+    #[error("{argument}[{index}] is {value}; a tensor of rank {rank} takes {min} to {max}")]
+    PixelBoxCorner {
+        /// Which corner.
+        argument: TensorArgument,
+        /// The offset's index.
+        index: usize,
+        /// Its value.
+        value: i32,
+        /// The tensor's rank.
+        rank: usize,
+        /// The least it may be.
+        min: i32,
+        /// The most it may be.
+        max: i32,
+    },
+    /// `channelsPerPixel` above 256, or other than 128 for a 16-byte-aligned packed type.
+    #[error("channelsPerPixel is {value}; it must be {allowed}")]
+    ChannelsPerPixel {
+        /// Its value.
+        value: u32,
+        /// What it may be (`at most 256`, `128 for ...`).
+        allowed: &'static str,
+    },
+    /// `pixelsPerColumn` above 1024.
+    #[error("pixelsPerColumn is {value}; it must be at most 1024")]
+    PixelsPerColumn {
+        /// Its value.
+        value: u32,
+    },
+    /// The tensor reaches past the end of the memory it describes.
+    #[error(
+        "the tensor reaches {reach} bytes from its first element; the memory it describes holds \
+         {bytes}"
+    )]
+    BeyondMemory {
+        /// Bytes from the tensor's address to one past its last element (saturated at
+        /// `u64::MAX`).
+        reach: u64,
+        /// The memory's size in bytes.
+        bytes: u64,
+    },
+}
+
+/// Why a green context, a split of a device's multiprocessors or a stream of a green context was
+/// refused before the driver was called ([`AtlasError::GreenContext`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GreenContextRefusal {
+    /// The driver lacks entry points green contexts need (an older driver, or an injection
+    /// library that does not forward them).
+    #[error(
+        "green contexts need {}, which this driver lacks (drivers of CUDA 12.5 or newer have \
+         them)",
+        .missing.join(", ")
+    )]
+    Unsupported {
+        /// The entry points the driver lacks.
+        missing: Vec<&'static str>,
+    },
+    /// A split into no group.
+    #[error("a split into 0 groups makes nothing: ask for at least one group")]
+    NoGroups,
+    /// A split whose groups would each need more multiprocessors than the resource has.
+    #[error(
+        "groups of at least {min_count} multiprocessors cannot be taken from {sms}; ask for at \
+         most {sms}"
+    )]
+    MinCountAboveSms {
+        /// The least each group was to have.
+        min_count: u32,
+        /// The multiprocessors of the resource split.
+        sms: u32,
+    },
+    /// A split of a group made by a split: the driver splits a group again only once a green
+    /// context runs on it (split the green context's own resource).
+    #[error(
+        "a group of a split cannot be split again; make a green context of it and split its \
+         resource (`GreenContext::sm_resource`)"
+    )]
+    SplitOfGroup,
+    /// Multiprocessors of one device given for a green context of another.
+    #[error("multiprocessors of device {resource} cannot make a green context on device {device}")]
+    OtherDevice {
+        /// The device the resource is of.
+        resource: usize,
+        /// The device of the context given.
+        device: usize,
+    },
 }
 
 /// `Result` with [`AtlasError`].

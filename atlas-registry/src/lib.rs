@@ -313,12 +313,16 @@ pub use compile::{
 };
 pub use device::context::CudaContext;
 pub use device::event::CudaEvent;
+pub use device::green_context::{GreenContext, SmGranularity, SmResource, SmSplit};
 pub use device::host::{CudaHost, device_count, host};
 pub use device::info::{DeviceUuid, MemoryInfo, PciBusId};
 pub use device::limits::DeviceLimits;
 pub use device::stream::{CudaStream, StreamArg};
 pub use driver::DriverFailure;
 pub use driver::calls::ContextLimit;
+pub use driver::calls::{
+    TensorDataType, TensorInterleave, TensorL2Promotion, TensorOobFill, TensorSwizzle,
+};
 pub use driver::nvrtc::{NvrtcFailure, nvrtc_error_text};
 pub use driver::status::{CUDA_ERROR_DEINITIALIZED, cuda_error_text, is_teardown_noop};
 pub use error::AttributeRefusal;
@@ -331,6 +335,7 @@ pub use error::{
 };
 pub use error::{CopySide, MemoryRefusal, VirtualMemoryRefusal};
 pub use error::{GraphFeature, LargeParamsRefusal, UpdateRefusal};
+pub use error::{GreenContextRefusal, TensorArgument, TensorMapRefusal};
 pub use error::{MemoryOrigin, PoolRefusal, SharingRefusal};
 pub use graph::capture::{Capture, CudaGraph};
 pub use graph::conditional::ConditionalHandle;
@@ -346,6 +351,7 @@ pub use memory::batch::{
     PageLocked,
 };
 pub use launch::large_params::{CLASSIC_PARAM_BYTES, MAX_PARAM_BYTES};
+pub use launch::tensor_map::{Im2colTensor, TensorMap, TensorOptions, TiledTensor};
 pub use memory::buffer::{DeviceBuffer, DeviceCopy};
 pub use memory::copy::{copy_to_device_async, copy_to_host_async};
 pub use memory::device_memory::{DeviceMemory, DeviceMemoryMut};
@@ -414,6 +420,9 @@ mod send_sync {
         send_sync::<MemoryPool>();
         send_sync::<ImportedPool>();
         send_sync::<SharedPool>();
+        send_sync::<TensorMap<'static>>();
+        send_sync::<GreenContext>();
+        send_sync::<SmResource>();
     };
 }
 
@@ -436,3 +445,6 @@ pub struct StreamsAndMemoryDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/compile.md")]
 pub struct CompileDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/green_contexts.md")]
+pub struct GreenContextsDoctests;

@@ -69,8 +69,8 @@ fn committed_blobs_pass_validation() {
     let corpus = corpus();
     assert_eq!(
         corpus.len(),
-        10 * 5 + 10 + 1 + 2,
-        "10 modules' cubins for 5 architectures, 10 PTX modules, the fatbin, its PTX entry alone \
+        12 * 5 + 12 + 1 + 2,
+        "12 modules' cubins for 5 architectures, 12 PTX modules, the fatbin, its PTX entry alone \
          (plain and zstd-compressed) in fatbins made by the test"
     );
     for source in &corpus {

@@ -81,13 +81,40 @@ fn from_sources(stem: &str) -> Vec<KernelLayout> {
             "coop_sum",
             &[(0, 8), (8, 8), (16, 8), (24, 4), (32, 8)],
         )],
+        // smid_items(unsigned* sm_of_item, unsigned items, unsigned hold_ns)
+        "smid" => vec![layout("smid_items", &[(0, 8), (8, 4), (12, 4)])],
+        // tma_tiles(const __grid_constant__ TensorMap map, float* out, unsigned box_rows,
+        //           unsigned box_cols, unsigned swizzle), TensorMap 128 bytes aligned to 64: as the
+        // sm_90 cubin lays it out (its parameters start at 0x210 of the constant bank, so the map
+        // lies at 48); the PTX cannot say (`PtxProblem::TargetDependentOffset`).
+        "tma" => vec![layout(
+            "tma_tiles",
+            &[(48, 128), (176, 8), (184, 4), (188, 4), (192, 4)],
+        )],
         _ => panic!("no hand-written layouts for `{stem}`: add them from its .cu source"),
+    }
+}
+
+/// The layouts of a PTX text of `kernels/gen/`, or `None` for one whose parameters are aligned
+/// above 16 bytes (a tensor map), whose offsets depend on the architecture: checked to be refused
+/// for that reason.
+fn ptx_layouts(stem: &str, ptx: &[u8]) -> Option<Vec<KernelLayout>> {
+    let read = ptx_kernel_layouts(ptx);
+    if stem != "tma" {
+        return Some(by_name(read.unwrap()));
+    }
+    match read {
+        Err(LayoutError::Ptx {
+            problem: PtxProblem::TargetDependentOffset { align: 64, .. },
+            ..
+        }) => None,
+        other => panic!("{stem}: the tensor map's offset is not fixed by the PTX: {other:?}"),
     }
 }
 
 /// The file stem of a model's module in `kernels/gen/`.
 fn stem<'a>(model: &'a str, module: &'a str) -> &'a str {
-    if model == "demo" || model == "launch" {
+    if model == "demo" || model == "launch" || model == "hopper" {
         module
     } else {
         model
@@ -207,12 +234,14 @@ fn every_model_has_the_same_layouts_in_ptx_and_cubin_as_in_its_sources() {
         assert_eq!(ptx.len(), cubin.len(), "{model}");
         for ((module, ptx), (cubin_module, cubin)) in ptx.iter().zip(cubin) {
             assert_eq!(module, cubin_module);
-            let from_ptx = by_name(kernel_layouts(ptx).unwrap());
             let from_cubin = by_name(kernel_layouts(cubin).unwrap());
-            assert_eq!(from_ptx, from_cubin, "{model}/{module}: PTX vs cubin");
+            let stem = stem(model, module);
+            if let Some(from_ptx) = ptx_layouts(stem, ptx) {
+                assert_eq!(from_ptx, from_cubin, "{model}/{module}: PTX vs cubin");
+            }
             assert_eq!(
-                from_ptx,
-                from_sources(stem(model, module)),
+                from_cubin,
+                from_sources(stem),
                 "{model}/{module}: blob vs source"
             );
         }
@@ -230,11 +259,9 @@ fn every_file_in_kernels_gen_agrees_with_its_pair_and_its_source() {
             let ptx = std::fs::read(gen_dir().join(format!("{stem}.ptx")))
                 .unwrap_or_else(|e| panic!("{name} has no PTX beside it: {e}"));
             let from_cubin = by_name(cubin_kernel_layouts(&bytes).unwrap());
-            assert_eq!(
-                by_name(ptx_kernel_layouts(&ptx).unwrap()),
-                from_cubin,
-                "{stem}: PTX vs cubin"
-            );
+            if let Some(from_ptx) = ptx_layouts(stem, &ptx) {
+                assert_eq!(from_ptx, from_cubin, "{stem}: PTX vs cubin");
+            }
             assert_eq!(from_cubin, from_sources(stem), "{stem}: blob vs source");
             pairs += 1;
         } else if name.ends_with(".ptx") {
@@ -263,7 +290,7 @@ fn every_file_in_kernels_gen_agrees_with_its_pair_and_its_source() {
             );
         }
     }
-    assert_eq!(pairs, 11, "every module of kernels/regen.sh");
+    assert_eq!(pairs, 13, "every module of kernels/regen.sh");
 }
 
 #[test]
@@ -1400,7 +1427,12 @@ fn blob_layouts_of_every_model_match_the_driver() {
             let registry = AtlasRegistry::load(0, blobs)
                 .unwrap_or_else(|e| panic!("{model} loads (this test needs an NVIDIA GPU): {e}"));
             for (module, blob) in blobs {
-                let layouts = kernel_layouts(blob).unwrap();
+                let layouts = match kernel_layouts(blob) {
+                    Ok(layouts) => layouts,
+                    // The tensor map's offset is not in the PTX (the cubin's is checked).
+                    Err(_) if ptx_layouts(stem(model, module), blob).is_none() => continue,
+                    Err(e) => panic!("{model}/{module}: {e}"),
+                };
                 assert!(!layouts.is_empty(), "{model}/{module}");
                 for kernel in layouts {
                     let function = registry.function(module, &kernel.name).unwrap();
@@ -1426,11 +1458,12 @@ fn blob_layouts_of_every_model_match_the_driver() {
         }
     }
     println!("{checked} kernels: blob layouts equal the driver's");
-    // The 13 kernels of MODELS (9 of demo, model_a, model_b and faults; 4 of launch), each as
-    // PTX and as the sm_90 cubin.
+    // The 15 kernels of MODELS (9 of demo, model_a, model_b and faults; 4 of launch; 2 of
+    // hopper), each as PTX and as the sm_90 cubin, but for the PTX of `tma_tiles`, whose layout
+    // the PTX does not fix (its cubin's, which puts the tensor map at 48, is checked).
     assert_eq!(
         checked,
-        2 * 13,
+        2 * 15 - 1,
         "every kernel of every model, PTX and cubin"
     );
 }

@@ -42,6 +42,23 @@ pub struct ParamSlot {
     pub size: usize,
 }
 
+/// Where a kernel's parameters start in constant bank 0 on devices of `compute_capability`, in
+/// bytes, or `None` for an architecture Atlas does not know.
+///
+/// Offsets of parameters (`cuFuncGetParamInfo`, [`ParamSlot::offset`]) count from there, and the
+/// compiler aligns a parameter in the bank, not in the parameter list: a 64-byte-aligned
+/// `CUtensorMap` that comes first lies at offset 48 on sm_90, whose parameters start at 0x210.
+/// Read from the `EIATTR_PARAM_CBANK` records of NVRTC 12.0's cubins (0x160 for sm_75 to sm_89,
+/// 0x210 for sm_90) and from the constant banks of nvcc 13.0's sm_100 to sm_121 cubins (0x380).
+pub(crate) fn param_bank_offset(compute_capability: (u32, u32)) -> Option<usize> {
+    match compute_capability.0 {
+        7 | 8 => Some(0x160),
+        9 => Some(0x210),
+        10..=12 => Some(0x380),
+        _ => None,
+    }
+}
+
 /// A kernel's name and its parameters, in declaration order.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct KernelLayout {

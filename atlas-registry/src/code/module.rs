@@ -18,8 +18,16 @@ use crate::driver::status::is_teardown_noop;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, NotFoundKind, Result, report_cleanup};
 
-/// A kernel's parameter sizes in bytes, or why nothing can tell them.
-pub(crate) type ParamSizes = std::result::Result<Box<[usize]>, String>;
+/// A kernel's parameters as the driver lays them out: each one's size and its offset from the
+/// start of the parameters, in bytes, first to last.
+#[derive(Debug)]
+pub(crate) struct ParamLayout {
+    pub(crate) sizes: Box<[usize]>,
+    pub(crate) offsets: Box<[usize]>,
+}
+
+/// A kernel's parameter layout, or why nothing can tell it.
+pub(crate) type ParamSizes = std::result::Result<ParamLayout, String>;
 
 /// A blob checked for a device, to load there: its module name, kind, the bytes to hand over and
 /// their kind (a fatbin's when it is handed over whole; a cubin's for the one entry of a fatbin
@@ -68,14 +76,17 @@ pub(crate) struct BlobParams {
 }
 
 impl BlobParams {
-    /// The parameter sizes of the kernel, of module `module`, as the blob declares them, or why
+    /// The parameter layout of the kernel, of module `module`, as the blob declares it, or why
     /// they cannot be known (worded for a driver without `cuFuncGetParamInfo`, the only one it
     /// is shown for).
     pub(crate) fn sizes(&self, module: &str) -> ParamSizes {
         let function = &self.symbol;
         match self.layouts.get() {
             Ok(kernels) => match kernels.get(function) {
-                Some(Ok(kernel)) => Ok(kernel.sizes().collect()),
+                Some(Ok(kernel)) => Ok(ParamLayout {
+                    sizes: kernel.sizes().collect(),
+                    offsets: kernel.params.iter().map(|p| p.offset).collect(),
+                }),
                 Some(Err(why)) => Err(format!(
                     "the driver lacks cuFuncGetParamInfo and the parameter layout of `{function}` \
                      in module `{module}` cannot be known from its blob: {why}"
@@ -446,7 +457,11 @@ mod tests {
             }
             .sizes("elementwise")
         };
-        assert_eq!(params("scale").unwrap()[..], [8, 4, 4]);
+        let scale = params("scale").unwrap();
+        assert_eq!(
+            (&scale.sizes[..], &scale.offsets[..]),
+            (&[8, 4, 4][..], &[0, 8, 12][..])
+        );
         let e = params("absent").unwrap_err();
         assert!(
             e.contains("module `elementwise` declares no parameter layout for `absent`"),

@@ -1,6 +1,7 @@
 //! [`CudaStream`]: a stream Atlas created, or a caller's stream it only borrows.
 
 use std::fmt;
+use std::sync::Arc;
 
 use atlas_sys::{CUcontext, CUstream, CUstream_flags};
 
@@ -38,10 +39,15 @@ pub struct CudaStream {
     raw: CUstream,
     context: CUcontext,
     owned: bool,
+    /// What must outlive the stream besides its context: the green context it runs on, for a
+    /// stream of one ([`GreenContext::stream`](crate::GreenContext::stream)). Dropped after the
+    /// stream is destroyed.
+    keeper: Option<Arc<dyn Send + Sync>>,
 }
 
 // SAFETY: a CUstream is a driver handle usable from any thread; the context it belongs to is a
-// primary context that stays retained for the process.
+// primary context that stays retained for the process, and what else it runs on is kept by
+// `keeper`, which is Send and Sync.
 unsafe impl Send for CudaStream {}
 // SAFETY: as for Send; enqueueing work on one stream from several threads is allowed by the driver.
 unsafe impl Sync for CudaStream {}
@@ -57,6 +63,7 @@ impl CudaStream {
             raw,
             context: context.raw(),
             owned: true,
+            keeper: None,
         })
     }
 
@@ -86,6 +93,7 @@ impl CudaStream {
             raw,
             context: context.raw(),
             owned: true,
+            keeper: None,
         })
     }
 
@@ -169,6 +177,7 @@ impl CudaStream {
             raw,
             context: context.raw(),
             owned: false,
+            keeper: None,
         })
     }
 
@@ -178,6 +187,23 @@ impl CudaStream {
             raw: std::ptr::null_mut(),
             context: context.raw(),
             owned: false,
+            keeper: None,
+        }
+    }
+
+    /// Takes ownership of `raw`, a stream created in `context`'s device on what `keeper` keeps
+    /// (a green context of that device's primary context), which the stream keeps until it is
+    /// destroyed.
+    pub(crate) fn owned_on(
+        raw: CUstream,
+        context: CUcontext,
+        keeper: Arc<dyn Send + Sync>,
+    ) -> Self {
+        Self {
+            raw,
+            context,
+            owned: true,
+            keeper: Some(keeper),
         }
     }
 
@@ -236,6 +262,7 @@ impl fmt::Debug for CudaStream {
         f.debug_struct("CudaStream")
             .field("raw", &self.raw)
             .field("owned", &self.owned)
+            .field("green", &self.keeper.is_some())
             .finish()
     }
 }

@@ -38,16 +38,19 @@ macro_rules! call {
 mod batch;
 mod copy;
 mod event;
+mod green_context;
 mod host_memory;
 mod info;
 mod ipc;
 mod peer;
 mod pool;
 mod virtual_memory;
+mod tensor_map;
 
 pub(crate) use batch::*;
 pub(crate) use copy::*;
 pub(crate) use event::*;
+pub(crate) use green_context::*;
 pub(crate) use host_memory::*;
 pub use info::ContextLimit;
 pub(crate) use info::*;
@@ -55,6 +58,10 @@ pub(crate) use ipc::*;
 pub(crate) use peer::*;
 pub(crate) use pool::*;
 pub(crate) use virtual_memory::*;
+pub(crate) use tensor_map::*;
+pub use tensor_map::{
+    TensorDataType, TensorInterleave, TensorL2Promotion, TensorOobFill, TensorSwizzle,
+};
 
 // Devices and contexts.
 

@@ -35,6 +35,8 @@
 //! struct Lying;
 //! impl atlas_registry::KernelArgs for Lying {
 //!     const SIZES: &'static [usize] = &[8, 8, 8];
+//!     const ALIGNS: &'static [usize] = &[1, 1, 1];
+//!     const ALIGNED: bool = false;
 //!     fn with_params<R>(&self, f: impl FnOnce(*mut *mut std::ffi::c_void) -> R) -> R {
 //!         f(std::ptr::null_mut())
 //!     }
@@ -62,8 +64,11 @@ use crate::memory::virtual_memory::GrowableBuffer;
 ///
 /// Implemented for every [`DeviceCopy`] value (passed by value), for `&DeviceBuffer<T>` and
 /// `&mut DeviceBuffer<T>` (passed as the buffer's device address), for `&GrowableBuffer<T>` and
-/// `&mut GrowableBuffer<T>` (likewise), and for views of part of a buffer: [`DeviceSlice`] (by value or `&view`) and [`DeviceSliceMut`] (by value, `&mut view`,
-/// or `&view` to read it), passed as the view's first element's address.
+/// `&mut GrowableBuffer<T>` (likewise), and for views of part of a buffer: [`DeviceSlice`] (by
+/// value or `&view`) and [`DeviceSliceMut`] (by value, `&mut view`, or `&view` to read it), passed
+/// as the view's first element's address; and for `&`[`TensorMap`](crate::TensorMap), a TMA
+/// descriptor passed by value (its 128 bytes, for a `const __grid_constant__ CUtensorMap`
+/// parameter).
 ///
 /// # Safety
 ///
@@ -78,6 +83,12 @@ use crate::memory::virtual_memory::GrowableBuffer;
 pub unsafe trait KernelParam {
     /// The argument's size in bytes, as the kernel's parameter must have it.
     const SIZE: usize;
+    /// The alignment the kernel's parameter must have where the kernel reads it (in the constant
+    /// bank) for the argument to work there: 64 for a [`TensorMap`](crate::TensorMap), which the
+    /// Tensor Memory Accelerator reads in place; 1 (the default) for every argument the kernel
+    /// only reads as a value, whatever its type's alignment (the driver copies parameters byte for
+    /// byte). A launch checks it against the kernel's layout where it is above 1.
+    const ALIGN: usize = 1;
     /// A pointer to the argument's bytes.
     fn param_ptr(&self) -> *mut c_void;
     /// The context of the device memory this argument is the address of, or `None` for a plain
@@ -229,6 +240,12 @@ pub trait KernelArgs: sealed::Sealed {
     /// [`CLASSIC_PARAM_BYTES`](crate::CLASSIC_PARAM_BYTES) (4,096), they are large parameters,
     /// which a launch checks the driver, the device and the kernel for.
     const BYTES: usize = total(Self::SIZES);
+    /// The alignment each argument needs its parameter to have ([`KernelParam::ALIGN`]), in
+    /// order.
+    const ALIGNS: &'static [usize];
+    /// Whether any argument needs an aligned parameter (one of [`ALIGNS`](Self::ALIGNS) is above
+    /// 1): only then does a launch check the parameters' places.
+    const ALIGNED: bool;
     /// Calls `f` with the launch's parameter array (one pointer per argument), valid during the call.
     fn with_params<R>(&self, f: impl FnOnce(*mut *mut c_void) -> R) -> R;
     /// The first argument whose device memory belongs to another context than `context`, with
@@ -243,6 +260,8 @@ impl sealed::Sealed for () {}
 
 impl KernelArgs for () {
     const SIZES: &'static [usize] = &[];
+    const ALIGNS: &'static [usize] = &[];
+    const ALIGNED: bool = false;
     #[inline]
     fn with_params<R>(&self, f: impl FnOnce(*mut *mut c_void) -> R) -> R {
         f(std::ptr::null_mut())
@@ -261,6 +280,8 @@ macro_rules! tuple_args {
 
         impl<$($name: KernelParam),+> KernelArgs for ($($name,)+) {
             const SIZES: &'static [usize] = &[$($name::SIZE),+];
+            const ALIGNS: &'static [usize] = &[$($name::ALIGN),+];
+            const ALIGNED: bool = $($name::ALIGN > 1)||+;
             #[inline]
             fn with_params<R>(&self, f: impl FnOnce(*mut *mut c_void) -> R) -> R {
                 let mut params = [$(self.$idx.param_ptr()),+];
@@ -308,6 +329,9 @@ mod tests {
         assert_eq!(<(f32, u32, u64, u8)>::BYTES, 17);
         assert_eq!(<([u32; 2048], u64, u32)>::BYTES, 8204);
         assert_eq!(<()>::BYTES, 0);
+        // Values need no aligned parameter, whatever their type's alignment.
+        assert_eq!(<(f32, u32, u64, u8)>::ALIGNS, &[1, 1, 1, 1]);
+        const { assert!(!<(f32, u32, u64, u8)>::ALIGNED && !<()>::ALIGNED) };
         args.with_params(|params| {
             // SAFETY: four parameters, each pointing at the tuple's own field.
             unsafe {

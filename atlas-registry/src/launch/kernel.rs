@@ -12,7 +12,8 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use atlas_sys::{CUcontext, CUfunction, CUfunction_attribute as FuncAttr};
 
-use crate::code::module::{BlobParams, ParamSizes};
+use crate::code::layout::param_bank_offset;
+use crate::code::module::{BlobParams, ParamLayout, ParamSizes};
 use crate::device::context::ensure_bound;
 use crate::device::host::{CudaHost, ordinal_of};
 use crate::device::stream::StreamArg;
@@ -61,7 +62,7 @@ pub struct Kernel {
     /// Where the layout the module's blob declares is read from (at the first read of `params`):
     /// the layout for a driver without `cuFuncGetParamInfo`, and how far to ask one that has it.
     from_blob: BlobParams,
-    /// The parameter sizes, read on first use: from `cuFuncGetParamInfo`, else from the blob.
+    /// The parameter layout, read on first use: from `cuFuncGetParamInfo`, else from the blob.
     params: OnceLock<ParamSizes>,
     /// What launches with attributes read of the function and keep (cluster dimensions,
     /// cooperative occupancy).
@@ -143,10 +144,10 @@ impl Kernel {
     /// last) or, on older drivers, from the blob; `None` when neither can tell.
     #[doc(alias = "cuFuncGetParamInfo")]
     pub fn param_sizes(&self) -> Result<Option<&[usize]>> {
-        Ok(self.layout()?.as_deref().ok())
+        Ok(self.layout()?.as_ref().ok().map(|layout| &*layout.sizes))
     }
 
-    /// The parameter sizes, or why nothing can tell them, read once.
+    /// The parameter layout, or why nothing can tell it, read once.
     #[inline]
     pub(crate) fn layout(&self) -> Result<&ParamSizes> {
         match self.params.get() {
@@ -166,26 +167,34 @@ impl Kernel {
         // one index past the last is answered with an error, which compute-sanitizer reports
         // (CUDA 13.0 has no entry point for the count). When the blob cannot tell, or differs,
         // the walk goes on to the driver's end.
-        let bound = from_blob.as_deref().ok();
-        let mut sizes = Vec::new();
+        let bound = from_blob.as_ref().ok().map(|layout| &*layout.sizes);
+        let (mut sizes, mut offsets) = (Vec::new(), Vec::new());
         while bound != Some(&sizes[..]) {
             // SAFETY: the function is live (its registry is, as `&self` is).
             match unsafe { calls::param_info(self.raw, sizes.len()) }
                 .about(|| format!("`{}`", self.name))?
             {
-                Some((_, size)) => sizes.push(size),
+                Some((offset, size)) => {
+                    sizes.push(size);
+                    offsets.push(offset);
+                }
                 None => break,
             }
         }
-        Ok(self.params.get_or_init(|| Ok(sizes.into_boxed_slice())))
+        let layout = ParamLayout {
+            sizes: sizes.into_boxed_slice(),
+            offsets: offsets.into_boxed_slice(),
+        };
+        Ok(self.params.get_or_init(|| Ok(layout)))
     }
 
     /// Everything a typed launch or a graph argument update checks before the driver is called:
     /// the configuration against the device's limits, arguments past 4,096 bytes against what
     /// large parameters need (a constant of the argument types: no cost for smaller ones), the
-    /// arguments against the kernel's parameters (count and sizes; refused when nothing can tell
-    /// them), that every buffer argument is memory of the function's context; then the shared
-    /// memory opt-in `cfg` needs.
+    /// arguments against the kernel's parameters (count and sizes, refused when nothing can tell
+    /// them; and where an argument needs it, a tensor map, the parameter's alignment), that every
+    /// buffer argument is memory of the function's context; then the shared memory opt-in `cfg`
+    /// needs.
     #[inline]
     pub(crate) fn preflight<A: KernelArgs>(&self, cfg: &LaunchConfig, args: &A) -> Result<()> {
         check_config(&self.host, self, cfg)?;
@@ -195,7 +204,11 @@ impl Kernel {
             return Err(self.refused(refusal.into()));
         }
         match self.layout()? {
-            Ok(expected) if **expected == *A::SIZES => {}
+            Ok(expected) if *expected.sizes == *A::SIZES => {
+                if A::ALIGNED {
+                    self.check_alignment(expected, A::ALIGNS)?;
+                }
+            }
             other => return Err(self.args_refused(other, A::SIZES)),
         }
         if let Some((index, context)) = args.foreign_memory(self.host.context().raw()) {
@@ -208,13 +221,43 @@ impl Kernel {
         }
     }
 
+    /// `Ok` when every argument that needs an aligned parameter (`aligns[i] > 1`: a tensor map)
+    /// has one: the parameter's place in the constant bank (where the device's architecture
+    /// starts the parameters, plus its offset) is a multiple of the alignment. On an architecture
+    /// newer than Atlas knows, where the parameters start is unknown and nothing is checked.
+    fn check_alignment(&self, layout: &ParamLayout, aligns: &[usize]) -> Result<()> {
+        let Some(bank_offset) = param_bank_offset(self.host.compute_capability()) else {
+            return Ok(());
+        };
+        let misplaced =
+            aligns
+                .iter()
+                .zip(&layout.offsets)
+                .enumerate()
+                .find(|&(_, (&align, &offset))| {
+                    align > 1 && !(bank_offset + offset).is_multiple_of(align)
+                });
+        match misplaced {
+            Some((index, (&align, &offset))) => Err(AtlasError::InvalidLaunch {
+                function: self.name.clone(),
+                reason: LaunchRefusal::ParamAlignment {
+                    index,
+                    align,
+                    offset,
+                    bank_offset,
+                },
+            }),
+            None => Ok(()),
+        }
+    }
+
     #[cold]
     fn args_refused(&self, layout: &ParamSizes, given: &[usize]) -> AtlasError {
         match layout {
-            Ok(expected) => self.refused(match large_params::kernel_limit(expected, given) {
+            Ok(expected) => self.refused(match large_params::kernel_limit(&expected.sizes, given) {
                 Some(refusal) => refusal.into(),
                 None => LaunchRefusal::Arguments {
-                    expected: expected.clone(),
+                    expected: expected.sizes.clone(),
                     given: given.into(),
                 },
             }),
@@ -250,10 +293,10 @@ impl Kernel {
     #[inline]
     pub(crate) fn check_param_count(&self, given: usize) -> Result<()> {
         match self.layout()? {
-            Ok(sizes) if sizes.len() != given => Err(AtlasError::InvalidLaunch {
+            Ok(layout) if layout.sizes.len() != given => Err(AtlasError::InvalidLaunch {
                 function: self.name.clone(),
                 reason: LaunchRefusal::ParamCount {
-                    expected: sizes.len(),
+                    expected: layout.sizes.len(),
                     given,
                 },
             }),

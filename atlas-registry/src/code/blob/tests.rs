@@ -268,9 +268,9 @@ fn every_committed_blob_passes() {
         }
     }
     assert_eq!(check(ELEMENTWISE_FATBIN), Ok(BlobKind::Fatbin));
-    // 10 modules (4 demo, 1 each for model_a, model_b, faults, 3 launch), as PTX and for every
-    // architecture.
-    assert_eq!(embedded, 10 * (1 + CUBIN_ARCHS.len()));
+    // 12 modules (4 demo, 1 each for model_a, model_b, faults, 3 launch, 2 hopper), as PTX and
+    // for every architecture.
+    assert_eq!(embedded, 12 * (1 + CUBIN_ARCHS.len()));
 
     // Straight from disk too, every file there: blobs added later are checked without a change
     // here, and a file of a kind this does not know fails it.

@@ -33,7 +33,7 @@
 //! `-DSTANDIN_DRIVER_VERSION=12040`, `-DSTANDIN_NO_COOPERATIVE`,
 //! `-DSTANDIN_NO_CONDITIONAL`, `-DSTANDIN_NO_UUID_V2`, `-DSTANDIN_NO_PEER_ACCESS`,
 //! `-DSTANDIN_NO_POSIX_FD`, `-DSTANDIN_NO_IPC`, `-DSTANDIN_NO_VIRTUAL_MEMORY_API`,
-//! `-DSTANDIN_NO_VIRTUAL_MEMORY`. Inside a child,
+//! `-DSTANDIN_NO_VIRTUAL_MEMORY`, `-DSTANDIN_NO_GREEN_CONTEXTS`. Inside a child,
 //! [`probe`] reads what the stand-in saw (calls, contexts, limits) and injects failures.
 
 use std::any::type_name;

@@ -66,6 +66,9 @@
  *                            answers 0, cuCtxEnablePeerAccess CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
  *                            copies between them still work, as the driver stages them.
  *   STANDIN_NO_BATCH_COPY    no cuMemcpyBatchAsync export (a driver older than CUDA 12.8).
+ *   STANDIN_NO_GREEN_CONTEXTS  no green-context exports (cuDeviceGetDevResource,
+ *                            cuDevSmResourceSplitByCount, cuDevResourceGenerateDesc, cuGreenCtx*,
+ *                            cuCtxFromGreenCtx: a driver older than CUDA 12.4).
  *
  * Blob markers: a blob containing STANDIN_JIT_ERROR fails to JIT (CUDA_ERROR_INVALID_PTX) with a
  * log; one containing STANDIN_EARLY_FAIL fails the same way before touching any JIT option; one
@@ -235,7 +238,12 @@ static CUresult status_string(CUresult error, const char **out, int want_name) {
     /* Virtual memory: reservations, physical allocations, mappings, sharing by descriptor */   \
     X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate) \
     X(cuMemRelease) X(cuMemGetAllocationPropertiesFromHandle) X(cuMemMap) X(cuMemUnmap)         \
-    X(cuMemSetAccess) X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle)
+    X(cuMemSetAccess) X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle)         \
+    /* Tensor maps (TMA descriptors) and green contexts */                                     \
+    X(cuTensorMapEncodeTiled) X(cuTensorMapEncodeIm2col) X(cuTensorMapReplaceAddress)          \
+    X(cuDeviceGetDevResource) X(cuDevSmResourceSplitByCount) X(cuDevResourceGenerateDesc)      \
+    X(cuGreenCtxCreate) X(cuGreenCtxDestroy) X(cuCtxFromGreenCtx) X(cuGreenCtxGetDevResource)  \
+    X(cuGreenCtxStreamCreate)
 
 /* Things that happen inside calls, counted for tests. */
 #define EVENTS(X)                                                                               \
@@ -565,6 +573,7 @@ static CUresult run_coop_sum(const struct launch *l) {
 static CUresult run_set_branch(const struct launch *l);
 static CUresult run_block_then_pointer(const struct launch *l);
 static CUresult run_largest(const struct launch *l);
+static CUresult run_tma_tiles(const struct launch *l);
 
 static const struct kernel kernels[] = {
     {"noop", 0, {0}, {0}, 0, run_noop, {0, 0, 0}},
@@ -589,6 +598,12 @@ static const struct kernel kernels[] = {
     {"set_branch", 2, {0, 8}, {8, 8}, 0, run_set_branch, {0, 0, 0}},
     {"block_then_pointer", 2, {0, 4400}, {4400, 8}, 0, run_block_then_pointer, {0, 0, 0}},
     {"largest", 2, {0, 32760}, {32760, 4}, 0, run_largest, {0, 0, 0}},
+    /* Tensor maps: tma_tiles as the sm_90 cubin lays it out (its 64-byte-aligned CUtensorMap at
+     * 48, where the parameters start at 0x210 of the constant bank), and a kernel of the same
+     * sizes whose 128-byte parameter is a plain struct (at 0: not 64-byte aligned there). Their
+     * 128-byte parameter does not fit a captured node's PARAM_BYTES: not for captures. */
+    {"tma_tiles", 5, {48, 176, 184, 188, 192}, {128, 8, 4, 4, 4}, 0, run_tma_tiles, {0, 0, 0}},
+    {"tma_misplaced", 5, {0, 128, 136, 140, 144}, {128, 8, 4, 4, 4}, 0, run_tma_tiles, {0, 0, 0}},
 };
 #define KERNEL_COUNT (sizeof kernels / sizeof kernels[0])
 
@@ -4719,3 +4734,235 @@ static CUresult run_largest(const struct launch *l) {
     param(l, 1, &i, 4);
     return bytes[(unsigned)i % sizeof bytes] != 0 ? LAUNCH_FAILED : SUCCESS;
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tensor maps (TMA descriptors) and green contexts                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A tensor map as the stand-in encodes it: the global address first, then the rank and the
+ * dimensions (the real descriptor is opaque). */
+static CUresult encode_tensor_map(void *map, unsigned rank, void *address,
+                                  const unsigned long long *dims, unsigned min_rank) {
+    if (map == NULL || (uintptr_t)map % 64 != 0 || rank < min_rank || rank > 5 || dims == NULL)
+        return INVALID_VALUE;
+    unsigned long long *words = map;
+    memset(words, 0, 128);
+    words[0] = (unsigned long long)(uintptr_t)address;
+    words[1] = rank;
+    for (unsigned i = 0; i < rank; i++) words[2 + i] = dims[i];
+    return SUCCESS;
+}
+
+CUresult cuTensorMapEncodeTiled(void *map, unsigned type, unsigned rank, void *address,
+                                const unsigned long long *dims, const unsigned long long *strides,
+                                const unsigned *box, const unsigned *element_strides,
+                                unsigned interleave, unsigned swizzle, unsigned l2, unsigned oob) {
+    ENTER(cuTensorMapEncodeTiled);
+    (void)type, (void)interleave, (void)swizzle, (void)l2, (void)oob;
+    if (box == NULL || element_strides == NULL || (rank > 1 && strides == NULL)) return INVALID_VALUE;
+    return encode_tensor_map(map, rank, address, dims, 1);
+}
+
+CUresult cuTensorMapEncodeIm2col(void *map, unsigned type, unsigned rank, void *address,
+                                 const unsigned long long *dims,
+                                 const unsigned long long *strides, const int *lower,
+                                 const int *upper, unsigned channels, unsigned pixels,
+                                 const unsigned *element_strides, unsigned interleave,
+                                 unsigned swizzle, unsigned l2, unsigned oob) {
+    ENTER(cuTensorMapEncodeIm2col);
+    (void)type, (void)channels, (void)pixels, (void)interleave, (void)swizzle, (void)l2, (void)oob;
+    if (strides == NULL || lower == NULL || upper == NULL || element_strides == NULL)
+        return INVALID_VALUE;
+    return encode_tensor_map(map, rank, address, dims, 3);
+}
+
+CUresult cuTensorMapReplaceAddress(void *map, void *address) {
+    ENTER(cuTensorMapReplaceAddress);
+    if (map == NULL || (uintptr_t)map % 64 != 0) return INVALID_VALUE;
+    ((unsigned long long *)map)[0] = (unsigned long long)(uintptr_t)address;
+    return SUCCESS;
+}
+
+/* tma_tiles(map, out, ...): out[0] = the first element of the tensor its map describes, read
+ * through the address in the 128 bytes the launch passed by value. */
+static CUresult run_tma_tiles(const struct launch *l) {
+    unsigned long long map[16];
+    float *out;
+    param(l, 0, map, sizeof map);
+    param(l, 1, &out, 8);
+    const float *first = (const float *)(uintptr_t)map[0];
+    if (!device_range_ok(l->ctx, first, 4) || !device_range_ok(l->ctx, out, 4))
+        return ILLEGAL_ADDRESS;
+    out[0] = *first;
+    return SUCCESS;
+}
+
+#ifndef STANDIN_NO_GREEN_CONTEXTS
+/* CUdevResource as cuda.h lays it out. The stand-in keeps its own tag, the device and whether
+ * the resource is a group of a split in the driver's internal padding. */
+struct dev_resource {
+    unsigned type; /* 1: SM */
+    unsigned tag;
+    int device;
+    int of_split;
+    unsigned char padding[92 - 12];
+    unsigned sm_count;
+    unsigned char oversize[44];
+};
+_Static_assert(sizeof(struct dev_resource) == 144, "CUdevResource is 144 bytes");
+#define RESOURCE_TAG 0x5EC0DE5u
+#define GREEN_CONTEXTS 64
+
+struct green {
+    int device;
+    unsigned sms;
+    int live;
+    struct object *ctx; /* what cuCtxFromGreenCtx hands out */
+};
+static struct green greens[GREEN_CONTEXTS];
+static int green_count;
+
+static struct green *as_green(void *handle) {
+    struct green *g = handle;
+    if (g < greens || g >= greens + green_count || !g->live) return NULL;
+    return g;
+}
+
+static void fill_resource(struct dev_resource *r, int device, unsigned sms, int of_split) {
+    memset(r, 0, sizeof *r);
+    r->type = 1;
+    r->tag = RESOURCE_TAG;
+    r->device = device;
+    r->of_split = of_split;
+    r->sm_count = sms;
+}
+
+CUresult cuDeviceGetDevResource(int device, struct dev_resource *resource, unsigned type) {
+    ENTER(cuDeviceGetDevResource);
+    if (resource == NULL || type != 1) return INVALID_VALUE;
+    if (device < 0 || device >= STANDIN_DEVICES) return INVALID_DEVICE;
+    fill_resource(resource, device, STANDIN_SMS, 0);
+    return SUCCESS;
+}
+
+/* Groups of minCount rounded up to a multiple of 8 (compute capability 9.0's granularity), as
+ * many as asked and fit; a group of a split is refused, as the driver refuses it. */
+CUresult cuDevSmResourceSplitByCount(struct dev_resource *result, unsigned *groups,
+                                     const struct dev_resource *input,
+                                     struct dev_resource *remaining, unsigned flags,
+                                     unsigned min_count) {
+    ENTER(cuDevSmResourceSplitByCount);
+    if (groups == NULL || input == NULL || input->tag != RESOURCE_TAG || input->type != 1 ||
+        flags != 0 || min_count > input->sm_count)
+        return INVALID_VALUE;
+    if (input->of_split) return 915; /* CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION */
+    unsigned size = min_count < 8 ? 8 : (min_count + 7) / 8 * 8;
+    unsigned fit = input->sm_count / size;
+    if (result == NULL) {
+        *groups = fit;
+        return SUCCESS;
+    }
+    unsigned made = *groups < fit ? *groups : fit;
+    for (unsigned i = 0; i < made; i++) fill_resource(&result[i], input->device, size, 1);
+    if (remaining != NULL)
+        fill_resource(remaining, input->device, input->sm_count - made * size, 1);
+    *groups = made;
+    return SUCCESS;
+}
+
+struct resource_desc {
+    int device;
+    unsigned sms;
+};
+
+CUresult cuDevResourceGenerateDesc(struct resource_desc **desc, struct dev_resource *resources,
+                                   unsigned count) {
+    ENTER(cuDevResourceGenerateDesc);
+    if (desc == NULL || resources == NULL || count == 0) return INVALID_VALUE;
+    unsigned sms = 0;
+    for (unsigned i = 0; i < count; i++) {
+        if (resources[i].tag != RESOURCE_TAG || resources[i].device != resources[0].device)
+            return INVALID_VALUE;
+        sms += resources[i].sm_count;
+    }
+    /* Never freed: the driver has no call to destroy a descriptor either. */
+    struct resource_desc *d = malloc(sizeof *d);
+    if (d == NULL) return OUT_OF_MEMORY;
+    *d = (struct resource_desc){resources[0].device, sms};
+    *desc = d;
+    return SUCCESS;
+}
+
+CUresult cuGreenCtxCreate(struct green **out, struct resource_desc *desc, int device,
+                          unsigned flags) {
+    ENTER(cuGreenCtxCreate);
+    if (out == NULL || desc == NULL || flags != 1 || desc->device != device) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    CUresult status = green_count == GREEN_CONTEXTS ? OUT_OF_MEMORY : SUCCESS;
+    struct object *ctx = status == SUCCESS ? new_object(K_CONTEXT) : NULL;
+    if (status == SUCCESS && ctx == NULL) status = OUT_OF_MEMORY;
+    if (status == SUCCESS) {
+        ctx->u.ctx.device = device;
+        struct green *g = &greens[green_count++];
+        *g = (struct green){device, desc->sms, 1, ctx};
+        *out = g;
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+CUresult cuGreenCtxDestroy(void *handle) {
+    ENTER(cuGreenCtxDestroy);
+    pthread_mutex_lock(&lock);
+    struct green *g = as_green(handle);
+    if (g != NULL) {
+        g->live = 0;
+        g->ctx->dead = 1;
+    } else {
+        note(E_stale_handle);
+    }
+    pthread_mutex_unlock(&lock);
+    return g != NULL ? SUCCESS : INVALID_HANDLE;
+}
+
+CUresult cuCtxFromGreenCtx(void **context, void *handle) {
+    ENTER(cuCtxFromGreenCtx);
+    if (context == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct green *g = as_green(handle);
+    if (g != NULL) *context = g->ctx;
+    pthread_mutex_unlock(&lock);
+    return g != NULL ? SUCCESS : INVALID_HANDLE;
+}
+
+CUresult cuGreenCtxGetDevResource(void *handle, struct dev_resource *resource, unsigned type) {
+    ENTER(cuGreenCtxGetDevResource);
+    if (resource == NULL || type != 1) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct green *g = as_green(handle);
+    if (g != NULL) fill_resource(resource, g->device, g->sms, 0);
+    pthread_mutex_unlock(&lock);
+    return g != NULL ? SUCCESS : INVALID_HANDLE;
+}
+
+/* A stream of the green context is a stream of its device's primary context, as the driver's
+ * cuStreamGetCtx_v2 answers for one: functions of that context launch there. */
+CUresult cuGreenCtxStreamCreate(void **stream, void *handle, unsigned flags, int priority) {
+    ENTER(cuGreenCtxStreamCreate);
+    if (stream == NULL || flags != 1) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct green *g = as_green(handle);
+    CUresult status = g != NULL ? SUCCESS : INVALID_HANDLE;
+    struct object *ctx = g != NULL ? primary[g->device] : NULL;
+    if (status == SUCCESS) status = usable(ctx);
+    struct object *s = status == SUCCESS ? new_object(K_STREAM) : NULL;
+    if (status == SUCCESS && s == NULL) status = OUT_OF_MEMORY;
+    if (status == SUCCESS) {
+        s->u.stream.ctx = ctx;
+        s->u.stream.priority = priority;
+        *stream = s;
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+#endif

@@ -1,0 +1,138 @@
+//! A launch with a TMA descriptor through Atlas against the same raw `cuLaunchKernel`, pair by
+//! pair (`tma_paired/tile/{raw,atlas}`): one side is a batch of [`BATCH`] raw launches of the
+//! `hopper` model's `tma_tiles` (one block loading one 16 × 32 box) with the descriptor's 128
+//! bytes as the first parameter, the other the same batch through `Kernel::launch` with `&map`
+//! (the size, the parameter's place in the constant bank and the memory's context checked at each
+//! launch). `raw` against itself is what the method reads when there is no difference.
+//!
+//! Tensor maps need compute capability 9.0; on an older device this bench prints why it does not
+//! run.
+
+use std::ffi::c_void;
+use std::time::Duration;
+
+use atlas_registry::{
+    AtlasRegistry, CudaStream, DeviceBuffer, DeviceMemory, LaunchConfig, TensorDataType, TensorMap,
+    TiledTensor,
+};
+use criterion::BenchmarkId;
+
+use crate::{BATCH, Env, PairedCriterion, check, ok, paired, sym};
+
+/// The box one launch loads: rows, then floats of a row.
+const BOX: (u32, u32) = (16, 32);
+
+/// `tma_paired/tile/{raw,atlas}`.
+pub(crate) fn tma(c: &mut PairedCriterion, env: &Env) {
+    let host = env.registry.host();
+    if host.compute_capability().0 != 9 {
+        let (major, minor) = host.compute_capability();
+        println!(
+            "tma_paired: not run: tma_tiles loads through TMA in its sm_90 cubin, device 0 is {major}.{minor}"
+        );
+        return;
+    }
+    let blobs = atlas_kernels::cubin_for_model("hopper", 90).expect("hopper has sm_90 cubins");
+    let registry = ok(AtlasRegistry::load(0, blobs), "loading the hopper model");
+    let ctx = registry.ctx();
+    let stream = ok(CudaStream::new(ctx), "creating a stream");
+    let x = ok(
+        DeviceBuffer::from_slice(ctx, &stream, &[1.0f32; 64 * 64]),
+        "uploading the tensor",
+    );
+    let map = ok(
+        TensorMap::tiled(
+            x.as_slice(),
+            &TiledTensor::new(TensorDataType::F32, &[64, 64], &[256], &[BOX.1, BOX.0]),
+        ),
+        "encoding the tensor map",
+    );
+    let mut out = ok(
+        DeviceBuffer::<f32>::zeroed(ctx, &stream, (1 + BOX.0 * BOX.1) as usize),
+        "allocating the tile",
+    );
+    let kernel = ok(
+        registry.function_cached("tma", "tma_tiles"),
+        "tma::tma_tiles",
+    );
+    let cfg = LaunchConfig {
+        grid: (1, 1, 1),
+        block: (128, 1, 1),
+        shared_mem_bytes: BOX.0 * BOX.1 * 4 + 1024,
+    };
+    let launch = sym!(env.cuda, cuLaunchKernel);
+    let synchronize = sym!(env.cuda, cuStreamSynchronize);
+    let raw_stream = stream.raw();
+    let sync = || {
+        // SAFETY: the stream is live for this whole function.
+        check(unsafe { synchronize(raw_stream) }, "cuStreamSynchronize")
+    };
+    let args = (out.device_ptr(), BOX.0, BOX.1, 0u32);
+    let mut params: [*mut c_void; 5] = [
+        (map.raw() as *const atlas_sys::CUtensorMap)
+            .cast_mut()
+            .cast(),
+        (&raw const args.0).cast_mut().cast(),
+        (&raw const args.1).cast_mut().cast(),
+        (&raw const args.2).cast_mut().cast(),
+        (&raw const args.3).cast_mut().cast(),
+    ];
+    let func = kernel.raw().raw();
+    let mut raw = || {
+        // SAFETY: the function is live (its registry is), the stream is its context's, the
+        // parameters point at the descriptor and `args`, whose memory stays allocated (the bench
+        // synchronizes before `x` and `out` drop).
+        let status = unsafe {
+            launch(
+                func,
+                1,
+                1,
+                1,
+                128,
+                1,
+                1,
+                cfg.shared_mem_bytes,
+                raw_stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        check(status, "cuLaunchKernel");
+    };
+    let mut atlas = || {
+        // SAFETY: as for the raw side: tma_tiles loads one box of the tensor `map` describes and
+        // writes one sum and one box to `out`, which holds that.
+        let launched =
+            unsafe { kernel.launch(&stream, &cfg, (&map, &mut out, BOX.0, BOX.1, 0u32)) };
+        ok(launched, "launching tma_tiles");
+    };
+    // The Atlas side's first launch reads the kernel's facts: not in a timed batch.
+    atlas();
+    let batch = |launch: &mut dyn FnMut()| -> Duration {
+        sync();
+        paired::timed(|| {
+            for _ in 0..BATCH {
+                launch();
+            }
+        })
+    };
+    let mut group = c.benchmark_group("tma_paired");
+    group.sampling_mode(paired::SAMPLING);
+    let mut atlas_first = false;
+    let variants = [
+        ("raw", None),
+        ("atlas", Some(&mut atlas as &mut dyn FnMut())),
+    ];
+    for (variant, mut other) in variants {
+        group.bench_function(BenchmarkId::new("tile", variant), |b| {
+            b.iter_custom(|iters| {
+                paired::pairs(iters, &mut atlas_first, |other_side| match &mut other {
+                    Some(other) if other_side => batch(&mut **other),
+                    _ => batch(&mut raw),
+                })
+            })
+        });
+    }
+    group.finish();
+    sync();
+}
