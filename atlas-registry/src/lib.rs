@@ -346,12 +346,12 @@ pub use launch::attributes::{LaunchAttributes, MemSyncDomain, PORTABLE_CLUSTER_B
 pub use launch::config::LaunchConfig;
 pub use launch::held::GraphHolds;
 pub use launch::kernel::{FunctionAttributes, Kernel};
+pub use launch::large_params::{CLASSIC_PARAM_BYTES, MAX_PARAM_BYTES};
+pub use launch::tensor_map::{Im2colTensor, TensorMap, TensorOptions, TiledTensor};
 pub use memory::batch::{
     BatchBuilder, CopyBatch, DeviceDestination, DeviceSource, HostDestination, HostSource,
     PageLocked,
 };
-pub use launch::large_params::{CLASSIC_PARAM_BYTES, MAX_PARAM_BYTES};
-pub use launch::tensor_map::{Im2colTensor, TensorMap, TensorOptions, TiledTensor};
 pub use memory::buffer::{DeviceBuffer, DeviceCopy};
 pub use memory::copy::{copy_to_device_async, copy_to_host_async};
 pub use memory::device_memory::{DeviceMemory, DeviceMemoryMut};

@@ -80,8 +80,8 @@ mod pools;
 mod replaced;
 mod roundtrip;
 mod stream_memory;
-mod virtual_memory;
 mod tma;
+mod virtual_memory;
 
 use std::ffi::CStr;
 use std::ptr::null_mut;

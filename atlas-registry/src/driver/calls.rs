@@ -44,8 +44,8 @@ mod info;
 mod ipc;
 mod peer;
 mod pool;
-mod virtual_memory;
 mod tensor_map;
+mod virtual_memory;
 
 pub(crate) use batch::*;
 pub(crate) use copy::*;
@@ -57,11 +57,11 @@ pub(crate) use info::*;
 pub(crate) use ipc::*;
 pub(crate) use peer::*;
 pub(crate) use pool::*;
-pub(crate) use virtual_memory::*;
 pub(crate) use tensor_map::*;
 pub use tensor_map::{
     TensorDataType, TensorInterleave, TensorL2Promotion, TensorOobFill, TensorSwizzle,
 };
+pub(crate) use virtual_memory::*;
 
 // Devices and contexts.
 

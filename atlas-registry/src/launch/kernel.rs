@@ -254,13 +254,15 @@ impl Kernel {
     #[cold]
     fn args_refused(&self, layout: &ParamSizes, given: &[usize]) -> AtlasError {
         match layout {
-            Ok(expected) => self.refused(match large_params::kernel_limit(&expected.sizes, given) {
-                Some(refusal) => refusal.into(),
-                None => LaunchRefusal::Arguments {
-                    expected: expected.sizes.clone(),
-                    given: given.into(),
-                },
-            }),
+            Ok(expected) => {
+                self.refused(match large_params::kernel_limit(&expected.sizes, given) {
+                    Some(refusal) => refusal.into(),
+                    None => LaunchRefusal::Arguments {
+                        expected: expected.sizes.clone(),
+                        given: given.into(),
+                    },
+                })
+            }
             Err(reason) => AtlasError::ParamsUnknown {
                 function: self.name.clone(),
                 reason: reason.clone(),
