@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use atlas_sys::{CUcontext, CUdeviceptr, CUstream};
 
-use crate::device::capture::{self, Free, Hold, How};
+use crate::device::capture::{self, Free, Hold, How, Release};
 use crate::device::context::CudaContext;
 use crate::device::host::ordinal_of;
 use crate::device::stream::CudaStream;
@@ -144,7 +144,11 @@ impl SharedMemory {
         if ptr == 0 {
             return Ok(());
         }
-        capture::free(Free::new(self.context, ptr, How::AfterDevice))
+        capture::free(Free::new(
+            self.context,
+            ptr,
+            How::AfterDevice(Release::Free),
+        ))
     }
 }
 
@@ -337,7 +341,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             return Ok(());
         }
         let how = match &self.origin {
-            Origin::Alloc if *self.enqueued.get_mut() => How::AfterDevice,
+            Origin::Alloc if *self.enqueued.get_mut() => How::AfterDevice(Release::Free),
             Origin::Alloc => How::Plain,
             Origin::Stream {
                 stream,

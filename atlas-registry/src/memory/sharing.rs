@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use atlas_sys::{CUcontext, CUdeviceptr, CUmemoryPool};
 
-use crate::device::capture::{self, Free, How};
+use crate::device::capture::{self, Free, How, Release};
 use crate::device::context::{CudaContext, ensure_bound, ordinal_of};
 use crate::device::host::host;
 use crate::device::info::DeviceUuid;
@@ -249,7 +249,7 @@ impl IpcMemHandle {
         let keeper = Import {
             context: context.raw(),
             ptr,
-            how: How::CloseAfterDevice,
+            how: How::AfterDevice(Release::IpcClose),
             pool: None,
         };
         // Duty 1: the memory holds `self.bytes`, which `len` elements fit in (checked above);
@@ -498,7 +498,7 @@ impl ImportedPool {
         let keeper = Import {
             context: pool.context,
             ptr,
-            how: How::AfterDevice,
+            how: How::AfterDevice(Release::Free),
             pool: Some(Arc::clone(pool)),
         };
         // Duty 1: the allocation holds `pointer.bytes`, which `len` elements fit in (checked
@@ -537,8 +537,8 @@ impl std::fmt::Debug for ImportedPool {
 struct Import {
     context: CUcontext,
     ptr: CUdeviceptr,
-    /// [`How::AfterDevice`] (`cuMemFree` of a pool's import) or [`How::CloseAfterDevice`]
-    /// (`cuIpcCloseMemHandle`).
+    /// [`How::AfterDevice`]: `cuMemFree` of a pool's import ([`Release::Free`]) or
+    /// `cuIpcCloseMemHandle` ([`Release::IpcClose`]).
     how: How,
     pool: Option<Arc<PoolImport>>,
 }

@@ -93,19 +93,24 @@ pub(crate) enum How {
     /// `cuMemFreeAsync` of an allocation made while its stream (as an address) was being
     /// captured, at once: in that capture, it is the graph's free node.
     InCapture(usize),
-    /// `cuCtxSynchronize`, then `cuMemFree` (and the payload dropped): memory graphs used, whose
-    /// replays may still run; memory imported from another process's pool (the free releases
-    /// the import only).
-    AfterDevice,
-    /// `cuCtxSynchronize`, then `cuIpcCloseMemHandle` (and the payload dropped): memory another
-    /// process shared through a legacy IPC handle, which the device's work may still use.
-    CloseAfterDevice,
+    /// `cuCtxSynchronize`, then the release (and the payload dropped): memory that kernels,
+    /// copies or graph replays of the context may still use.
+    AfterDevice(Release),
     /// The release of page-locked host memory: from a capturing thread, the driver refuses it
     /// and invalidates the thread's captures, as it does `cuMemFree`.
     Host,
-    /// `cuCtxSynchronize`, then `cuMemUnmap` of this many bytes (and the payload dropped): a
-    /// mapping of virtual memory, which the unmap does not order with any stream, so work that
-    /// may still use the range runs first.
+}
+
+/// What a [`How::AfterDevice`] free releases once the context is synchronized.
+#[derive(Clone, Copy)]
+pub(crate) enum Release {
+    /// `cuMemFree` (nothing for address 0, a payload alone): memory graphs used; memory imported
+    /// from another process's pool (the free releases the import only).
+    Free,
+    /// `cuIpcCloseMemHandle`: memory another process shared through a legacy IPC handle.
+    IpcClose,
+    /// `cuMemUnmap` of this many bytes: a mapping of virtual memory, which the unmap does not
+    /// order with any stream.
     Unmap(usize),
 }
 
@@ -142,7 +147,7 @@ impl Free {
         Self {
             context: context as usize,
             ptr: 0,
-            how: How::AfterDevice,
+            how: How::AfterDevice(Release::Free),
             payload: Some(payload),
             host: None,
         }
@@ -167,7 +172,7 @@ impl Free {
         Self {
             context: context as usize,
             ptr,
-            how: How::Unmap(bytes),
+            how: How::AfterDevice(Release::Unmap(bytes)),
             payload: Some(payload),
             host: None,
         }
@@ -177,9 +182,7 @@ impl Free {
     fn conflict(&self) -> Conflict {
         match self.how {
             How::Plain | How::Host => Conflict::ThisThread,
-            How::AfterDevice | How::CloseAfterDevice | How::Unmap(_) => {
-                Conflict::Context(self.context)
-            }
+            How::AfterDevice(_) => Conflict::Context(self.context),
             How::OnStream(stream) => Conflict::Stream(StreamKey(stream)),
             How::InCapture(_) => Conflict::Nothing,
         }
@@ -199,31 +202,23 @@ impl Free {
                 // point (`alloc_async`'s duties); freed once, as above.
                 unsafe { calls::mem_free_async(self.ptr, stream as CUstream) }?
             }
-            How::AfterDevice => {
+            How::AfterDevice(release) => {
                 calls::context_synchronize()?;
-                if self.ptr != 0 {
-                    // SAFETY: an allocation of this context freed once, as above; every kernel
-                    // and replay that used it has finished (the context was synchronized now).
-                    unsafe { calls::mem_free(self.ptr) }?
+                // Every kernel, copy and replay of this context that used the memory has
+                // finished: the context, current, was synchronized now.
+                match release {
+                    Release::Free if self.ptr == 0 => {}
+                    // SAFETY: an allocation of this context, freed once, as above.
+                    Release::Free => unsafe { calls::mem_free(self.ptr) }?,
+                    // SAFETY: memory this context opened from an IPC handle, closed once (its
+                    // keeper hands it over once, when it goes).
+                    Release::IpcClose => unsafe { calls::ipc_close_mem_handle(self.ptr) }?,
+                    // SAFETY: the range of one live mapping, unmapped once (its mapping handed it
+                    // over when it went).
+                    Release::Unmap(bytes) => unsafe { calls::mem_unmap(self.ptr, bytes) }?,
                 }
-                // No replay uses it any more (the context was synchronized).
-                drop(self.payload.take());
-            }
-            How::CloseAfterDevice => {
-                calls::context_synchronize()?;
-                // SAFETY: memory this context opened from an IPC handle, closed once (its keeper
-                // hands it over once, when it goes); the context is current, and every kernel
-                // and replay that used it has finished (the context was synchronized now).
-                unsafe { calls::ipc_close_mem_handle(self.ptr) }?;
-                drop(self.payload.take());
-            }
-            How::Unmap(bytes) => {
-                calls::context_synchronize()?;
-                // SAFETY: the range of one live mapping, unmapped once (its mapping handed it over
-                // when it went); every kernel, copy and replay of this context that used it has
-                // finished (the context was synchronized now), as for `AfterDevice`.
-                unsafe { calls::mem_unmap(self.ptr, bytes) }?;
-                // The mapping's reservation and physical memory, released after the unmap.
+                // What the memory needed until now (a mapping's reservation and physical memory,
+                // an imported pool, host data of graph replays), released after it.
                 drop(self.payload.take());
             }
             How::Host => {
@@ -237,8 +232,8 @@ impl Free {
 }
 
 /// Notes that the calling thread is about to begin capturing `stream` with `begin_capture`:
-/// recorded before the driver begins.
-/// Waits while a free synchronizes the stream's context, which would invalidate the capture.
+/// recorded before the driver begins. Waits while a free synchronizes the stream's context,
+/// which would invalidate the capture.
 pub(crate) fn began(stream: CUstream, context: CUcontext) {
     captures().began(stream.into(), context.addr(), None);
 }
