@@ -30,6 +30,7 @@ child::bodies!(
     memory_of_another_device_is_refused,
     a_driver_without_batched_copies_is_a_typed_error,
     the_drivers_failures_name_the_block,
+    a_failed_batch_returns_host_memory_only_once_the_stream_is_idle,
     gpu_scattered_blocks_round_trip_exactly,
     gpu_unaligned_blocks_reach_the_ends_of_their_buffers,
     gpu_the_driver_refuses_what_atlas_refuses_first,
@@ -553,6 +554,51 @@ fn the_drivers_failures_name_the_block() {
 #[test]
 fn the_drivers_failures_name_the_block_of_the_batch() {
     standin::run(the_drivers_failures_name_the_block, &[]);
+}
+
+/// The driver does not say whether the copies before the one it names in `failIdx` were
+/// enqueued: a failed batch that borrowed ordinary host memory or page-locked memory waits for
+/// its stream before it returns, so the memory is never handed back while a copy may still use it.
+fn a_failed_batch_returns_host_memory_only_once_the_stream_is_idle() {
+    let p = probe();
+    let registry = demo(0);
+    let ctx = registry.ctx();
+    let stream = CudaStream::new(ctx).unwrap();
+    let src = DeviceBuffer::from_slice(ctx, &stream, &[5u8; 32]).unwrap();
+    let mut batch = CopyBatch::new();
+    let mut slice = vec![0u8; 32];
+    let mut pinned = PinnedBuffer::<u8>::alloc(ctx, 32, PinnedFlags::new()).unwrap();
+    for pinned_side in [false, true] {
+        p.fail_batch_at(1, 1);
+        let syncs = p.count("cuStreamSynchronize");
+        let mut copies = batch.begin(&stream).unwrap();
+        let from = copies.read_device(src.as_slice()).unwrap();
+        let to = if pinned_side {
+            copies.write_host(&mut pinned).unwrap()
+        } else {
+            copies.write_slice(&mut slice)
+        };
+        copies.device_to_host(from, 0, to, 0, 16).unwrap();
+        copies.device_to_host(from, 16, to, 16, 16).unwrap();
+        let e = copies.enqueue().unwrap_err();
+        assert!(
+            matches!(e, AtlasError::BatchBlockFailed { block: 1, .. }),
+            "{e:?}"
+        );
+        assert_eq!(
+            p.count("cuStreamSynchronize"),
+            syncs + 1,
+            "pinned destination: {pinned_side}"
+        );
+    }
+}
+
+#[test]
+fn a_failed_batch_waits_for_its_stream_before_it_returns() {
+    standin::run(
+        a_failed_batch_returns_host_memory_only_once_the_stream_is_idle,
+        &[],
+    );
 }
 
 /// 4,096 blocks of 16 KiB of fresh random data: scattered from page-locked memory into shuffled

@@ -565,6 +565,13 @@ impl<'b> BatchBuilder<'b> {
             )
         };
         if let Err(failure) = enqueued {
+            // The driver does not say whether the copies before a failed one were enqueued:
+            // host memory this builder borrows (slices, and page-locked memory, whose fence is
+            // not recorded for a failed batch) goes back to its owner only once none can run.
+            // The batch's own failure is the error to report, whatever the wait says.
+            if waits || !batch.fenced.is_empty() {
+                let _ = stream.synchronize_unchecked();
+            }
             return Err(batch.failure(failure, blocks));
         }
         // Every page-locked memory is followed, whatever fails: one not followed would let the
