@@ -92,7 +92,7 @@ pub enum LaunchRefusal {
     Limit(#[from] LimitError),
     /// The typed arguments do not match the kernel's parameters.
     #[error(
-        "the kernel takes {} parameter(s) of sizes {expected:?} bytes; the launch gives {} of sizes {given:?}",
+        "{first}; the kernel takes {} parameter(s) of sizes {expected:?} bytes, the launch gives {} of sizes {given:?}",
         expected.len(),
         given.len()
     )]
@@ -101,6 +101,9 @@ pub enum LaunchRefusal {
         expected: Box<[usize]>,
         /// The sizes of the arguments given.
         given: Box<[usize]>,
+        /// The first position where they disagree, with what the kernel declares there and
+        /// what would fit.
+        first: Box<ArgumentMismatch>,
     },
     /// A raw launch gives another number of parameter pointers than the kernel has parameters.
     #[error("the kernel takes {expected} parameter(s); the raw launch gives {given} pointer(s)")]
@@ -137,6 +140,144 @@ pub enum LaunchRefusal {
     /// driver, the device or the kernel cannot take, or past the 32,764 bytes none takes.
     #[error(transparent)]
     LargeParams(#[from] LargeParamsRefusal),
+}
+
+/// The first argument of a typed launch that does not fit the kernel's parameter at its place
+/// ([`LaunchRefusal::Arguments`]): the two sizes, the argument's Rust type, what the kernel's PTX
+/// declares there (where its code is PTX), and from these, what would fit.
+///
+/// ```
+/// # use atlas_registry::{AtlasError, LaunchRefusal};
+/// # fn f(e: AtlasError) {
+/// if let AtlasError::InvalidLaunch { reason: LaunchRefusal::Arguments { first, .. }, .. } = &e {
+///     // argument 2 is 8 byte(s) (`usize`), but parameter 2 (`n`, `.u32` in the PTX) takes 4:
+///     // pass a `u32`
+///     println!("{first}");
+///     let fits: String = first.fitting(); // a `u32`
+/// #   let _ = fits;
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ArgumentMismatch {
+    /// The position, from 0.
+    pub index: usize,
+    /// The parameter's size in bytes; `None` when the kernel has no parameter there.
+    pub expected: Option<usize>,
+    /// The argument's size in bytes; `None` when the launch gives no argument there.
+    pub given: Option<usize>,
+    /// The argument's Rust type as [`std::any::type_name`] writes it; `None` with `given`.
+    pub given_type: Option<&'static str>,
+    /// The parameter as the kernel's PTX declares it: `None` when the kernel has no parameter
+    /// there or its code is not PTX (a cubin says where parameters lie, not what they are).
+    pub declared: Option<crate::PtxParam>,
+}
+
+impl ArgumentMismatch {
+    /// What would fit the parameter, in words: "a `u32`", "an `f32`", "a `u64`, or a buffer
+    /// (`&buf`, `&mut buf`)", "a `#[repr(C)]` value of 24 bytes"; the PTX type decides where the
+    /// kernel's code is PTX, the size alone otherwise. Empty when the kernel has no parameter
+    /// here.
+    pub fn fitting(&self) -> String {
+        let Some(size) = self.expected else {
+            return String::new();
+        };
+        let declared = self
+            .declared
+            .as_ref()
+            .map(|d| (d.ty(), d.elements(), d.is_pointer()));
+        let scalar = match declared {
+            Some((ty, 1, pointer)) => match ty {
+                ".u8" => "a `u8`",
+                ".s8" => "an `i8`",
+                ".u16" => "a `u16`",
+                ".s16" => "an `i16`",
+                ".f16" | ".bf16" => "a half-precision float (its bits as a `u16`)",
+                ".u32" => "a `u32`",
+                ".s32" => "an `i32`",
+                ".f32" => "an `f32`",
+                ".f16x2" | ".bf16x2" => "two half-precision floats (their bits as a `u32`)",
+                ".u64" | ".b64" if pointer => "a buffer (`&buf`, `&mut buf`) or a view",
+                ".u64" => "a `u64`, or a buffer (`&buf`, `&mut buf`) or a view",
+                ".s64" => "an `i64`",
+                ".f64" => "an `f64`",
+                _ => "",
+            },
+            _ => "",
+        };
+        if !scalar.is_empty() {
+            return scalar.to_owned();
+        }
+        match (declared, size) {
+            (Some((".b8", n, _)), _) if n > 1 => {
+                format!("a `#[repr(C)]` value of {n} bytes (a struct, or `[u8; {n}]`)")
+            }
+            (Some((ty, n, _)), _) if n > 1 => {
+                format!("`[T; {n}]` of `{ty}` elements ({size} bytes)")
+            }
+            (_, 1) => "a `u8` or `i8`".to_owned(),
+            (_, 2) => "a `u16` or `i16`".to_owned(),
+            (_, 4) => "a `u32`, `i32` or `f32`".to_owned(),
+            (_, 8) => {
+                "a `u64`, `i64` or `f64`, or a buffer (`&buf`, `&mut buf`) or a view".to_owned()
+            }
+            (_, n) => format!("a `#[repr(C)]` value of {n} bytes"),
+        }
+    }
+}
+
+impl fmt::Display for ArgumentMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let index = self.index;
+        let declared = self.declared.as_ref().map(|d| match d.name() {
+            Some(name) => format!("`{name}`, `{d}` in the PTX"),
+            None => format!("`{d}` in the PTX"),
+        });
+        let given_type = self.given_type.map(short_type_name).unwrap_or_default();
+        let fitting = self.fitting();
+        match (self.expected, self.given) {
+            (Some(expected), Some(given)) => {
+                write!(
+                    f,
+                    "argument {index} is {given} byte(s) (`{given_type}`), but parameter {index}"
+                )?;
+                if let Some(declared) = declared {
+                    write!(f, " ({declared})")?;
+                }
+                write!(f, " takes {expected}: pass {fitting}")
+            }
+            (Some(expected), None) => {
+                let declared = declared.map(|d| d + ", ").unwrap_or_default();
+                write!(
+                    f,
+                    "parameter {index} ({declared}{expected} byte(s)) has no argument: pass {fitting}"
+                )
+            }
+            (None, Some(given)) => write!(
+                f,
+                "argument {index} (`{given_type}`, {given} byte(s)) has no parameter"
+            ),
+            (None, None) => write!(f, "argument {index} agrees with its parameter"),
+        }
+    }
+}
+
+/// A type's name without the paths of the names in it: `&DeviceBuffer<f32>` for
+/// `&atlas_registry::memory::buffer::DeviceBuffer<f32>`.
+fn short_type_name(full: &str) -> String {
+    let mut short = String::with_capacity(full.len());
+    let mut rest = full;
+    while let Some(at) = rest.find("::") {
+        short.push_str(&rest[..at]);
+        let kept = short
+            .trim_end_matches(|c: char| c.is_alphanumeric() || c == '_')
+            .len();
+        short.truncate(kept);
+        rest = &rest[at + 2..];
+    }
+    short.push_str(rest);
+    short
 }
 
 /// Why a launch whose arguments take more than
@@ -1072,14 +1213,18 @@ pub enum AtlasError {
         element_size: usize,
     },
     /// A module, function or symbol name that does not exist.
-    #[error("{kind} `{name}` not found{}", on(.detail))]
+    #[error("{kind} `{name}` not found{}{}", on(.detail), listed(*.kind, .closest))]
     NotFound {
         /// What kind of name.
         kind: NotFoundKind,
         /// The name, as `module` or `module::name`.
         name: String,
-        /// What was searched (the registry's modules), or empty.
+        /// Why, where it is not simply absent (a name with a NUL byte), or empty.
         detail: String,
+        /// The names of that kind that exist there (the registry's modules, the module's kernels
+        /// or `__device__` variables), the closest to `name` first, at most 10; empty where none
+        /// exist or Atlas cannot list them.
+        closest: Box<[String]>,
     },
     /// A device ordinal out of range.
     #[error("CUDA device {ordinal} does not exist: this machine has {count} device(s)")]
@@ -1600,6 +1745,29 @@ pub enum CompileRefusal {
         /// The driver's CUDA version.
         driver: (u32, u32),
     },
+}
+
+/// The names a [`AtlasError::NotFound`] lists, as its message ends: `; the module has `a`,
+/// `b` (closest first)`.
+fn listed(kind: NotFoundKind, closest: &[String]) -> String {
+    if closest.is_empty() {
+        return String::new();
+    }
+    let whose = match kind {
+        NotFoundKind::Module => "the registry has",
+        NotFoundKind::Function => "the module has the kernels",
+        NotFoundKind::Symbol => "the module has the variables",
+    };
+    let names: Vec<String> = closest
+        .iter()
+        .map(|n| format!("`{}`", n.escape_debug()))
+        .collect();
+    let order = if closest.len() > 1 {
+        " (closest first)"
+    } else {
+        ""
+    };
+    format!("; {whose} {}{order}", names.join(", "))
 }
 
 fn on(subject: &str) -> String {
@@ -2168,12 +2336,96 @@ mod tests {
             reason: LaunchRefusal::Arguments {
                 expected: vec![8, 4].into(),
                 given: vec![8].into(),
+                first: Box::new(ArgumentMismatch {
+                    index: 1,
+                    expected: Some(4),
+                    given: None,
+                    given_type: None,
+                    declared: None,
+                }),
             },
         };
         assert_eq!(
             e.to_string(),
-            "cannot launch `m::k`: the kernel takes 2 parameter(s) of sizes [8, 4] bytes; the \
-             launch gives 1 of sizes [8]"
+            "cannot launch `m::k`: parameter 1 (4 byte(s)) has no argument: pass a `u32`, `i32` \
+             or `f32`; the kernel takes 2 parameter(s) of sizes [8, 4] bytes, the launch gives 1 \
+             of sizes [8]"
         );
+    }
+
+    /// `scal(float* x, float a, unsigned n)` as a PTX text declares it, with names of its own
+    /// for the last two.
+    fn scal_declared() -> Vec<crate::PtxParam> {
+        let ptx = b".version 8.0\n.target sm_80\n.address_size 64\n\
+            .visible .entry _Z4scalPffj(.param .u64 _Z4scalPffj_param_0, .param .f32 a, \
+            .param .u32 n, .param .align 8 .b8 extra[24])\n{ ret; }\n";
+        let mut kernels = crate::ptx_kernel_layouts(ptx).unwrap();
+        kernels.pop().unwrap().declared
+    }
+
+    #[test]
+    fn a_wrong_argument_is_named_with_its_ptx_declaration_and_the_rust_type_that_fits() {
+        let declared = scal_declared();
+        assert_eq!(declared[0].name(), None, "nvcc's own names say nothing");
+        assert_eq!(declared[2].name(), Some("n"));
+        let wrong = |index, given, given_type| ArgumentMismatch {
+            index,
+            expected: Some([8, 4, 4, 24][index]),
+            given,
+            given_type,
+            declared: Some(declared[index].clone()),
+        };
+        assert_eq!(
+            wrong(2, Some(8), Some("usize")).to_string(),
+            "argument 2 is 8 byte(s) (`usize`), but parameter 2 (`n`, `.u32` in the PTX) takes \
+             4: pass a `u32`"
+        );
+        assert_eq!(wrong(1, Some(8), Some("f64")).fitting(), "an `f32`");
+        assert_eq!(
+            wrong(
+                0,
+                Some(4),
+                Some("&atlas_registry::memory::buffer::DeviceBuffer<f32>")
+            )
+            .to_string(),
+            "argument 0 is 4 byte(s) (`&DeviceBuffer<f32>`), but parameter 0 (`.u64` in the \
+             PTX) takes 8: pass a `u64`, or a buffer (`&buf`, `&mut buf`) or a view"
+        );
+        assert_eq!(
+            wrong(3, None, None).to_string(),
+            "parameter 3 (`extra`, `.b8[24]` in the PTX, 24 byte(s)) has no argument: pass a \
+             `#[repr(C)]` value of 24 bytes (a struct, or `[u8; 24]`)"
+        );
+        let extra = ArgumentMismatch {
+            index: 4,
+            expected: None,
+            given: Some(4),
+            given_type: Some("u32"),
+            declared: None,
+        };
+        assert_eq!(
+            extra.to_string(),
+            "argument 4 (`u32`, 4 byte(s)) has no parameter"
+        );
+        assert_eq!(extra.fitting(), "");
+    }
+
+    #[test]
+    fn type_names_lose_their_paths_but_not_their_shape() {
+        for (full, short) in [
+            ("u32", "u32"),
+            (
+                "&mut atlas_registry::memory::buffer::DeviceBuffer<f32>",
+                "&mut DeviceBuffer<f32>",
+            ),
+            (
+                "atlas_registry::memory::view::DeviceSlice<'_, core::num::NonZeroU32>",
+                "DeviceSlice<'_, NonZeroU32>",
+            ),
+            ("[u8; 24]", "[u8; 24]"),
+            ("(a::B, c::d::E<f::G>)", "(B, E<G>)"),
+        ] {
+            assert_eq!(short_type_name(full), short, "{full}");
+        }
     }
 }

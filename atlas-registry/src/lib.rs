@@ -301,8 +301,8 @@ pub use code::blob::{
 };
 pub use code::blob_set::BlobSet;
 pub use code::layout::{
-    CubinProblem, KernelLayout, LayoutError, ParamSlot, PtxProblem, RecordIssue, UnreadableBlob,
-    cubin_kernel_layouts, kernel_layout, kernel_layouts, ptx_kernel_layouts,
+    CubinProblem, KernelLayout, LayoutError, ParamSlot, PtxParam, PtxProblem, RecordIssue,
+    UnreadableBlob, cubin_kernel_layouts, kernel_layout, kernel_layouts, ptx_kernel_layouts,
 };
 pub use compile::cache::{
     CACHE_DIR_VAR, CACHE_DISABLE_VAR, CACHE_MAX_BYTES_VAR, DEFAULT_MAX_BYTES,
@@ -325,10 +325,10 @@ pub use driver::calls::{
 };
 pub use driver::nvrtc::{NvrtcFailure, nvrtc_error_text};
 pub use driver::status::{CUDA_ERROR_DEINITIALIZED, cuda_error_text, is_teardown_noop};
-pub use error::AttributeRefusal;
 pub use error::BatchRefusal;
 pub use error::CompileRefusal;
 pub use error::ContextLimitRefusal;
+pub use error::{ArgumentMismatch, AttributeRefusal};
 pub use error::{
     AtlasError, CaptureMisuse, EventMisuse, HostMemoryRefusal, LaunchRefusal, LimitError,
     NotFoundKind, Result,

@@ -112,7 +112,9 @@ fn large_structs_launch_checked() {
     // SAFETY: refused before the driver.
     let e = unsafe { kernel.launch(stream, &cfg, (short, &mut out)) }.unwrap_err();
     match refusal(e) {
-        LaunchRefusal::Arguments { expected, given } => {
+        LaunchRefusal::Arguments {
+            expected, given, ..
+        } => {
             assert_eq!((&*expected, &*given), (&[4400, 8][..], &[4396, 8][..]));
         }
         other => panic!("{other}"),

@@ -123,7 +123,7 @@ fn bad_launches_are_refused_before_the_driver_naming_the_limit() {
         // the kernel never runs.
         let e = unsafe { scale.launch(stream, &ok, (&mut x, 2.0f32)) }.unwrap_err();
         assert!(
-            matches!(&e, AtlasError::InvalidLaunch { reason: LaunchRefusal::Arguments { expected, given }, .. } if expected.len() == 3 && given.len() == 2),
+            matches!(&e, AtlasError::InvalidLaunch { reason: LaunchRefusal::Arguments { expected, given, .. }, .. } if expected.len() == 3 && given.len() == 2),
             "{e:?}"
         );
         // SAFETY: refused before the driver is called (an 8-byte factor for a 4-byte

@@ -18,6 +18,7 @@ use support::standin::{self, probe};
 child::bodies!(
     unknown_functions_and_symbols_are_not_found,
     names_with_a_nul_are_not_found_without_the_driver,
+    misspelled_names_list_the_closest_first,
 );
 
 proptest! {
@@ -156,6 +157,54 @@ fn unknown_functions_and_symbols_are_not_found() {
     // The names that exist still resolve after the misses.
     registry.function("elementwise", "scale").unwrap();
     registry.device_symbol("device_global", "bias").unwrap();
+}
+
+#[test]
+fn a_misspelled_kernel_or_module_lists_those_that_exist_closest_first() {
+    standin::run(misspelled_names_list_the_closest_first, &[]);
+}
+
+#[test]
+fn without_the_drivers_list_of_kernels_the_blobs_are_listed() {
+    standin::run(
+        misspelled_names_list_the_closest_first,
+        &["-DSTANDIN_NO_ENUMERATE"],
+    );
+}
+
+fn misspelled_names_list_the_closest_first() {
+    let registry = AtlasRegistry::load(0, ptx_for_model("demo").unwrap()).unwrap();
+    let e = registry.function("elementwise", "scal").unwrap_err();
+    let AtlasError::NotFound { closest, .. } = &e else {
+        panic!("expected NotFound, got {e:?}");
+    };
+    assert_eq!(closest.first().map(String::as_str), Some("scale"), "{e}");
+    assert!(
+        closest.iter().any(|k| k == "axpy"),
+        "every kernel is listed: {e}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.starts_with(
+            "function `elementwise::scal` not found; the module has the kernels `scale`, "
+        ) && text.ends_with(" (closest first)"),
+        "{text}"
+    );
+
+    let e = registry.function("elementwis", "scale").unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.starts_with("module `elementwis` not found; the registry has `elementwise`"),
+        "{text}"
+    );
+    let AtlasError::NotFound { closest, .. } = &e else {
+        panic!("expected NotFound, got {e:?}");
+    };
+    let mut sorted = closest.to_vec();
+    sorted.sort();
+    let mut modules: Vec<String> = registry.module_names().map(str::to_owned).collect();
+    modules.sort();
+    assert_eq!(sorted, modules, "every module is listed");
 }
 
 #[test]

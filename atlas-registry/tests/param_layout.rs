@@ -31,6 +31,7 @@ fn layout(name: &str, params: &[(usize, usize)]) -> KernelLayout {
             .iter()
             .map(|&(offset, size)| ParamSlot { offset, size })
             .collect(),
+        declared: Vec::new(),
     }
 }
 

@@ -644,7 +644,9 @@ fn a_tensor_map_argument_is_checked_against_the_kernel() {
     let e = unsafe { scale.launch(stream, &cfg, (&map, 2.0f32, 4u32)) }.unwrap_err();
     match e {
         AtlasError::InvalidLaunch {
-            reason: LaunchRefusal::Arguments { expected, given },
+            reason: LaunchRefusal::Arguments {
+                expected, given, ..
+            },
             ..
         } => {
             assert_eq!(

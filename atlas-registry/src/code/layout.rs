@@ -60,12 +60,88 @@ pub(crate) fn param_bank_offset(compute_capability: (u32, u32)) -> Option<usize>
 }
 
 /// A kernel's name and its parameters, in declaration order.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+///
+/// Two layouts are equal when they name the same kernel and lay out the same parameters: what the
+/// PTX calls them ([`declared`](Self::declared)) is not part of the layout, so a PTX text and a
+/// cubin of one kernel agree.
+#[derive(Debug, Clone)]
 pub struct KernelLayout {
     /// The kernel's name as `cuModuleGetFunction` takes it (mangled, for C++ kernels).
     pub name: String,
     /// The parameters, first to last.
     pub params: Vec<ParamSlot>,
+    /// Each parameter as the PTX declares it (name and type), first to last; empty for a cubin,
+    /// whose records say where parameters lie but not what they are.
+    pub declared: Vec<PtxParam>,
+}
+
+impl PartialEq for KernelLayout {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.params == other.params
+    }
+}
+
+impl Eq for KernelLayout {}
+
+impl std::hash::Hash for KernelLayout {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+        self.params.hash(state);
+    }
+}
+
+/// A kernel parameter as a PTX `.entry` declares it: `.param .u32 n`, `.param .align 8 .b8
+/// p[24]`, `.param .u64 .ptr .global x`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PtxParam {
+    /// The name as written, `None` where it is the one nvcc gives every parameter
+    /// (`KERNEL_param_N`), which says nothing the position does not.
+    name: Option<Box<str>>,
+    /// The element type: `.u32`, `.f32`, `.b8`, ...
+    ty: &'static str,
+    /// How many elements: 1, or an array's length.
+    elements: usize,
+    /// Whether the declaration marks it a pointer (`.ptr`).
+    pointer: bool,
+}
+
+impl PtxParam {
+    /// The name as written, `None` where it is the one nvcc gives every parameter
+    /// (`KERNEL_param_N`).
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// The element type as PTX writes it: `.u32`, `.f32`, `.b8`, ...
+    pub fn ty(&self) -> &'static str {
+        self.ty
+    }
+
+    /// How many elements of [`ty`](Self::ty) the parameter holds: 1, or an array's length (a
+    /// struct passed by value is a `.b8` array).
+    pub fn elements(&self) -> usize {
+        self.elements
+    }
+
+    /// Whether the declaration marks the parameter a pointer (`.ptr`); nvcc declares most
+    /// pointers as plain `.u64`.
+    pub fn is_pointer(&self) -> bool {
+        self.pointer
+    }
+}
+
+impl std::fmt::Display for PtxParam {
+    /// The declaration's type, as PTX writes it: `.u32`, `.u64 .ptr`, `.b8[24]`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.ty)?;
+        if self.pointer {
+            f.write_str(" .ptr")?;
+        }
+        if self.elements != 1 {
+            write!(f, "[{}]", self.elements)?;
+        }
+        Ok(())
+    }
 }
 
 impl KernelLayout {
@@ -616,6 +692,12 @@ fn heap_of(layouts: &DeviceLayouts) -> usize {
                     Ok(kernel) => {
                         chunk(kernel.name.capacity())
                             + chunk(kernel.params.capacity() * std::mem::size_of::<ParamSlot>())
+                            + chunk(kernel.declared.capacity() * std::mem::size_of::<PtxParam>())
+                            + kernel
+                                .declared
+                                .iter()
+                                .map(|p| chunk(p.name.as_ref().map_or(0, |name| name.len())))
+                                .sum::<usize>()
                     }
                     Err(why) => chunk(why.capacity()),
                 }
@@ -665,8 +747,13 @@ fn merge(pieces: Vec<Piece>, devices: Devices) -> DeviceLayouts {
                     kernel.sizes().collect::<Vec<_>>()
                 )
             };
-            match kernels.get(&kernel.name) {
-                Some(Ok(theirs)) if *theirs == kernel => {}
+            match kernels.get_mut(&kernel.name) {
+                // The PTX's names and types, where the first entry was a cubin.
+                Some(Ok(theirs)) if *theirs == kernel => {
+                    if theirs.declared.is_empty() {
+                        theirs.declared = kernel.declared;
+                    }
+                }
                 Some(Ok(theirs)) => {
                     let why = differs(theirs);
                     kernels.insert(kernel.name.clone(), Err(why));
@@ -1013,16 +1100,32 @@ fn plain_run(bytes: &[u8]) -> usize {
 }
 
 /// Size in bytes of each scalar type a kernel parameter can have.
-fn ptx_type_size(ty: &str) -> Option<usize> {
-    Some(match ty {
-        ".b8" | ".s8" | ".u8" => 1,
-        ".b16" | ".s16" | ".u16" | ".f16" | ".bf16" => 2,
-        ".b32" | ".s32" | ".u32" | ".f32" | ".f16x2" | ".bf16x2" => 4,
-        ".b64" | ".s64" | ".u64" | ".f64" => 8,
-        ".b128" => 16,
-        _ => return None,
-    })
+fn ptx_type_size(ty: &str) -> Option<(&'static str, usize)> {
+    PTX_TYPES.iter().copied().find(|&(known, _)| known == ty)
 }
+
+/// The parameter types of PTX and their sizes in bytes.
+const PTX_TYPES: &[(&str, usize)] = &[
+    (".b8", 1),
+    (".s8", 1),
+    (".u8", 1),
+    (".b16", 2),
+    (".s16", 2),
+    (".u16", 2),
+    (".f16", 2),
+    (".bf16", 2),
+    (".b32", 4),
+    (".s32", 4),
+    (".u32", 4),
+    (".f32", 4),
+    (".f16x2", 4),
+    (".bf16x2", 4),
+    (".b64", 8),
+    (".s64", 8),
+    (".u64", 8),
+    (".f64", 8),
+    (".b128", 16),
+];
 
 /// The integer types that `.ptr` may follow.
 fn is_pointer_type(ty: &str) -> bool {
@@ -1062,6 +1165,10 @@ struct ParamDecl<'t> {
     line: usize,
     /// The declared `.align`, if any.
     align: Option<usize>,
+    /// Its type, `.u32` or the like.
+    ty: &'static str,
+    /// Whether it is marked `.ptr`.
+    pointer: bool,
     /// The size of its type.
     elem: usize,
     /// The number of elements (1 unless it is an array).
@@ -1153,7 +1260,7 @@ fn param<'t>(
         return Err(unexpected(first, line, None, "`.param`"));
     }
     let mut align = None;
-    let mut ty: Option<(&str, usize)> = None;
+    let mut ty: Option<(&'static str, usize)> = None;
     // `.ptr`, and what may follow it: the pointee's state space and alignment, which do not
     // change the parameter itself.
     let (mut ptr, mut ptr_space, mut ptr_align) = (false, false, false);
@@ -1176,7 +1283,7 @@ fn param<'t>(
                 ptr_align = true;
             }
             Token::Directive(d) if ty.is_none() => match ptx_type_size(d) {
-                Some(size) => ty = Some((d, size)),
+                Some(known) => ty = Some(known),
                 None => {
                     return Err(ptx_error(
                         at,
@@ -1196,7 +1303,7 @@ fn param<'t>(
             }
         }
     };
-    let Some((_, elem)) = ty else {
+    let Some((ty, elem)) = ty else {
         return Err(unexpected(
             Token::Word(name),
             line,
@@ -1229,6 +1336,8 @@ fn param<'t>(
         name,
         line,
         align,
+        ty,
+        pointer: ptr,
         elem,
         count,
     })
@@ -1301,10 +1410,28 @@ fn lay_out(kernel: &str, decls: &[ParamDecl<'_>]) -> Result<KernelLayout, Layout
             None => return fail(d.line, PtxProblem::TooLarge),
         }
     }
+    let declared = decls
+        .iter()
+        .enumerate()
+        .map(|(index, d)| PtxParam {
+            name: (!is_default_param_name(d.name, kernel, index)).then(|| d.name.into()),
+            ty: d.ty,
+            elements: d.count,
+            pointer: d.pointer,
+        })
+        .collect();
     Ok(KernelLayout {
         name: kernel.to_owned(),
         params,
+        declared,
     })
+}
+
+/// Whether `name` is what nvcc calls parameter `index` of `kernel`: `KERNEL_param_INDEX`.
+fn is_default_param_name(name: &str, kernel: &str, index: usize) -> bool {
+    name.strip_prefix(kernel)
+        .and_then(|rest| rest.strip_prefix("_param_"))
+        .is_some_and(|n| n.parse() == Ok(index))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1448,6 +1575,7 @@ fn read_cubin(cubin: &[u8], only: Option<&str>) -> Result<Vec<KernelLayout>, Lay
         layouts.push(KernelLayout {
             name: name.to_owned(),
             params,
+            declared: Vec::new(),
         });
     }
     Ok(layouts)

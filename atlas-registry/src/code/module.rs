@@ -17,6 +17,7 @@ use crate::device::host::CudaHost;
 use crate::driver::status::is_teardown_noop;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, NotFoundKind, Result, report_cleanup};
+use crate::registry::closest::closest;
 
 /// A kernel's parameters as the driver lays them out: each one's size and its offset from the
 /// start of the parameters, in bytes, first to last.
@@ -98,6 +99,20 @@ impl BlobParams {
             Err(why) => Err(format!(
                 "the driver lacks cuFuncGetParamInfo and the parameter layouts of module `{module}` cannot be read from its blob: {why}"
             )),
+        }
+    }
+}
+
+impl BlobParams {
+    /// The kernel's parameters as its PTX declares them, where its code is PTX and its layout
+    /// could be read; empty otherwise.
+    pub(crate) fn declared(&self) -> Vec<crate::code::layout::PtxParam> {
+        match self.layouts.get() {
+            Ok(kernels) => match kernels.get(&self.symbol) {
+                Some(Ok(kernel)) => kernel.declared.clone(),
+                _ => Vec::new(),
+            },
+            Err(_) => Vec::new(),
         }
     }
 }
@@ -264,16 +279,26 @@ impl Module {
             kind,
             name: format!("{}::{}", self.name, name.escape_debug()),
             detail: "the name contains a NUL byte".into(),
+            closest: Box::default(),
         })
     }
 
     #[cold]
     fn not_found(&self, e: crate::driver::Error, name: &str, kind: NotFoundKind) -> AtlasError {
         if e.code() == Some(CUresult::CUDA_ERROR_NOT_FOUND.0) {
+            let existing = match kind {
+                // The driver's list where it has one (CUDA 12.4+), which sees into every blob;
+                // else what the blob declares.
+                NotFoundKind::Function => self
+                    .function_names()
+                    .unwrap_or_else(|_| self.blob_kernel_names()),
+                NotFoundKind::Symbol | NotFoundKind::Module => Vec::new(),
+            };
             AtlasError::NotFound {
                 kind,
                 name: format!("{}::{name}", self.name),
                 detail: String::new(),
+                closest: closest(name, existing),
             }
         } else {
             e.about(|| format!("`{}::{name}`", self.name)).into()

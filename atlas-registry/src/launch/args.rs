@@ -254,6 +254,9 @@ pub trait KernelArgs: sealed::Sealed {
     /// What a graph that captures the launch keeps alive for the arguments (see
     /// [`KernelParam::hold_for_graph`]).
     fn hold_for_graph(&self, holds: &mut GraphHolds);
+    /// The Rust type of argument `index` as [`std::any::type_name`] writes it, `None` past the
+    /// last: what a refused launch names.
+    fn type_name(index: usize) -> Option<&'static str>;
 }
 
 impl sealed::Sealed for () {}
@@ -272,6 +275,9 @@ impl KernelArgs for () {
     }
     #[inline]
     fn hold_for_graph(&self, _: &mut GraphHolds) {}
+    fn type_name(_: usize) -> Option<&'static str> {
+        None
+    }
 }
 
 macro_rules! tuple_args {
@@ -282,6 +288,9 @@ macro_rules! tuple_args {
             const SIZES: &'static [usize] = &[$($name::SIZE),+];
             const ALIGNS: &'static [usize] = &[$($name::ALIGN),+];
             const ALIGNED: bool = $($name::ALIGN > 1)||+;
+            fn type_name(index: usize) -> Option<&'static str> {
+                [$(std::any::type_name::<$name>()),+].get(index).copied()
+            }
             #[inline]
             fn with_params<R>(&self, f: impl FnOnce(*mut *mut c_void) -> R) -> R {
                 let mut params = [$(self.$idx.param_ptr()),+];

@@ -18,7 +18,7 @@ use crate::device::context::ensure_bound;
 use crate::device::host::{CudaHost, ordinal_of};
 use crate::device::stream::StreamArg;
 use crate::driver::{About, calls};
-use crate::error::{AtlasError, LaunchRefusal, LimitError, Result};
+use crate::error::{ArgumentMismatch, AtlasError, LaunchRefusal, LimitError, Result};
 use crate::launch::args::KernelArgs;
 use crate::launch::attributes::{
     LaunchAttributes, LaunchFacts, blocks_per_multiprocessor, launch_kernel_ex,
@@ -209,7 +209,7 @@ impl Kernel {
                     self.check_alignment(expected, A::ALIGNS)?;
                 }
             }
-            other => return Err(self.args_refused(other, A::SIZES)),
+            other => return Err(self.args_refused(other, A::SIZES, A::type_name)),
         }
         if let Some((index, context)) = args.foreign_memory(self.host.context().raw()) {
             return Err(self.wrong_device(format!("argument {index}"), context));
@@ -251,16 +251,41 @@ impl Kernel {
         }
     }
 
+    /// The refusal of arguments of `given` sizes and types (`type_name`, as
+    /// [`KernelArgs::type_name`]) that do not fit `layout`: the first place they disagree, with
+    /// what the kernel's PTX declares there.
     #[cold]
-    fn args_refused(&self, layout: &ParamSizes, given: &[usize]) -> AtlasError {
+    fn args_refused(
+        &self,
+        layout: &ParamSizes,
+        given: &[usize],
+        type_name: fn(usize) -> Option<&'static str>,
+    ) -> AtlasError {
         match layout {
             Ok(expected) => {
                 self.refused(match large_params::kernel_limit(&expected.sizes, given) {
                     Some(refusal) => refusal.into(),
-                    None => LaunchRefusal::Arguments {
-                        expected: expected.sizes.clone(),
-                        given: given.into(),
-                    },
+                    None => {
+                        let index = (0..expected.sizes.len().max(given.len()))
+                            .find(|&i| expected.sizes.get(i) != given.get(i))
+                            .unwrap_or(0);
+                        let declared = self.from_blob.declared();
+                        LaunchRefusal::Arguments {
+                            expected: expected.sizes.clone(),
+                            given: given.into(),
+                            first: Box::new(ArgumentMismatch {
+                                index,
+                                expected: expected.sizes.get(index).copied(),
+                                given: given.get(index).copied(),
+                                given_type: type_name(index),
+                                // Only where the PTX agrees with the layout in count: names of
+                                // another kernel's parameters would mislead.
+                                declared: (declared.len() == expected.sizes.len())
+                                    .then(|| declared.get(index).cloned())
+                                    .flatten(),
+                            }),
+                        }
+                    }
                 })
             }
             Err(reason) => AtlasError::ParamsUnknown {

@@ -8,6 +8,7 @@
 
 pub(crate) mod cache;
 pub(crate) mod call_sites;
+pub(crate) mod closest;
 pub(crate) mod function;
 pub(crate) mod function_table;
 pub(crate) mod library;
@@ -315,10 +316,8 @@ impl AtlasRegistry {
             .ok_or_else(|| AtlasError::NotFound {
                 kind: NotFoundKind::Module,
                 name: name.escape_debug().to_string(),
-                detail: format!(
-                    "the registry has {:?}",
-                    self.module_names().collect::<Vec<_>>()
-                ),
+                detail: String::new(),
+                closest: closest::closest(name, self.module_names().map(str::to_owned)),
             })
     }
 
