@@ -9,6 +9,7 @@ use crate::driver::nvrtc::{self, NvrtcFailure, nvrtc_error_text};
 use crate::driver::calls::{ContextLimit, TensorDataType, TensorInterleave, TensorSwizzle};
 use crate::driver::status::{cuda_error_text, is_teardown_noop};
 use crate::driver::{self, DriverFailure};
+use crate::report::{WithoutLogger, report};
 
 /// Which kind of name was not found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1870,13 +1871,19 @@ impl AtlasError {
 
 /// Reports a failed cleanup from a `Drop`, where there is no caller to return it to: teardown
 /// no-ops (the driver or context is already gone) and cleanups in a lost context (already reported
-/// to the calls that found it) are silent; anything else goes to stderr once.
+/// to the calls that found it) are silent; anything else is an error record of the `log` facade,
+/// or without a logger one line on stderr ([`report`](crate::report)).
 pub(crate) fn report_cleanup(what: &str, result: Result<()>) {
     if let Err(e) = result
         && !e.cuda_code().is_some_and(is_teardown_noop)
         && !e.is_context_lost()
     {
-        eprintln!("atlas: {what}: {e}");
+        report(
+            log::Level::Error,
+            module_path!(),
+            format_args!("{what}: {e}"),
+            WithoutLogger::Stderr,
+        );
     }
 }
 

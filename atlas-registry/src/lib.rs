@@ -295,6 +295,7 @@ mod graph;
 mod launch;
 mod memory;
 mod registry;
+mod report;
 
 pub use code::blob::{
     BlobKind, UNCOMPRESSED_LIMIT, sniff, validate_blob, validate_blob_for_device,

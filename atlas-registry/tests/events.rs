@@ -328,11 +328,11 @@ fn host_functions_run_in_order_and_panics_are_contained() {
 
 #[test]
 fn host_functions_run_in_stream_order_and_a_panic_in_one_is_reported() {
+    // Reported by Rust's panic hook, and contained: the child went on and passed. (A logger
+    // receives a record of it too: tests/logging.rs.)
     let child = standin::run(host_functions_run_in_order_and_panics_are_contained, &[]);
     assert!(
-        child
-            .stderr
-            .contains("atlas: a host function panicked: a host function's own panic"),
+        child.stderr.contains("a host function's own panic"),
         "{child}"
     );
 }

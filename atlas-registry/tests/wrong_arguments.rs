@@ -107,8 +107,8 @@ fn named_parameters_are_named() {
     );
 
     // One argument too many names its Rust type without its path.
-    // SAFETY: refused before the driver is called.
     let y = DeviceBuffer::<f32>::alloc(registry.ctx(), 256).unwrap();
+    // SAFETY: refused before the driver is called.
     let (_, text) = refusal(unsafe { scale.launch(stream, &cfg, (&mut x, 2.0f32, 256u32, &y)) });
     assert!(
         text.contains("argument 3 (`&DeviceBuffer<f32>`, 8 byte(s)) has no parameter"),

@@ -24,6 +24,7 @@ use std::fmt;
 use crate::code::blob::{BlobKind, validate_blob};
 use crate::driver::nvrtc::{self, CompileFailure, ProgramInput};
 use crate::error::{AtlasError, CompileRefusal, Result};
+use crate::report::{WithoutLogger, report};
 pub use cache::{CacheOutcome, CompileCache};
 pub use cache_dir::Distrust;
 pub use file_reads::FileRead;
@@ -426,6 +427,27 @@ impl Compiler {
         };
         let mut code = compile_now(self.nvrtc, source, target)?;
         code.cache = self.cache.store(&key, &code, looked);
+        let fallback = match &code.cache {
+            CacheOutcome::Replaced { reason } => Some(format!(
+                "an unusable compile cache entry was replaced: {reason}"
+            )),
+            CacheOutcome::NotStored { reason } => {
+                Some(format!("compiled code was not cached: {reason}"))
+            }
+            CacheOutcome::Untrusted { dir, reason } => Some(format!(
+                "the compile cache {} is not used: {reason}",
+                dir.display()
+            )),
+            _ => None,
+        };
+        if let Some(fallback) = fallback {
+            report(
+                log::Level::Warn,
+                module_path!(),
+                format_args!("{fallback}"),
+                WithoutLogger::Silent,
+            );
+        }
         Ok(code)
     }
 }

@@ -18,6 +18,7 @@ use crate::device::capture::{self, Free, Hold};
 use crate::device::stream::CudaStream;
 use crate::driver::calls;
 use crate::error::{AtlasError, CaptureMisuse, Result, report_cleanup};
+use crate::report::{WithoutLogger, report};
 
 /// A closure run once.
 type Once = Box<dyn FnOnce() + Send>;
@@ -125,10 +126,16 @@ unsafe extern "C" fn run_shared(data: *mut c_void) {
     }
 }
 
-/// Runs `f`, catching a panic (it must not unwind into the driver) and reporting it.
+/// Runs `f`, catching a panic (it must not unwind into the driver) and reporting it to the
+/// logger (the panic hook has already printed it).
 fn contain(f: impl FnOnce()) {
     if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
-        eprintln!("atlas: a host function panicked: {}", panic_text(&*panic));
+        report(
+            log::Level::Error,
+            module_path!(),
+            format_args!("a host function panicked: {}", panic_text(&*panic)),
+            WithoutLogger::Silent,
+        );
     }
 }
 

@@ -9,6 +9,7 @@ use crate::device::capture;
 use crate::device::context::{CudaContext, ensure_bound, ordinal_of};
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, Result, report_cleanup};
+use crate::report::{WithoutLogger, report};
 
 /// Whether `stream` is one of the handles that name "the current context's" default stream: null
 /// (the legacy default stream), `CU_STREAM_LEGACY` (1) or `CU_STREAM_PER_THREAD` (2). Work on one
@@ -278,8 +279,13 @@ impl Drop for CudaStream {
             // A forgotten capture that streams were forked into: ending it now could race work
             // enqueued into them (their borrow ended with the forgotten capture), which the driver
             // does not survive. The stream and its capture are left to the process.
-            eprintln!(
-                "atlas: a stream whose capture was forgotten with streams forked into it is kept"
+            report(
+                log::Level::Warn,
+                module_path!(),
+                format_args!(
+                    "a stream whose capture was forgotten with streams forked into it is kept"
+                ),
+                WithoutLogger::Stderr,
             );
             return;
         }
