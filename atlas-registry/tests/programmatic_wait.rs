@@ -81,7 +81,11 @@ const FIXTURE_CUBINS: &[(&str, u32, &[u8])] = &[
 
 /// What each fixture kernel does: waits, except `pdl_nowait`.
 fn expected(kernel: &str) -> DependencyWait {
-    if kernel == "pdl_nowait" { NeverWaits } else { Waits }
+    if kernel == "pdl_nowait" {
+        NeverWaits
+    } else {
+        Waits
+    }
 }
 
 /// `ptx` with the NUL the driver reads PTX up to.
@@ -135,7 +139,9 @@ fn the_cubin_marks_the_wait_by_one_instruction_only() {
 fn what_atlas_cannot_see_is_not_listed() {
     // A cubin of an architecture whose encoding of the wait Atlas does not know (sm_80 has no
     // wait at all, but Atlas reads only the architectures it has seen the wait in).
-    assert!(kernel_dependency_waits(blob_of(cubin_for_model("launch", 80).unwrap(), "pdl")).is_empty());
+    assert!(
+        kernel_dependency_waits(blob_of(cubin_for_model("launch", 80).unwrap(), "pdl")).is_empty()
+    );
     // A relocatable cubin: its calls are resolved when it is linked.
     let mut relocatable = FIXTURE_CUBINS[2].2.to_vec();
     relocatable[16..18].copy_from_slice(&1u16.to_le_bytes()); // ET_REL
@@ -219,8 +225,8 @@ fn a_kernel_that_never_waits_is_refused_from_every_door() {
 
     // SAFETY: `pdl_step` touches the `n` floats of `x`, which outlives every launch (`to_vec`
     // synchronizes the stream).
-    let e = unsafe { step.launch_with(stream, &cfg, &pdl, (&mut x, n, 0.5f32, 1.0f32)) }
-        .unwrap_err();
+    let e =
+        unsafe { step.launch_with(stream, &cfg, &pdl, (&mut x, n, 0.5f32, 1.0f32)) }.unwrap_err();
     let text = e.to_string();
     for part in [
         "pdl::pdl_step",
@@ -281,7 +287,11 @@ fn a_kernel_that_never_waits_is_refused_from_every_door() {
     // SAFETY: as the raw launch above.
     unsafe { registry.launch_on_stream_with(&step, &cfg, &opted, stream, &mut params) }.unwrap();
     assert_eq!((probe.launches(), probe.count("cuLaunchKernelEx")), (1, 3));
-    assert_eq!(probe.launch_attribute(6), Some([1, 0, 0]), "the opt-out is no attribute");
+    assert_eq!(
+        probe.launch_attribute(6),
+        Some([1, 0, 0]),
+        "the opt-out is no attribute"
+    );
     assert_eq!(probe.launch_attribute_count(), 1);
     let want: Vec<f32> = input
         .iter()
@@ -297,7 +307,9 @@ fn a_kernel_that_waits_launches() {
     let stream = registry.stream();
     let step = registry.function_cached("pdl", "pdl_step").unwrap();
     assert_eq!(step.dependency_wait(), Waits);
-    let shape = registry.function_cached("cluster", "cluster_shape").unwrap();
+    let shape = registry
+        .function_cached("cluster", "cluster_shape")
+        .unwrap();
     assert_eq!(shape.dependency_wait(), NeverWaits);
     let mut x = DeviceBuffer::from_slice(registry.ctx(), stream, &[2.0f32; 64]).unwrap();
     let cfg = LaunchConfig::for_elements(64, 64);
@@ -395,10 +407,16 @@ fn gpu_a_chain_of_kernels_that_wait_matches_the_cpu_and_one_that_never_waits_is_
     assert_eq!(waits.ctx().raw(), nowait.ctx().raw());
     let stream = CudaStream::new(waits.ctx()).unwrap();
     let f_waits = waits.function_cached("pdl_waits", "pdl_waits").unwrap();
-    let f_call = callwait.function_cached("pdl_callwait", "pdl_callwait").unwrap();
+    let f_call = callwait
+        .function_cached("pdl_callwait", "pdl_callwait")
+        .unwrap();
     let f_never = nowait.function_cached("pdl_nowait", "pdl_nowait").unwrap();
     assert_eq!(
-        (f_waits.dependency_wait(), f_call.dependency_wait(), f_never.dependency_wait()),
+        (
+            f_waits.dependency_wait(),
+            f_call.dependency_wait(),
+            f_never.dependency_wait()
+        ),
         (Waits, Waits, NeverWaits)
     );
     let mut rng = Rng::new();
@@ -421,7 +439,9 @@ fn gpu_a_chain_of_kernels_that_wait_matches_the_cpu_and_one_that_never_waits_is_
     assert_eq!(refusal(e), AttributeRefusal::ProgrammaticWithoutWait);
     let ptx = with_nul(FIXTURE_PTX[1].1);
     let from_ptx = AtlasRegistry::load(0, &[("pdl_nowait", &ptx[..])]).unwrap();
-    let f_ptx = from_ptx.function_cached("pdl_nowait", "pdl_nowait").unwrap();
+    let f_ptx = from_ptx
+        .function_cached("pdl_nowait", "pdl_nowait")
+        .unwrap();
     // SAFETY: as above.
     let e = unsafe { f_ptx.launch_with(&stream, &cfg, &pdl, (&mut x,)) }.unwrap_err();
     assert_eq!(refusal(e), AttributeRefusal::ProgrammaticWithoutWait);
@@ -454,11 +474,17 @@ fn gpu_the_launch_model_is_refused_from_ptx_and_the_opt_out_overlaps_a_kernel_th
     let sass = AtlasRegistry::load(0, device_cubins("launch")).unwrap();
     let step = sass.function_cached("pdl", "pdl_step").unwrap();
     let shape = sass.function_cached("cluster", "cluster_shape").unwrap();
-    assert_eq!((step.dependency_wait(), shape.dependency_wait()), (Waits, NeverWaits));
+    assert_eq!(
+        (step.dependency_wait(), shape.dependency_wait()),
+        (Waits, NeverWaits)
+    );
     let blocks = 32u32;
-    let mut out =
-        DeviceBuffer::from_slice(sass.ctx(), &stream, &vec![u32::MAX; 2 * blocks as usize + 3])
-            .unwrap();
+    let mut out = DeviceBuffer::from_slice(
+        sass.ctx(),
+        &stream,
+        &vec![u32::MAX; 2 * blocks as usize + 3],
+    )
+    .unwrap();
     let grid = LaunchConfig {
         grid: (blocks, 1, 1),
         block: (64, 1, 1),
@@ -474,7 +500,12 @@ fn gpu_the_launch_model_is_refused_from_ptx_and_the_opt_out_overlaps_a_kernel_th
             .unwrap_err();
         assert_eq!(refusal(e), AttributeRefusal::ProgrammaticWithoutWait);
         shape
-            .launch_with(&stream, &grid, &pdl.programmatic_without_wait(true), (&mut out,))
+            .launch_with(
+                &stream,
+                &grid,
+                &pdl.programmatic_without_wait(true),
+                (&mut out,),
+            )
             .unwrap();
     }
     let got = out.to_vec(&stream).unwrap();

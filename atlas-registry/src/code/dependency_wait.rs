@@ -38,8 +38,8 @@ use std::collections::{HashMap, HashSet};
 
 use object::elf;
 
-use crate::code::blob::sm_arch;
 use crate::code::blob::elf::{Elf, Machines, c_string};
+use crate::code::blob::sm_arch;
 use crate::code::layout::{Lexer, Token, ptx_text};
 
 /// Whether a kernel's code waits for the grid it depends on before it reads that grid's results.
@@ -122,7 +122,10 @@ impl CodeWaits {
     pub(crate) fn of(&self, name: &str) -> DependencyWait {
         match self {
             Self::NoneWait => DependencyWait::NeverWaits,
-            Self::Kernels(kernels) => kernels.get(name).copied().unwrap_or(DependencyWait::Unknown),
+            Self::Kernels(kernels) => kernels
+                .get(name)
+                .copied()
+                .unwrap_or(DependencyWait::Unknown),
         }
     }
 
@@ -192,7 +195,7 @@ fn ptx_waits(ptx: &[u8]) -> CodeWaits {
     if !text.contains("griddepcontrol") && !text.contains("call") {
         return CodeWaits::NoneWait;
     }
-    read_ptx(text).unwrap_or_else(|| CodeWaits::unknown())
+    read_ptx(text).unwrap_or_else(CodeWaits::unknown)
 }
 
 /// Reads every `.entry` and `.func` of `text`; `None` when the text is not understood.
@@ -321,10 +324,11 @@ fn body<'t>(lexer: &mut Lexer<'t>) -> Option<Body<'t>> {
                 }
             }
             Token::End => return None,
-            Token::Word("griddepcontrol") => {
-                if lexer.peek().ok()? != Token::Directive(".launch_dependents") {
-                    body.waits = true;
-                }
+            // Any form but `.launch_dependents` is taken for a wait.
+            Token::Word("griddepcontrol")
+                if lexer.peek().ok()? != Token::Directive(".launch_dependents") =>
+            {
+                body.waits = true;
             }
             Token::Word("call") => call(lexer, &mut body)?,
             _ => {}
@@ -539,7 +543,10 @@ mod tests {
             code_waits(format!("{HEAD}{ptx}").as_bytes()),
             CodeWaits::NoneWait
         );
-        assert_eq!(waits(ptx), [("a".into(), NeverWaits), ("b".into(), NeverWaits)]);
+        assert_eq!(
+            waits(ptx),
+            [("a".into(), NeverWaits), ("b".into(), NeverWaits)]
+        );
     }
 
     #[test]
@@ -617,7 +624,10 @@ mod tests {
             (Unknown, NeverWaits, Unknown)
         );
         let with_none = CodeWaits::agreed([CodeWaits::NoneWait, sass]);
-        assert_eq!((with_none.of("a"), with_none.of("b")), (Unknown, NeverWaits));
+        assert_eq!(
+            (with_none.of("a"), with_none.of("b")),
+            (Unknown, NeverWaits)
+        );
         assert_eq!(CodeWaits::agreed([]).of("a"), Unknown);
         assert_eq!(CodeWaits::agreed([CodeWaits::NoneWait]).of("z"), NeverWaits);
     }

@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use object::elf;
 
 use crate::code::blob::BlobKind;
-use crate::code::dependency_wait::{CodeWaits, DependencyWait, code_waits};
 use crate::code::blob::elf::{Elf, Machines, Section, c_string};
+use crate::code::dependency_wait::{CodeWaits, DependencyWait, code_waits};
 use crate::code::target::{Code, Devices};
 
 /// One kernel parameter: where it lies in the parameter buffer and how many bytes it takes.
@@ -547,7 +547,10 @@ impl BlobLayouts {
     /// read now, anything else kept (a copy) to read at first need.
     pub(crate) fn add_entry(&mut self, code: Code, bytes: &[u8], decompressed: bool) {
         let (layouts, waits) = if decompressed && matches!(code, Code::Sass(_)) {
-            (Pending::Read(kernel_layouts(bytes)), Some(code_waits(bytes)))
+            (
+                Pending::Read(kernel_layouts(bytes)),
+                Some(code_waits(bytes)),
+            )
         } else {
             (Pending::Kept(bytes.to_vec()), None)
         };
