@@ -13,7 +13,8 @@
 //!   taken for a wait). It is unknown when it may reach a function whose body is not in the text
 //!   (`.extern .func`, one resolved when the driver links the module) or calls through a pointer
 //!   (`call` of a register), or when the text cannot be read. Comments and string literals are
-//!   skipped. PTX for a target older than `sm_90` cannot hold the wait: its kernels never wait,
+//!   skipped (by a lexer of its own, which needs less than the layout reader's: words with their
+//!   dots, braces, parentheses, semicolons). PTX for a target older than `sm_90` cannot hold the wait: its kernels never wait,
 //!   even when the driver compiles them for a newer GPU. A text that holds neither
 //!   `griddepcontrol` nor `call` is answered without reading its bodies.
 //! - ELF cubin (SASS): `ptxas` turns the wait into one instruction, `ACQBULK` (opcode `0x82e` in
@@ -40,7 +41,6 @@ use object::elf;
 
 use crate::code::blob::elf::{Elf, Machines, c_string};
 use crate::code::blob::sm_arch;
-use crate::code::layout::{Lexer, Token, ptx_text};
 
 /// Whether a kernel's code waits for the grid it depends on before it reads that grid's results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -146,15 +146,14 @@ impl CodeWaits {
 /// [`DependencyWait::Unknown`]. See the module's documentation for what is read. Fatbins and
 /// other containers list nothing: Atlas reads their entries one by one where it loads them.
 pub fn kernel_dependency_waits(blob: &[u8]) -> Vec<(String, DependencyWait)> {
-    let mut listed: Vec<(String, DependencyWait)> = match code_waits(blob) {
-        CodeWaits::NoneWait => crate::code::layout::ptx_kernel_layouts(blob)
-            .map(|kernels| {
-                kernels
-                    .into_iter()
-                    .map(|k| (k.name, DependencyWait::NeverWaits))
-                    .collect()
-            })
-            .unwrap_or_default(),
+    let read = if blob.starts_with(b"\x7fELF") {
+        cubin_waits(blob)
+    } else {
+        // Every kernel named, not the shortcut of a text without waits or calls.
+        read_ptx(ptx_text(blob)).unwrap_or_else(CodeWaits::unknown)
+    };
+    let mut listed: Vec<(String, DependencyWait)> = match read {
+        CodeWaits::NoneWait => Vec::new(),
         CodeWaits::Kernels(kernels) => kernels
             .into_iter()
             .filter(|(_, wait)| *wait != DependencyWait::Unknown)
@@ -184,46 +183,144 @@ struct Body<'t> {
     /// Calls through a pointer.
     indirect: bool,
     /// Functions called by name.
-    calls: Vec<&'t str>,
+    calls: Vec<&'t [u8]>,
 }
 
 /// The waits of a PTX text's kernels.
 fn ptx_waits(ptx: &[u8]) -> CodeWaits {
-    let Ok(text) = ptx_text(ptx) else {
-        return CodeWaits::unknown();
-    };
-    if !text.contains("griddepcontrol") && !text.contains("call") {
+    let text = ptx_text(ptx);
+    if !contains(text, b"griddepcontrol") && !contains(text, b"call") {
         return CodeWaits::NoneWait;
     }
     read_ptx(text).unwrap_or_else(CodeWaits::unknown)
 }
 
+/// The text the driver reads: up to the first NUL.
+fn ptx_text(ptx: &[u8]) -> &[u8] {
+    ptx.iter()
+        .position(|&b| b == 0)
+        .map_or(ptx, |end| &ptx[..end])
+}
+
+/// Whether `text` holds `word` anywhere (comments included).
+fn contains(text: &[u8], word: &[u8]) -> bool {
+    text.windows(word.len()).any(|w| w == word)
+}
+
+/// One token: a word (an identifier, a register, a directive, an instruction with its
+/// modifiers, a number: letters, digits and `_$%.`), a string literal, or any other byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Token<'t> {
+    Word(&'t [u8]),
+    Text,
+    Punct(u8),
+    End,
+}
+
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'$' | b'%' | b'.')
+}
+
+/// PTX cut into [`Token`]s, comments dropped; `None` for a comment or string never closed.
+struct Lexer<'t> {
+    text: &'t [u8],
+    at: usize,
+}
+
+impl<'t> Lexer<'t> {
+    fn new(text: &'t [u8]) -> Self {
+        Self { text, at: 0 }
+    }
+
+    fn next(&mut self) -> Option<Token<'t>> {
+        let b = self.text;
+        loop {
+            match (b.get(self.at), b.get(self.at + 1)) {
+                (None, _) => return Some(Token::End),
+                (Some(c), _) if c.is_ascii_whitespace() => self.at += 1,
+                (Some(b'/'), Some(b'/')) => {
+                    self.at = b[self.at..]
+                        .iter()
+                        .position(|&c| c == b'\n')
+                        .map_or(b.len(), |n| self.at + n);
+                }
+                (Some(b'/'), Some(b'*')) => {
+                    let body = self.at + 2;
+                    let len = b.get(body..)?.windows(2).position(|w| w == b"*/")?;
+                    self.at = body + len + 2;
+                }
+                (Some(b'"'), _) => {
+                    let mut i = self.at + 1;
+                    loop {
+                        match b.get(i)? {
+                            b'\\' => i += 2,
+                            b'"' => break,
+                            _ => i += 1,
+                        }
+                    }
+                    self.at = i + 1;
+                    return Some(Token::Text);
+                }
+                (Some(&c), _) if is_word_byte(c) => {
+                    let start = self.at;
+                    self.at = b[start..]
+                        .iter()
+                        .position(|&c| !is_word_byte(c))
+                        .map_or(b.len(), |n| start + n);
+                    return Some(Token::Word(&b[start..self.at]));
+                }
+                (Some(&c), _) => {
+                    self.at += 1;
+                    return Some(Token::Punct(c));
+                }
+            }
+        }
+    }
+
+    /// Skips to the `}` that closes a `{` already read.
+    fn skip_block(&mut self) -> Option<()> {
+        let mut depth = 1usize;
+        loop {
+            match self.next()? {
+                Token::Punct(b'{') => depth += 1,
+                Token::Punct(b'}') => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Some(());
+                    }
+                }
+                Token::End => return None,
+                _ => {}
+            }
+        }
+    }
+}
+
 /// Reads every `.entry` and `.func` of `text`; `None` when the text is not understood.
-fn read_ptx(text: &str) -> Option<CodeWaits> {
+fn read_ptx(text: &[u8]) -> Option<CodeWaits> {
     let mut lexer = Lexer::new(text);
-    let mut entries: Vec<(&str, Body<'_>)> = Vec::new();
+    let mut entries: Vec<(&[u8], Body<'_>)> = Vec::new();
     // Each function defined here; `None` for a name defined twice (unknown).
-    let mut functions: HashMap<&str, Option<Body<'_>>> = HashMap::new();
+    let mut functions: HashMap<&[u8], Option<Body<'_>>> = HashMap::new();
     loop {
-        let (token, line) = lexer.next().ok()?;
-        match token {
+        match lexer.next()? {
             Token::End => break,
-            Token::Punct('{') => lexer.skip_block(line).ok()?,
-            Token::Punct('}') => return None,
-            Token::Directive(".entry") => {
-                let Token::Word(name) = lexer.next().ok()?.0 else {
+            Token::Punct(b'{') => lexer.skip_block()?,
+            Token::Punct(b'}') => return None,
+            Token::Word(b".entry") => {
+                let Token::Word(name) = lexer.next()? else {
                     return None;
                 };
                 if let Some(body) = definition(&mut lexer)? {
                     entries.push((name, body));
                 }
             }
-            Token::Directive(".func") => {
+            Token::Word(b".func") => {
                 // An optional return parameter list comes before the name.
-                let mut token = lexer.next().ok()?.0;
-                if token == Token::Punct('(') {
+                let mut token = lexer.next()?;
+                if token == Token::Punct(b'(') {
                     skip_parens(&mut lexer)?;
-                    token = lexer.next().ok()?.0;
+                    token = lexer.next()?;
                 }
                 let Token::Word(name) = token else {
                     return None;
@@ -242,7 +339,7 @@ fn read_ptx(text: &str) -> Option<CodeWaits> {
     for (name, body) in &entries {
         let wait = reached(body, &functions);
         kernels
-            .entry((*name).to_owned())
+            .entry(String::from_utf8(name.to_vec()).ok()?)
             .and_modify(|w| *w = DependencyWait::Unknown)
             .or_insert(wait);
     }
@@ -251,9 +348,9 @@ fn read_ptx(text: &str) -> Option<CodeWaits> {
 
 /// What `entry` reaches: a wait in it or in any function it calls (transitively), else unknown
 /// when it reaches a call through a pointer or a function not defined here, else never.
-fn reached(entry: &Body<'_>, functions: &HashMap<&str, Option<Body<'_>>>) -> DependencyWait {
+fn reached(entry: &Body<'_>, functions: &HashMap<&[u8], Option<Body<'_>>>) -> DependencyWait {
     let mut unknown = false;
-    let mut seen: HashSet<&str> = HashSet::new();
+    let mut seen: HashSet<&[u8]> = HashSet::new();
     let mut stack: Vec<&Body<'_>> = vec![entry];
     while let Some(body) = stack.pop() {
         if body.waits {
@@ -281,12 +378,11 @@ fn reached(entry: &Body<'_>, functions: &HashMap<&str, Option<Body<'_>>>) -> Dep
 /// declaration: `Some(None)`); `None` when not understood.
 fn definition<'t>(lexer: &mut Lexer<'t>) -> Option<Option<Body<'t>>> {
     loop {
-        let (token, _) = lexer.next().ok()?;
-        match token {
-            Token::Punct('(') => skip_parens(lexer)?,
-            Token::Punct('{') => return body(lexer).map(Some),
-            Token::Punct(';') => return Some(None),
-            Token::End | Token::Punct('}') => return None,
+        match lexer.next()? {
+            Token::Punct(b'(') => skip_parens(lexer)?,
+            Token::Punct(b'{') => return body(lexer).map(Some),
+            Token::Punct(b';') => return Some(None),
+            Token::End | Token::Punct(b'}') => return None,
             _ => {}
         }
     }
@@ -296,15 +392,15 @@ fn definition<'t>(lexer: &mut Lexer<'t>) -> Option<Option<Body<'t>>> {
 fn skip_parens(lexer: &mut Lexer<'_>) -> Option<()> {
     let mut depth = 1usize;
     loop {
-        match lexer.next().ok()?.0 {
-            Token::Punct('(') => depth += 1,
-            Token::Punct(')') => {
+        match lexer.next()? {
+            Token::Punct(b'(') => depth += 1,
+            Token::Punct(b')') => {
                 depth -= 1;
                 if depth == 0 {
                     return Some(());
                 }
             }
-            Token::End | Token::Punct('{' | '}' | ';') => return None,
+            Token::End | Token::Punct(b'{' | b'}' | b';') => return None,
             _ => {}
         }
     }
@@ -315,9 +411,9 @@ fn body<'t>(lexer: &mut Lexer<'t>) -> Option<Body<'t>> {
     let mut body = Body::default();
     let mut depth = 1usize;
     loop {
-        match lexer.next().ok()?.0 {
-            Token::Punct('{') => depth += 1,
-            Token::Punct('}') => {
+        match lexer.next()? {
+            Token::Punct(b'{') => depth += 1,
+            Token::Punct(b'}') => {
                 depth -= 1;
                 if depth == 0 {
                     return Some(body);
@@ -325,12 +421,15 @@ fn body<'t>(lexer: &mut Lexer<'t>) -> Option<Body<'t>> {
             }
             Token::End => return None,
             // Any form but `.launch_dependents` is taken for a wait.
-            Token::Word("griddepcontrol")
-                if lexer.peek().ok()? != Token::Directive(".launch_dependents") =>
+            Token::Word(word)
+                if word.starts_with(b"griddepcontrol")
+                    && word != b"griddepcontrol.launch_dependents" =>
             {
                 body.waits = true;
             }
-            Token::Word("call") => call(lexer, &mut body)?,
+            Token::Word(word) if word == b"call" || word.starts_with(b"call.") => {
+                call(lexer, &mut body)?
+            }
             _ => {}
         }
     }
@@ -343,17 +442,17 @@ fn call<'t>(lexer: &mut Lexer<'t>, body: &mut Body<'t>) -> Option<()> {
     let mut depth = 0usize;
     let mut target = None;
     loop {
-        match lexer.next().ok()?.0 {
-            Token::Punct('(') => depth += 1,
-            Token::Punct(')') => depth = depth.checked_sub(1)?,
-            Token::Punct(';') => break,
-            Token::End | Token::Punct('{' | '}') => return None,
+        match lexer.next()? {
+            Token::Punct(b'(') => depth += 1,
+            Token::Punct(b')') => depth = depth.checked_sub(1)?,
+            Token::Punct(b';') => break,
+            Token::End | Token::Punct(b'{' | b'}') => return None,
             Token::Word(word) if depth == 0 && target.is_none() => target = Some(word),
             _ => {}
         }
     }
     match target? {
-        register if register.starts_with('%') => body.indirect = true,
+        register if register.starts_with(b"%") => body.indirect = true,
         name => body.calls.push(name),
     }
     Some(())

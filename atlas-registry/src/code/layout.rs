@@ -793,7 +793,7 @@ pub fn ptx_kernel_layouts(ptx: &[u8]) -> Result<Vec<KernelLayout>, LayoutError> 
 }
 
 /// The text the driver would see: up to the first NUL, refusing anything but NULs after it.
-pub(super) fn ptx_text(ptx: &[u8]) -> Result<&str, LayoutError> {
+fn ptx_text(ptx: &[u8]) -> Result<&str, LayoutError> {
     let text = before_nul(ptx);
     if ptx
         .get(text.len()..)
@@ -831,7 +831,7 @@ fn ptx_error(line: usize, kernel: Option<&str>, problem: PtxProblem) -> LayoutEr
 
 /// One PTX token; only what the `.entry` grammar needs is told apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Token<'t> {
+enum Token<'t> {
     /// `.entry`, `.param`, `.u64`, ...
     Directive(&'t str),
     /// An identifier (`scale`, `_Z5scalePfj`, `%r1`, `$L__BB0_2`).
@@ -865,7 +865,7 @@ fn is_word_byte(b: u8) -> bool {
 }
 
 /// Splits PTX into tokens, dropping whitespace and comments and counting lines.
-pub(super) struct Lexer<'t> {
+struct Lexer<'t> {
     text: &'t str,
     at: usize,
     line: usize,
@@ -873,7 +873,7 @@ pub(super) struct Lexer<'t> {
 }
 
 impl<'t> Lexer<'t> {
-    pub(super) fn new(text: &'t str) -> Self {
+    fn new(text: &'t str) -> Self {
         Self {
             text,
             at: 0,
@@ -883,7 +883,7 @@ impl<'t> Lexer<'t> {
     }
 
     /// The next token and its line.
-    pub(super) fn next(&mut self) -> Result<(Token<'t>, usize), LayoutError> {
+    fn next(&mut self) -> Result<(Token<'t>, usize), LayoutError> {
         match self.peeked.take() {
             Some(token) => Ok(token),
             None => self.scan(),
@@ -891,7 +891,7 @@ impl<'t> Lexer<'t> {
     }
 
     /// The next token, left in place.
-    pub(super) fn peek(&mut self) -> Result<Token<'t>, LayoutError> {
+    fn peek(&mut self) -> Result<Token<'t>, LayoutError> {
         let token = self.next()?;
         self.peeked = Some(token);
         Ok(token.0)
@@ -989,7 +989,7 @@ impl<'t> Lexer<'t> {
     /// A body declares nothing a layout needs, and every load reads its blob's layouts: so the
     /// bytes are scanned for newlines and braces, and only comments and strings (which may hold
     /// braces) are lexed, several times faster than cutting the whole body into tokens.
-    pub(super) fn skip_block(&mut self, opened: usize) -> Result<(), LayoutError> {
+    fn skip_block(&mut self, opened: usize) -> Result<(), LayoutError> {
         let bytes = self.text.as_bytes();
         let mut depth = 1usize;
         let mut token = self.peeked.take().map(|(token, _)| token);
