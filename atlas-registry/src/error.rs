@@ -1714,6 +1714,17 @@ pub enum AttributeRefusal {
         /// The numerically highest priority, the default.
         least: i32,
     },
+    /// A programmatic dependent launch (stream serialization or event) of a kernel whose code
+    /// never waits for the grid it depends on: it may start before that grid has finished and
+    /// read what is not written yet.
+    #[error(
+        "programmatic dependent launch of a kernel whose code never waits for the grid it depends \
+         on (no griddepcontrol.wait in it or in a function it calls): it would read that grid's \
+         results before they are written. Call cudaGridDependencySynchronize() (PTX \
+         griddepcontrol.wait) before the first read of them, or, if the kernel reads nothing its \
+         predecessor writes, say so with LaunchAttributes::programmatic_without_wait(true)"
+    )]
+    ProgrammaticWithoutWait,
 }
 
 /// Why a source cannot be compiled for a device ([`AtlasError::CannotCompile`]).

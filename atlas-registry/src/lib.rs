@@ -301,6 +301,7 @@ pub use code::blob::{
     BlobKind, UNCOMPRESSED_LIMIT, sniff, validate_blob, validate_blob_for_device,
 };
 pub use code::blob_set::BlobSet;
+pub use code::dependency_wait::{DependencyWait, kernel_dependency_waits};
 pub use code::layout::{
     CubinProblem, KernelLayout, LayoutError, ParamSlot, PtxParam, PtxProblem, RecordIssue,
     UnreadableBlob, cubin_kernel_layouts, kernel_layout, kernel_layouts, ptx_kernel_layouts,

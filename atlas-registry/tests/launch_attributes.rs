@@ -84,6 +84,13 @@ fn launch_model() -> AtlasRegistry {
     AtlasRegistry::load(0, ptx_for_model("launch").expect("the launch model")).expect("load")
 }
 
+/// The `launch` model's sm_90 cubins on the stand-in: `pdl_step` waits for its predecessor
+/// there (its compute_75 PTX cannot hold the wait).
+fn launch_model_sm90() -> AtlasRegistry {
+    let cubins = atlas_kernels::cubin_for_model("launch", 90).expect("the launch model's sm_90");
+    AtlasRegistry::load(0, cubins).expect("load")
+}
+
 /// `cluster_shape` and `cluster_shape_pair` (compiled with `__cluster_dims__(2, 1, 1)`).
 fn cluster_kernels(registry: &AtlasRegistry) -> (CudaFunction, CudaFunction) {
     let kernel = |name| registry.function_cached("cluster", name).unwrap();
@@ -142,7 +149,7 @@ fn chain_reference(x: &[f32], steps: &[(f32, f32)]) -> Vec<f32> {
 
 fn plain_launches_never_call_launch_ex() {
     let probe = standin::probe();
-    let registry = launch_model();
+    let registry = launch_model_sm90();
     let limits = registry.host().limits();
     assert_eq!(limits.multiprocessors, 132);
     assert!(limits.cluster_launch && limits.cooperative_launch);
@@ -220,8 +227,10 @@ fn every_attribute_reaches_the_driver_as_asked() {
         block: (64, 1, 1),
         shared_mem_bytes: 0,
     };
+    // `cluster_shape` never waits for its predecessor: the opt-out lets it overlap.
     let attrs = LaunchAttributes::new()
         .programmatic_stream_serialization(true)
+        .programmatic_without_wait(true)
         .cluster((4, 1, 1))
         .cooperative(true)
         .priority(-2)

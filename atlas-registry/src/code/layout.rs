@@ -31,6 +31,7 @@ use object::elf;
 
 use crate::code::blob::BlobKind;
 use crate::code::blob::elf::{Elf, Machines, Section, c_string};
+use crate::code::dependency_wait::{CodeWaits, DependencyWait, code_waits};
 use crate::code::target::{Code, Devices};
 
 /// One kernel parameter: where it lies in the parameter buffer and how many bytes it takes.
@@ -518,12 +519,19 @@ pub(crate) type DeviceLayouts = Result<HashMap<String, Result<KernelLayout, Stri
 /// under `CUDA_FORCE_PTX_JIT`), so a layout is one only when every entry it may pick declares it:
 /// a kernel whose layouts differ between them, or that one of them lacks, has none (its `Err`
 /// says why), and an entry that cannot be read makes every layout unknown. Never a guess.
+///
+/// Whether each kernel waits for the grid it depends on is read from the same code at the same
+/// time ([`dependency_wait`](crate::code::dependency_wait)), on the same terms: what every entry
+/// says, else unknown.
 #[derive(Debug)]
 pub(crate) struct BlobLayouts {
     devices: Devices,
     /// The code to read, taken by the first need.
     pending: Mutex<Vec<Piece>>,
     read: OnceLock<DeviceLayouts>,
+    /// Whether each kernel waits for the grid it depends on, read from the same code at the same
+    /// time ([`dependency_wait`](crate::code::dependency_wait)).
+    waits: OnceLock<CodeWaits>,
     /// What the layouts read hold on the heap ([`heap_bytes`](Self::heap_bytes)), counted as
     /// they are read.
     heap: OnceLock<usize>,
@@ -535,6 +543,8 @@ struct Piece {
     /// A fatbin entry's code; `None` for the blob itself.
     code: Option<Code>,
     layouts: Pending,
+    /// What it says of its kernels' waits when read already; `None`: read with the layouts.
+    waits: Option<CodeWaits>,
 }
 
 #[derive(Debug)]
@@ -552,15 +562,19 @@ impl BlobLayouts {
     /// The layouts of `blob`, of `kind`: a PTX text or an ELF file is kept, to read at first need;
     /// of another kind but a fatbin, nothing can be read, which is said at once.
     pub(crate) fn of_blob(kind: BlobKind, blob: Cow<'_, [u8]>, devices: Devices) -> Self {
-        let layouts = match kind {
-            BlobKind::Ptx | BlobKind::Cubin => Pending::Kept(blob.into_owned()),
-            _ => Pending::Read(kernel_layouts(&blob)),
+        let (layouts, waits) = match kind {
+            BlobKind::Ptx | BlobKind::Cubin => (Pending::Kept(blob.into_owned()), None),
+            _ => (
+                Pending::Read(kernel_layouts(&blob)),
+                Some(CodeWaits::unknown()),
+            ),
         };
         Self::of(
             devices,
             vec![Piece {
                 code: None,
                 layouts,
+                waits,
             }],
         )
     }
@@ -572,6 +586,7 @@ impl BlobLayouts {
             vec![Piece {
                 code: None,
                 layouts: Pending::Shared(blob),
+                waits: None,
             }],
         )
     }
@@ -590,6 +605,7 @@ impl BlobLayouts {
             pending: Mutex::new(Vec::new()),
             heap: OnceLock::from(heap_of(&read)),
             read: OnceLock::from(read),
+            waits: OnceLock::from(CodeWaits::unknown()),
         }
     }
 
@@ -598,6 +614,7 @@ impl BlobLayouts {
             devices,
             pending: Mutex::new(pieces),
             read: OnceLock::new(),
+            waits: OnceLock::new(),
             heap: OnceLock::new(),
         }
     }
@@ -605,10 +622,13 @@ impl BlobLayouts {
     /// Adds a fatbin entry's `code`, `bytes` as checked: a cubin that had to be `decompressed` is
     /// read now, anything else kept (a copy) to read at first need.
     pub(crate) fn add_entry(&mut self, code: Code, bytes: &[u8], decompressed: bool) {
-        let layouts = if decompressed && matches!(code, Code::Sass(_)) {
-            Pending::Read(kernel_layouts(bytes))
+        let (layouts, waits) = if decompressed && matches!(code, Code::Sass(_)) {
+            (
+                Pending::Read(kernel_layouts(bytes)),
+                Some(code_waits(bytes)),
+            )
         } else {
-            Pending::Kept(bytes.to_vec())
+            (Pending::Kept(bytes.to_vec()), None)
         };
         self.pending
             .get_mut()
@@ -616,19 +636,31 @@ impl BlobLayouts {
             .push(Piece {
                 code: Some(code),
                 layouts,
+                waits,
             });
     }
 
     /// The layouts, read now if this is their first need.
     pub(crate) fn get(&self) -> &DeviceLayouts {
         self.read.get_or_init(|| {
-            let pieces =
+            let mut pieces =
                 std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
+            let waits = CodeWaits::agreed(pieces.iter_mut().map(Piece::take_waits));
             let read = merge(pieces, self.devices);
-            // Only this initialiser sets it, once.
-            let _ = self.heap.set(heap_of(&read));
+            // Only this initialiser sets them, once.
+            let _ = self.heap.set(heap_of(&read) + waits.heap_bytes());
+            let _ = self.waits.set(waits);
             read
         })
+    }
+
+    /// Whether kernel `symbol` waits for the grid it depends on, as the code the driver may load
+    /// says (read now with the layouts, if this is their first need).
+    pub(crate) fn dependency_wait(&self, symbol: &str) -> DependencyWait {
+        self.get();
+        self.waits
+            .get()
+            .map_or(DependencyWait::Unknown, |waits| waits.of(symbol))
     }
 
     /// What the layouts hold on the heap once read, estimated from what they own: each kernel's
@@ -664,6 +696,17 @@ impl BlobLayouts {
                 Pending::Read(_) => 0,
             })
             .sum()
+    }
+}
+
+impl Piece {
+    /// What the piece says of its kernels' waits: read before, or now from its code.
+    fn take_waits(&mut self) -> CodeWaits {
+        self.waits.take().unwrap_or_else(|| match &self.layouts {
+            Pending::Kept(bytes) => code_waits(bytes),
+            Pending::Shared(bytes) => code_waits(bytes),
+            Pending::Read(_) => CodeWaits::unknown(),
+        })
     }
 }
 

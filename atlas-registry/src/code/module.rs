@@ -8,6 +8,7 @@ use std::sync::Arc;
 use atlas_sys::{CUcontext, CUdeviceptr, CUfunction, CUmodule, CUresult};
 
 use crate::code::blob::BlobKind;
+use crate::code::dependency_wait::DependencyWait;
 use crate::code::fit::{self, Runs};
 use crate::code::jit::with_jit_log;
 use crate::code::layout::BlobLayouts;
@@ -77,6 +78,12 @@ pub(crate) struct BlobParams {
 }
 
 impl BlobParams {
+    /// Whether the kernel waits for the grid it depends on, as its module's code says (read now,
+    /// with the layouts, if this is their first need).
+    pub(crate) fn dependency_wait(&self) -> DependencyWait {
+        self.layouts.dependency_wait(&self.symbol)
+    }
+
     /// The parameter layout of the kernel, of module `module`, as the blob declares it, or why
     /// they cannot be known (worded for a driver without `cuFuncGetParamInfo`, the only one it
     /// is shown for).

@@ -11,7 +11,7 @@
 
 use std::ffi::c_void;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use atlas_sys::{
     CUevent, CUfunction, CUfunction_attribute as FuncAttr, CUlaunchAttribute,
@@ -19,6 +19,7 @@ use atlas_sys::{
     CUstream,
 };
 
+use crate::code::dependency_wait::DependencyWait;
 use crate::device::context::ensure_bound;
 use crate::device::host::CudaHost;
 use crate::device::stream::is_default;
@@ -78,6 +79,8 @@ struct ProgrammaticEvent {
 pub struct LaunchAttributes {
     programmatic_serialization: bool,
     programmatic_event: Option<ProgrammaticEvent>,
+    /// The opt-out of the wait check: the kernel reads nothing its predecessor writes.
+    without_wait: bool,
     cluster: Option<(u32, u32, u32)>,
     cooperative: bool,
     priority: Option<i32>,
@@ -96,6 +99,7 @@ impl LaunchAttributes {
         Self {
             programmatic_serialization: false,
             programmatic_event: None,
+            without_wait: false,
             cluster: None,
             cooperative: false,
             priority: None,
@@ -109,6 +113,28 @@ impl LaunchAttributes {
     /// must run `griddepcontrol.wait` (`cudaGridDependencySynchronize`) before it reads what the
     /// previous one wrote: the wait returns when that kernel has finished and its memory is
     /// visible. Needs compute capability 9.0 or newer.
+    ///
+    /// # What is checked
+    ///
+    /// A launch of a kernel whose code Atlas reads and finds never waiting
+    /// ([`Kernel::dependency_wait`](crate::Kernel::dependency_wait) is
+    /// [`DependencyWait::NeverWaits`]) is refused before the driver is called, with
+    /// [`AttributeRefusal::ProgrammaticWithoutWait`]: in PTX, no `griddepcontrol.wait` in the
+    /// `.entry` nor in any `.func` it calls; in an sm_90+ cubin, no `ACQBULK` (the wait's
+    /// instruction) in the kernel's code, nor in any function code of the cubin; in a fatbin,
+    /// every entry the driver may load for the device says so. Add the wait before the kernel's
+    /// first read of its predecessor's results, or, when it reads none,
+    /// [`programmatic_without_wait`](Self::programmatic_without_wait).
+    ///
+    /// Launched as asked, because Atlas cannot tell: a kernel that calls through a function
+    /// pointer or calls a function whose code is not in its blob (`.extern .func`, linked by
+    /// the driver), a relocatable cubin, SASS of an architecture whose encoding of the wait
+    /// Atlas does not know, a fatbin whose entries disagree (the driver picks one, Atlas does
+    /// not know which), a blob Atlas cannot read, and a function launched through a raw handle
+    /// of no registry ([`RawCudaFunc::from_raw`](crate::RawCudaFunc::from_raw)). Not seen at
+    /// all: whether the wait comes before the reads, or is reached on every path (a wait
+    /// anywhere in the reachable code counts). The check reads the kernel's code once (with its
+    /// parameter layouts) and keeps one byte per kernel; plain launches never look at it.
     pub const fn programmatic_stream_serialization(self, allowed: bool) -> Self {
         Self {
             programmatic_serialization: allowed,
@@ -121,7 +147,10 @@ impl LaunchAttributes {
     /// as every block has started (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT`). Work that waits on
     /// the event may then start before this kernel has finished; a kernel among it must run
     /// `griddepcontrol.wait` before it reads this kernel's results. Needs compute capability 9.0
-    /// or newer.
+    /// or newer. The kernel launched with the event is checked as for
+    /// [`programmatic_stream_serialization`](Self::programmatic_stream_serialization): one whose
+    /// code never waits is refused unless
+    /// [`programmatic_without_wait`](Self::programmatic_without_wait) says it needs none.
     ///
     /// # Safety
     ///
@@ -140,6 +169,36 @@ impl LaunchAttributes {
             }),
             ..self
         }
+    }
+
+    /// Allows a programmatic dependent launch
+    /// ([`programmatic_stream_serialization`](Self::programmatic_stream_serialization),
+    /// [`programmatic_event`](Self::programmatic_event)) of a kernel whose code never waits for
+    /// its predecessor, which is refused otherwise: say so only of a kernel that reads nothing
+    /// the grids before it on the stream write (it may run while they still run). Not a driver
+    /// attribute: [`len`](Self::len) does not count it, and without a programmatic launch it
+    /// changes nothing.
+    ///
+    /// ```
+    /// use atlas_registry::LaunchAttributes;
+    /// // A kernel that only fills its own output may overlap the kernel before it.
+    /// let attrs = LaunchAttributes::new()
+    ///     .programmatic_stream_serialization(true)
+    ///     .programmatic_without_wait(true);
+    /// assert_eq!(attrs.len(), 1);
+    /// assert!(attrs.is_programmatic_without_wait());
+    /// ```
+    pub const fn programmatic_without_wait(self, allowed: bool) -> Self {
+        Self {
+            without_wait: allowed,
+            ..self
+        }
+    }
+
+    /// Whether [`programmatic_without_wait`](Self::programmatic_without_wait) allows a
+    /// programmatic launch of a kernel that never waits.
+    pub const fn is_programmatic_without_wait(&self) -> bool {
+        self.without_wait
     }
 
     /// Thread block clusters of `dims` blocks (`CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`): the
@@ -283,13 +342,15 @@ impl LaunchAttributes {
     /// Everything Atlas can check of the attributes before the driver is called, for `func` (a
     /// live function of `host`'s context, whose launch facts `facts` keeps) launched with `cfg`
     /// (already checked against the device's limits): programmatic launch needs compute
-    /// capability 9.0; the priority is within the device's range; clusters are supported, nonzero,
+    /// capability 9.0, and a kernel whose code waits for its predecessor (or may: unknown) or
+    /// the opt-out of that; the priority is within the device's range; clusters are supported, nonzero,
     /// divide the grid, are at most the portable size (unless the kernel allows more, then at
     /// most what the device runs for this kernel and configuration) and match the kernel's
     /// `__cluster_dims__`; a cooperative grid fits on the device at once.
     ///
     /// A launch that asks only for what needs no reading (programmatic launch on a device that
-    /// has it, a memory synchronization domain) passes without leaving the caller's frame.
+    /// has it of a kernel whose wait is known, a memory synchronization domain) passes without
+    /// leaving the caller's frame.
     ///
     /// # Safety
     ///
@@ -303,7 +364,9 @@ impl LaunchAttributes {
         name: &dyn FunctionName,
         cfg: &LaunchConfig,
     ) -> Result<()> {
-        let programmatic_ok = !self.is_programmatic() || host.compute_capability() >= (9, 0);
+        let programmatic_ok = !self.is_programmatic()
+            || (host.compute_capability() >= (9, 0)
+                && (self.without_wait || name.dependency_wait() != DependencyWait::NeverWaits));
         if programmatic_ok && self.cluster.is_none() && !self.cooperative && self.priority.is_none()
         {
             return Ok(());
@@ -336,6 +399,12 @@ impl LaunchAttributes {
         let compute_capability = host.compute_capability();
         if self.is_programmatic() && compute_capability < (9, 0) {
             return refuse(AttributeRefusal::ProgrammaticUnsupported { compute_capability });
+        }
+        if self.is_programmatic()
+            && !self.without_wait
+            && name.dependency_wait() == DependencyWait::NeverWaits
+        {
+            return refuse(AttributeRefusal::ProgrammaticWithoutWait);
         }
         if let Some(priority) = self.priority {
             let (least, greatest) = host.context().stream_priorities()?;
@@ -524,8 +593,9 @@ unsafe fn cluster_refusal(
 }
 
 /// What launches with attributes learn of one function and keep, without locks: the cluster
-/// dimensions it was compiled with (read once), and its occupancy for the last cooperative
-/// configuration (read again when the configuration changes).
+/// dimensions it was compiled with (read once), its occupancy for the last cooperative
+/// configuration (read again when the configuration changes), and whether its code waits for the
+/// grid it depends on (read once, from its blob).
 #[derive(Debug, Default)]
 pub(crate) struct LaunchFacts {
     /// `1 << 63 | z << 32 | y << 16 | x` once read, 0 before.
@@ -533,9 +603,25 @@ pub(crate) struct LaunchFacts {
     /// `(blocks per multiprocessor + 1) << 48 | block threads << 32 | dynamic shared memory`
     /// for the last cooperative configuration, 0 before.
     cooperative: AtomicU64,
+    /// [`DependencyWait::to_byte`] once read, 0 before.
+    dependency_wait: AtomicU8,
 }
 
 impl LaunchFacts {
+    /// Whether the function's code waits for the grid it depends on: `read` the first time,
+    /// kept after.
+    #[inline]
+    pub(crate) fn dependency_wait(&self, read: impl FnOnce() -> DependencyWait) -> DependencyWait {
+        if let Some(known) = DependencyWait::from_byte(self.dependency_wait.load(Ordering::Relaxed))
+        {
+            return known;
+        }
+        let wait = read();
+        self.dependency_wait
+            .store(wait.to_byte(), Ordering::Relaxed);
+        wait
+    }
+
     /// The function's `__cluster_dims__` (`CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_*`), `(0, 0, 0)`
     /// when it was compiled without; read once.
     ///

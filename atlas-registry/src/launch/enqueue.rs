@@ -8,6 +8,7 @@ use std::sync::{Mutex, PoisonError};
 
 use atlas_sys::{CUfunction, CUfunction_attribute, CUstream};
 
+use crate::code::dependency_wait::DependencyWait;
 use crate::device::context::ensure_bound;
 use crate::device::host::CudaHost;
 use crate::device::stream::is_default;
@@ -77,9 +78,16 @@ impl SharedMemOptIn {
     }
 }
 
-/// What a launch error names the function by.
+/// The function a launch is checked for: what a launch error names it by, and what Atlas
+/// knows of its code.
 pub(crate) trait FunctionName {
     fn function_name(&self) -> String;
+
+    /// Whether the function's code waits for the grid it depends on; unknown unless Atlas has
+    /// read its code.
+    fn dependency_wait(&self) -> DependencyWait {
+        DependencyWait::Unknown
+    }
 }
 
 /// A function Atlas has no entry for (a `RawCudaFunc::from_raw` handle): named by its handle.

@@ -12,6 +12,7 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use atlas_sys::{CUcontext, CUfunction, CUfunction_attribute as FuncAttr};
 
+use crate::code::dependency_wait::DependencyWait;
 use crate::code::layout::param_bank_offset;
 use crate::code::module::{BlobParams, ParamLayout, ParamSizes};
 use crate::device::context::ensure_bound;
@@ -77,6 +78,10 @@ unsafe impl Sync for Kernel {}
 impl FunctionName for Kernel {
     fn function_name(&self) -> String {
         self.name.clone()
+    }
+
+    fn dependency_wait(&self) -> DependencyWait {
+        Kernel::dependency_wait(self)
     }
 }
 
@@ -145,6 +150,17 @@ impl Kernel {
     #[doc(alias = "cuFuncGetParamInfo")]
     pub fn param_sizes(&self) -> Result<Option<&[usize]>> {
         Ok(self.layout()?.as_ref().ok().map(|layout| &*layout.sizes))
+    }
+
+    /// Whether the kernel's code waits for the grid it depends on before it reads that grid's
+    /// results (PTX `griddepcontrol.wait`, CUDA C++ `cudaGridDependencySynchronize()`), as its
+    /// module's blob shows: what a programmatic dependent launch of it is checked against (see
+    /// [`LaunchAttributes::programmatic_stream_serialization`]). Read from the blob with its
+    /// parameter layouts (at their first need), then kept; what can and cannot be seen is
+    /// listed at [`kernel_dependency_waits`](crate::kernel_dependency_waits).
+    pub fn dependency_wait(&self) -> DependencyWait {
+        self.facts
+            .dependency_wait(|| self.from_blob.dependency_wait())
     }
 
     /// The parameter layout, or why nothing can tell it, read once.

@@ -476,6 +476,15 @@ static CUresult run_pdl_step(const struct launch *l) {
     return SUCCESS;
 }
 
+/* x[0] += 1: the kernels of tests/fixtures/pdl/ (pdl_waits, pdl_nowait, pdl_callwait). */
+static CUresult run_add_one(const struct launch *l) {
+    float *x;
+    param(l, 0, &x, 8);
+    if (!device_range_ok(l->ctx, x, 4)) return ILLEGAL_ADDRESS;
+    x[0] += 1.0f;
+    return SUCCESS;
+}
+
 /* out[2b] = block b's rank in its cluster, out[2b+1] = its cluster's x index (1-D grids). */
 static CUresult run_cluster_shape(const struct launch *l) {
     unsigned *out;
@@ -604,6 +613,10 @@ static const struct kernel kernels[] = {
      * 128-byte parameter does not fit a captured node's PARAM_BYTES: not for captures. */
     {"tma_tiles", 5, {48, 176, 184, 188, 192}, {128, 8, 4, 4, 4}, 0, run_tma_tiles, {0, 0, 0}},
     {"tma_misplaced", 5, {0, 128, 136, 140, 144}, {128, 8, 4, 4, 4}, 0, run_tma_tiles, {0, 0, 0}},
+    /* Programmatic dependent launch: kernels with and without griddepcontrol.wait. */
+    {"pdl_waits", 1, {0}, {8}, 0, run_add_one, {0, 0, 0}},
+    {"pdl_nowait", 1, {0}, {8}, 0, run_add_one, {0, 0, 0}},
+    {"pdl_callwait", 1, {0}, {8}, 0, run_add_one, {0, 0, 0}},
 };
 #define KERNEL_COUNT (sizeof kernels / sizeof kernels[0])
 
