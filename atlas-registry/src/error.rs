@@ -154,8 +154,7 @@ pub enum LaunchRefusal {
 ///     // argument 2 is 8 byte(s) (`usize`), but parameter 2 (`n`, `.u32` in the PTX) takes 4:
 ///     // pass a `u32`
 ///     println!("{first}");
-///     let fits: String = first.fitting(); // a `u32`
-/// #   let _ = fits;
+///     println!("{}", first.fits); // a `u32`
 /// }
 /// # }
 /// ```
@@ -170,73 +169,31 @@ pub struct ArgumentMismatch {
     pub given: Option<usize>,
     /// The argument's Rust type as [`std::any::type_name`] writes it; `None` with `given`.
     pub given_type: Option<&'static str>,
-    /// The parameter as the kernel's PTX declares it: `None` when the kernel has no parameter
-    /// there or its code is not PTX (a cubin says where parameters lie, not what they are).
-    pub declared: Option<crate::PtxParam>,
-}
-
-impl ArgumentMismatch {
+    /// The parameter's name as the kernel's PTX declares it; `None` where the code is not PTX
+    /// (a cubin says where parameters lie, not what they are) or the name is the one nvcc gives
+    /// every parameter (`KERNEL_param_N`).
+    pub ptx_name: Option<String>,
+    /// The parameter's type as the kernel's PTX declares it (`.u32`, `.u64 .ptr`, `.b8[24]`);
+    /// `None` where the code is not PTX.
+    pub ptx_type: Option<String>,
     /// What would fit the parameter, in words: "a `u32`", "an `f32`", "a `u64`, or a buffer
-    /// (`&buf`, `&mut buf`)", "a `#[repr(C)]` value of 24 bytes"; the PTX type decides where the
-    /// kernel's code is PTX, the size alone otherwise. Empty when the kernel has no parameter
-    /// here.
-    pub fn fitting(&self) -> String {
-        let Some(size) = self.expected else {
-            return String::new();
-        };
-        let declared = self
-            .declared
-            .as_ref()
-            .map(|d| (d.ty(), d.elements(), d.is_pointer()));
-        let scalar = match declared {
-            Some((ty, 1, pointer)) => match ty {
-                ".u8" => "a `u8`",
-                ".s8" => "an `i8`",
-                ".u16" => "a `u16`",
-                ".s16" => "an `i16`",
-                ".f16" | ".bf16" => "a half-precision float (its bits as a `u16`)",
-                ".u32" => "a `u32`",
-                ".s32" => "an `i32`",
-                ".f32" => "an `f32`",
-                ".f16x2" | ".bf16x2" => "two half-precision floats (their bits as a `u32`)",
-                ".u64" | ".b64" if pointer => "a buffer (`&buf`, `&mut buf`) or a view",
-                ".u64" => "a `u64`, or a buffer (`&buf`, `&mut buf`) or a view",
-                ".s64" => "an `i64`",
-                ".f64" => "an `f64`",
-                _ => "",
-            },
-            _ => "",
-        };
-        if !scalar.is_empty() {
-            return scalar.to_owned();
-        }
-        match (declared, size) {
-            (Some((".b8", n, _)), _) if n > 1 => {
-                format!("a `#[repr(C)]` value of {n} bytes (a struct, or `[u8; {n}]`)")
-            }
-            (Some((ty, n, _)), _) if n > 1 => {
-                format!("`[T; {n}]` of `{ty}` elements ({size} bytes)")
-            }
-            (_, 1) => "a `u8` or `i8`".to_owned(),
-            (_, 2) => "a `u16` or `i16`".to_owned(),
-            (_, 4) => "a `u32`, `i32` or `f32`".to_owned(),
-            (_, 8) => {
-                "a `u64`, `i64` or `f64`, or a buffer (`&buf`, `&mut buf`) or a view".to_owned()
-            }
-            (_, n) => format!("a `#[repr(C)]` value of {n} bytes"),
-        }
-    }
+    /// (`&buf`, `&mut buf`) or a view", "a `#[repr(C)]` value of 24 bytes"; from the PTX type
+    /// where there is one, from the size otherwise; empty when the kernel has no parameter
+    /// there.
+    pub fits: String,
 }
 
 impl fmt::Display for ArgumentMismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let index = self.index;
-        let declared = self.declared.as_ref().map(|d| match d.name() {
-            Some(name) => format!("`{name}`, `{d}` in the PTX"),
-            None => format!("`{d}` in the PTX"),
-        });
+        let declared = match (&self.ptx_name, &self.ptx_type) {
+            (Some(name), Some(ty)) => Some(format!("`{name}`, `{ty}` in the PTX")),
+            (None, Some(ty)) => Some(format!("`{ty}` in the PTX")),
+            (Some(name), None) => Some(format!("`{name}`")),
+            (None, None) => None,
+        };
         let given_type = self.given_type.map(short_type_name).unwrap_or_default();
-        let fitting = self.fitting();
+        let fits = &self.fits;
         match (self.expected, self.given) {
             (Some(expected), Some(given)) => {
                 write!(
@@ -246,13 +203,13 @@ impl fmt::Display for ArgumentMismatch {
                 if let Some(declared) = declared {
                     write!(f, " ({declared})")?;
                 }
-                write!(f, " takes {expected}: pass {fitting}")
+                write!(f, " takes {expected}: pass {fits}")
             }
             (Some(expected), None) => {
                 let declared = declared.map(|d| d + ", ").unwrap_or_default();
                 write!(
                     f,
-                    "parameter {index} ({declared}{expected} byte(s)) has no argument: pass {fitting}"
+                    "parameter {index} ({declared}{expected} byte(s)) has no argument: pass {fits}"
                 )
             }
             (None, Some(given)) => write!(
@@ -2359,7 +2316,9 @@ mod tests {
                     expected: Some(4),
                     given: None,
                     given_type: None,
-                    declared: None,
+                    ptx_name: None,
+                    ptx_type: None,
+                    fits: "a `u32`, `i32` or `f32`".into(),
                 }),
             },
         };
@@ -2371,61 +2330,44 @@ mod tests {
         );
     }
 
-    /// `scal(float* x, float a, unsigned n)` as a PTX text declares it, with names of its own
-    /// for the last two.
-    fn scal_declared() -> Vec<crate::PtxParam> {
-        let ptx = b".version 8.0\n.target sm_80\n.address_size 64\n\
-            .visible .entry _Z4scalPffj(.param .u64 _Z4scalPffj_param_0, .param .f32 a, \
-            .param .u32 n, .param .align 8 .b8 extra[24])\n{ ret; }\n";
-        let mut kernels = crate::ptx_kernel_layouts(ptx).unwrap();
-        kernels.pop().unwrap().declared
-    }
-
     #[test]
-    fn a_wrong_argument_is_named_with_its_ptx_declaration_and_the_rust_type_that_fits() {
-        let declared = scal_declared();
-        assert_eq!(declared[0].name(), None, "nvcc's own names say nothing");
-        assert_eq!(declared[2].name(), Some("n"));
-        let wrong = |index, given, given_type| ArgumentMismatch {
-            index,
-            expected: Some([8, 4, 4, 24][index]),
-            given,
-            given_type,
-            declared: Some(declared[index].clone()),
-        };
+    fn a_wrong_argument_is_named_with_its_ptx_declaration_and_the_type_that_fits() {
+        let wrong =
+            |index, given: Option<usize>, name: Option<&str>, ty: Option<&str>| ArgumentMismatch {
+                index,
+                expected: Some(4),
+                given,
+                given_type: given.map(|_| "&atlas_registry::memory::buffer::DeviceBuffer<f32>"),
+                ptx_name: name.map(str::to_owned),
+                ptx_type: ty.map(str::to_owned),
+                fits: "a `u32`".into(),
+            };
         assert_eq!(
-            wrong(2, Some(8), Some("usize")).to_string(),
-            "argument 2 is 8 byte(s) (`usize`), but parameter 2 (`n`, `.u32` in the PTX) takes \
-             4: pass a `u32`"
-        );
-        assert_eq!(wrong(1, Some(8), Some("f64")).fitting(), "an `f32`");
-        assert_eq!(
-            wrong(
-                0,
-                Some(4),
-                Some("&atlas_registry::memory::buffer::DeviceBuffer<f32>")
-            )
-            .to_string(),
-            "argument 0 is 4 byte(s) (`&DeviceBuffer<f32>`), but parameter 0 (`.u64` in the \
-             PTX) takes 8: pass a `u64`, or a buffer (`&buf`, `&mut buf`) or a view"
+            wrong(2, Some(8), Some("n"), Some(".u32")).to_string(),
+            "argument 2 is 8 byte(s) (`&DeviceBuffer<f32>`), but parameter 2 (`n`, `.u32` in the \
+             PTX) takes 4: pass a `u32`"
         );
         assert_eq!(
-            wrong(3, None, None).to_string(),
-            "parameter 3 (`extra`, `.b8[24]` in the PTX, 24 byte(s)) has no argument: pass a \
-             `#[repr(C)]` value of 24 bytes (a struct, or `[u8; 24]`)"
+            wrong(2, Some(8), None, None).to_string(),
+            "argument 2 is 8 byte(s) (`&DeviceBuffer<f32>`), but parameter 2 takes 4: pass a `u32`"
+        );
+        assert_eq!(
+            wrong(3, None, None, Some(".u32")).to_string(),
+            "parameter 3 (`.u32` in the PTX, 4 byte(s)) has no argument: pass a `u32`"
         );
         let extra = ArgumentMismatch {
             index: 4,
             expected: None,
             given: Some(4),
             given_type: Some("u32"),
-            declared: None,
+            ptx_name: None,
+            ptx_type: None,
+            fits: String::new(),
         };
         assert_eq!(
             extra.to_string(),
             "argument 4 (`u32`, 4 byte(s)) has no parameter"
         );
-        assert_eq!(extra.fitting(), "");
     }
 
     #[test]

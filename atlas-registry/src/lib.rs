@@ -286,6 +286,7 @@
 //! Atlas leaves its context current on the thread afterwards; code that needs another context
 //! current makes it current again itself.
 
+mod closest;
 mod code;
 mod compile;
 mod device;

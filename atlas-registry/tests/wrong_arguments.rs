@@ -69,8 +69,9 @@ fn named_parameters_are_named() {
         (2, Some(4), Some(8))
     );
     assert_eq!(first.given_type, Some("usize"));
-    assert_eq!(first.declared.as_ref().and_then(|d| d.name()), Some("n"));
-    assert_eq!(first.fitting(), "a `u32`");
+    assert_eq!(first.ptx_name.as_deref(), Some("n"));
+    assert_eq!(first.ptx_type.as_deref(), Some(".u32"));
+    assert_eq!(first.fits, "a `u32`");
     assert!(
         text.contains(
             "argument 2 is 8 byte(s) (`usize`), but parameter 2 (`n`, `.u32` in the PTX) takes 4: \

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use atlas_sys::{CUcontext, CUdeviceptr, CUfunction, CUmodule, CUresult};
 
+use crate::closest::closest;
 use crate::code::blob::BlobKind;
 use crate::code::dependency_wait::DependencyWait;
 use crate::code::fit::{self, Runs};
@@ -18,7 +19,6 @@ use crate::device::host::CudaHost;
 use crate::driver::status::is_teardown_noop;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, NotFoundKind, Result, report_cleanup};
-use crate::registry::closest::closest;
 
 /// A kernel's parameters as the driver lays them out: each one's size and its offset from the
 /// start of the parameters, in bytes, first to last.

@@ -54,6 +54,7 @@ use std::ffi::c_void;
 
 use atlas_sys::{CUcontext, CUdeviceptr};
 
+use crate::code::layout::PtxParam;
 use crate::launch::held::GraphHolds;
 use crate::launch::large_params::total;
 use crate::memory::buffer::{DeviceBuffer, DeviceCopy};
@@ -280,6 +281,48 @@ impl KernelArgs for () {
     }
 }
 
+/// What Rust argument fits a parameter of `size` bytes, in words: "a `u32`", "an `f32`", "a
+/// `u64`, or a buffer (`&buf`, `&mut buf`) or a view", "a `#[repr(C)]` value of 24 bytes"; the
+/// PTX type decides where the kernel's code `declared` it, the size alone otherwise.
+pub(crate) fn fits(size: usize, declared: Option<&PtxParam>) -> String {
+    let declared = declared.map(|d| (d.ty(), d.elements(), d.is_pointer()));
+    let scalar = match declared {
+        Some((ty, 1, pointer)) => match ty {
+            ".u8" => "a `u8`",
+            ".s8" => "an `i8`",
+            ".u16" => "a `u16`",
+            ".s16" => "an `i16`",
+            ".f16" | ".bf16" => "a half-precision float (its bits as a `u16`)",
+            ".u32" => "a `u32`",
+            ".s32" => "an `i32`",
+            ".f32" => "an `f32`",
+            ".f16x2" | ".bf16x2" => "two half-precision floats (their bits as a `u32`)",
+            ".u64" | ".b64" if pointer => "a buffer (`&buf`, `&mut buf`) or a view",
+            ".u64" => "a `u64`, or a buffer (`&buf`, `&mut buf`) or a view",
+            ".s64" => "an `i64`",
+            ".f64" => "an `f64`",
+            _ => "",
+        },
+        _ => "",
+    };
+    if !scalar.is_empty() {
+        return scalar.to_owned();
+    }
+    match (declared, size) {
+        (Some((".b8", n, _)), _) if n > 1 => {
+            format!("a `#[repr(C)]` value of {n} bytes (a struct, or `[u8; {n}]`)")
+        }
+        (Some((ty, n, _)), _) if n > 1 => {
+            format!("`[T; {n}]` of `{ty}` elements ({size} bytes)")
+        }
+        (_, 1) => "a `u8` or `i8`".to_owned(),
+        (_, 2) => "a `u16` or `i16`".to_owned(),
+        (_, 4) => "a `u32`, `i32` or `f32`".to_owned(),
+        (_, 8) => "a `u64`, `i64` or `f64`, or a buffer (`&buf`, `&mut buf`) or a view".to_owned(),
+        (_, n) => format!("a `#[repr(C)]` value of {n} bytes"),
+    }
+}
+
 macro_rules! tuple_args {
     ($($name:ident $idx:tt),+) => {
         impl<$($name: KernelParam),+> sealed::Sealed for ($($name,)+) {}
@@ -330,6 +373,40 @@ tuple_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `scal(float* x, float a, unsigned n, Extra extra)` as a PTX text declares it, with names
+    /// of its own for the last three.
+    fn scal_declared() -> Vec<PtxParam> {
+        let ptx = b".version 8.0\n.target sm_80\n.address_size 64\n\
+            .visible .entry _Z4scalPffj(.param .u64 _Z4scalPffj_param_0, .param .f32 a, \
+            .param .u32 n, .param .align 8 .b8 extra[24], .param .u64 .ptr .global y)\n\
+            { ret; }\n";
+        let mut kernels = crate::ptx_kernel_layouts(ptx).unwrap();
+        kernels.pop().unwrap().declared
+    }
+
+    #[test]
+    fn what_fits_a_parameter_follows_its_ptx_type_or_else_its_size() {
+        let declared = scal_declared();
+        assert_eq!(declared[0].name(), None, "nvcc's own names say nothing");
+        assert_eq!(declared[2].name(), Some("n"));
+        assert_eq!(declared[3].to_string(), ".b8[24]");
+        assert_eq!(declared[4].to_string(), ".u64 .ptr");
+        let fit = |size, index: usize| fits(size, Some(&declared[index]));
+        assert_eq!(
+            fit(8, 0),
+            "a `u64`, or a buffer (`&buf`, `&mut buf`) or a view"
+        );
+        assert_eq!(fit(4, 1), "an `f32`");
+        assert_eq!(fit(4, 2), "a `u32`");
+        assert_eq!(
+            fit(24, 3),
+            "a `#[repr(C)]` value of 24 bytes (a struct, or `[u8; 24]`)"
+        );
+        assert_eq!(fit(8, 4), "a buffer (`&buf`, `&mut buf`) or a view");
+        assert_eq!(fits(4, None), "a `u32`, `i32` or `f32`");
+        assert_eq!(fits(128, None), "a `#[repr(C)]` value of 128 bytes");
+    }
 
     #[test]
     fn sizes_and_pointers_follow_the_tuple() {

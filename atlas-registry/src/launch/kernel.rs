@@ -20,7 +20,7 @@ use crate::device::host::{CudaHost, ordinal_of};
 use crate::device::stream::StreamArg;
 use crate::driver::{About, calls};
 use crate::error::{ArgumentMismatch, AtlasError, LaunchRefusal, LimitError, Result};
-use crate::launch::args::KernelArgs;
+use crate::launch::args::{KernelArgs, fits};
 use crate::launch::attributes::{
     LaunchAttributes, LaunchFacts, blocks_per_multiprocessor, launch_kernel_ex,
 };
@@ -285,20 +285,24 @@ impl Kernel {
                         let index = (0..expected.sizes.len().max(given.len()))
                             .find(|&i| expected.sizes.get(i) != given.get(i))
                             .unwrap_or(0);
-                        let declared = self.from_blob.declared();
+                        let in_ptx = self.from_blob.declared();
+                        // Only where the PTX agrees with the layout in count: another
+                        // declaration's names would mislead.
+                        let declared = (in_ptx.len() == expected.sizes.len())
+                            .then(|| in_ptx.get(index))
+                            .flatten();
+                        let size = expected.sizes.get(index).copied();
                         LaunchRefusal::Arguments {
                             expected: expected.sizes.clone(),
                             given: given.into(),
                             first: Box::new(ArgumentMismatch {
                                 index,
-                                expected: expected.sizes.get(index).copied(),
+                                expected: size,
                                 given: given.get(index).copied(),
                                 given_type: type_name(index),
-                                // Only where the PTX agrees with the layout in count: names of
-                                // another kernel's parameters would mislead.
-                                declared: (declared.len() == expected.sizes.len())
-                                    .then(|| declared.get(index).cloned())
-                                    .flatten(),
+                                ptx_name: declared.and_then(|d| d.name()).map(str::to_owned),
+                                ptx_type: declared.map(ToString::to_string),
+                                fits: size.map(|size| fits(size, declared)).unwrap_or_default(),
                             }),
                         }
                     }

@@ -8,7 +8,6 @@
 
 pub(crate) mod cache;
 pub(crate) mod call_sites;
-pub(crate) mod closest;
 pub(crate) mod function;
 pub(crate) mod function_table;
 pub(crate) mod library;
@@ -21,6 +20,7 @@ use std::sync::{Arc, Weak};
 
 use atlas_sys::{CUdeviceptr, CUmodule, CUstream};
 
+use crate::closest::closest;
 use crate::code::blob::BlobKind;
 use crate::code::module::{Module, load_all, unload_all};
 use crate::compile::CacheOutcome;
@@ -317,7 +317,7 @@ impl AtlasRegistry {
                 kind: NotFoundKind::Module,
                 name: name.escape_debug().to_string(),
                 detail: String::new(),
-                closest: closest::closest(name, self.module_names().map(str::to_owned)),
+                closest: closest(name, self.module_names().map(str::to_owned)),
             })
     }
 
