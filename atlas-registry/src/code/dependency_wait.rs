@@ -13,8 +13,8 @@
 //!   taken for a wait). It is unknown when it may reach a function whose body is not in the text
 //!   (`.extern .func`, one resolved when the driver links the module) or calls through a pointer
 //!   (`call` of a register), or when the text cannot be read. Comments and string literals are
-//!   skipped (by a lexer of its own, which needs less than the layout reader's: words with their
-//!   dots, braces, parentheses, semicolons). PTX for a target older than `sm_90` cannot hold the wait: its kernels never wait,
+//!   skipped ([`ptx_lexer`](crate::code::ptx_lexer), the layout reader's lexer). PTX for a target
+//!   older than `sm_90` cannot hold the wait: its kernels never wait,
 //!   even when the driver compiles them for a newer GPU. A text that holds neither
 //!   `griddepcontrol` nor `call` is answered without reading its bodies.
 //! - ELF cubin (SASS): `ptxas` turns the wait into one instruction, `ACQBULK` (opcode `0x82e` in
@@ -41,6 +41,7 @@ use object::elf;
 
 use crate::code::blob::elf::{Elf, Machines, c_string};
 use crate::code::blob::sm_arch;
+use crate::code::ptx_lexer::{Lexer, Token};
 
 /// Whether a kernel's code waits for the grid it depends on before it reads that grid's results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -183,7 +184,7 @@ struct Body<'t> {
     /// Calls through a pointer.
     indirect: bool,
     /// Functions called by name.
-    calls: Vec<&'t [u8]>,
+    calls: Vec<&'t str>,
 }
 
 /// The waits of a PTX text's kernels.
@@ -207,120 +208,37 @@ fn contains(text: &[u8], word: &[u8]) -> bool {
     text.windows(word.len()).any(|w| w == word)
 }
 
-/// One token: a word (an identifier, a register, a directive, an instruction with its
-/// modifiers, a number: letters, digits and `_$%.`), a string literal, or any other byte.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Token<'t> {
-    Word(&'t [u8]),
-    Text,
-    Punct(u8),
-    End,
-}
-
-fn is_word_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'$' | b'%' | b'.')
-}
-
-/// PTX cut into [`Token`]s, comments dropped; `None` for a comment or string never closed.
-struct Lexer<'t> {
-    text: &'t [u8],
-    at: usize,
-}
-
-impl<'t> Lexer<'t> {
-    fn new(text: &'t [u8]) -> Self {
-        Self { text, at: 0 }
-    }
-
-    fn next(&mut self) -> Option<Token<'t>> {
-        let b = self.text;
-        loop {
-            match (b.get(self.at), b.get(self.at + 1)) {
-                (None, _) => return Some(Token::End),
-                (Some(c), _) if c.is_ascii_whitespace() => self.at += 1,
-                (Some(b'/'), Some(b'/')) => {
-                    self.at = b[self.at..]
-                        .iter()
-                        .position(|&c| c == b'\n')
-                        .map_or(b.len(), |n| self.at + n);
-                }
-                (Some(b'/'), Some(b'*')) => {
-                    let body = self.at + 2;
-                    let len = b.get(body..)?.windows(2).position(|w| w == b"*/")?;
-                    self.at = body + len + 2;
-                }
-                (Some(b'"'), _) => {
-                    let mut i = self.at + 1;
-                    loop {
-                        match b.get(i)? {
-                            b'\\' => i += 2,
-                            b'"' => break,
-                            _ => i += 1,
-                        }
-                    }
-                    self.at = i + 1;
-                    return Some(Token::Text);
-                }
-                (Some(&c), _) if is_word_byte(c) => {
-                    let start = self.at;
-                    self.at = b[start..]
-                        .iter()
-                        .position(|&c| !is_word_byte(c))
-                        .map_or(b.len(), |n| start + n);
-                    return Some(Token::Word(&b[start..self.at]));
-                }
-                (Some(&c), _) => {
-                    self.at += 1;
-                    return Some(Token::Punct(c));
-                }
-            }
-        }
-    }
-
-    /// Skips to the `}` that closes a `{` already read.
-    fn skip_block(&mut self) -> Option<()> {
-        let mut depth = 1usize;
-        loop {
-            match self.next()? {
-                Token::Punct(b'{') => depth += 1,
-                Token::Punct(b'}') => {
-                    depth -= 1;
-                    if depth == 0 {
-                        return Some(());
-                    }
-                }
-                Token::End => return None,
-                _ => {}
-            }
-        }
-    }
+/// The next token, `None` where the lexer cannot go on (the text is then not understood).
+fn next<'t>(lexer: &mut Lexer<'t>) -> Option<Token<'t>> {
+    lexer.next().ok().map(|(token, _)| token)
 }
 
 /// Reads every `.entry` and `.func` of `text`; `None` when the text is not understood.
 fn read_ptx(text: &[u8]) -> Option<CodeWaits> {
-    let mut lexer = Lexer::new(text);
-    let mut entries: Vec<(&[u8], Body<'_>)> = Vec::new();
+    let mut lexer = Lexer::new(std::str::from_utf8(text).ok()?);
+    let mut entries: Vec<(&str, Body<'_>)> = Vec::new();
     // Each function defined here; `None` for a name defined twice (unknown).
-    let mut functions: HashMap<&[u8], Option<Body<'_>>> = HashMap::new();
+    let mut functions: HashMap<&str, Option<Body<'_>>> = HashMap::new();
     loop {
-        match lexer.next()? {
+        let (token, line) = lexer.next().ok()?;
+        match token {
             Token::End => break,
-            Token::Punct(b'{') => lexer.skip_block()?,
-            Token::Punct(b'}') => return None,
-            Token::Word(b".entry") => {
-                let Token::Word(name) = lexer.next()? else {
+            Token::Punct('{') => lexer.skip_block(line).ok()?,
+            Token::Punct('}') => return None,
+            Token::Directive(".entry") => {
+                let Token::Word(name) = next(&mut lexer)? else {
                     return None;
                 };
                 if let Some(body) = definition(&mut lexer)? {
                     entries.push((name, body));
                 }
             }
-            Token::Word(b".func") => {
+            Token::Directive(".func") => {
                 // An optional return parameter list comes before the name.
-                let mut token = lexer.next()?;
-                if token == Token::Punct(b'(') {
+                let mut token = next(&mut lexer)?;
+                if token == Token::Punct('(') {
                     skip_parens(&mut lexer)?;
-                    token = lexer.next()?;
+                    token = next(&mut lexer)?;
                 }
                 let Token::Word(name) = token else {
                     return None;
@@ -339,7 +257,7 @@ fn read_ptx(text: &[u8]) -> Option<CodeWaits> {
     for (name, body) in &entries {
         let wait = reached(body, &functions);
         kernels
-            .entry(String::from_utf8(name.to_vec()).ok()?)
+            .entry((*name).to_owned())
             .and_modify(|w| *w = DependencyWait::Unknown)
             .or_insert(wait);
     }
@@ -348,9 +266,9 @@ fn read_ptx(text: &[u8]) -> Option<CodeWaits> {
 
 /// What `entry` reaches: a wait in it or in any function it calls (transitively), else unknown
 /// when it reaches a call through a pointer or a function not defined here, else never.
-fn reached(entry: &Body<'_>, functions: &HashMap<&[u8], Option<Body<'_>>>) -> DependencyWait {
+fn reached(entry: &Body<'_>, functions: &HashMap<&str, Option<Body<'_>>>) -> DependencyWait {
     let mut unknown = false;
-    let mut seen: HashSet<&[u8]> = HashSet::new();
+    let mut seen: HashSet<&str> = HashSet::new();
     let mut stack: Vec<&Body<'_>> = vec![entry];
     while let Some(body) = stack.pop() {
         if body.waits {
@@ -378,11 +296,11 @@ fn reached(entry: &Body<'_>, functions: &HashMap<&[u8], Option<Body<'_>>>) -> De
 /// declaration: `Some(None)`); `None` when not understood.
 fn definition<'t>(lexer: &mut Lexer<'t>) -> Option<Option<Body<'t>>> {
     loop {
-        match lexer.next()? {
-            Token::Punct(b'(') => skip_parens(lexer)?,
-            Token::Punct(b'{') => return body(lexer).map(Some),
-            Token::Punct(b';') => return Some(None),
-            Token::End | Token::Punct(b'}') => return None,
+        match next(lexer)? {
+            Token::Punct('(') => skip_parens(lexer)?,
+            Token::Punct('{') => return body(lexer).map(Some),
+            Token::Punct(';') => return Some(None),
+            Token::End | Token::Punct('}') => return None,
             _ => {}
         }
     }
@@ -392,15 +310,15 @@ fn definition<'t>(lexer: &mut Lexer<'t>) -> Option<Option<Body<'t>>> {
 fn skip_parens(lexer: &mut Lexer<'_>) -> Option<()> {
     let mut depth = 1usize;
     loop {
-        match lexer.next()? {
-            Token::Punct(b'(') => depth += 1,
-            Token::Punct(b')') => {
+        match next(lexer)? {
+            Token::Punct('(') => depth += 1,
+            Token::Punct(')') => {
                 depth -= 1;
                 if depth == 0 {
                     return Some(());
                 }
             }
-            Token::End | Token::Punct(b'{' | b'}' | b';') => return None,
+            Token::End | Token::Punct('{' | '}' | ';') => return None,
             _ => {}
         }
     }
@@ -411,25 +329,22 @@ fn body<'t>(lexer: &mut Lexer<'t>) -> Option<Body<'t>> {
     let mut body = Body::default();
     let mut depth = 1usize;
     loop {
-        match lexer.next()? {
-            Token::Punct(b'{') => depth += 1,
-            Token::Punct(b'}') => {
+        match next(lexer)? {
+            Token::Punct('{') => depth += 1,
+            Token::Punct('}') => {
                 depth -= 1;
                 if depth == 0 {
                     return Some(body);
                 }
             }
             Token::End => return None,
-            // Any form but `.launch_dependents` is taken for a wait.
-            Token::Word(word)
-                if word.starts_with(b"griddepcontrol")
-                    && word != b"griddepcontrol.launch_dependents" =>
-            {
-                body.waits = true;
+            // `griddepcontrol` in any form but `.launch_dependents` is taken for a wait.
+            Token::Word("griddepcontrol") => {
+                if lexer.peek().ok()? != Token::Directive(".launch_dependents") {
+                    body.waits = true;
+                }
             }
-            Token::Word(word) if word == b"call" || word.starts_with(b"call.") => {
-                call(lexer, &mut body)?
-            }
+            Token::Word("call") => call(lexer, &mut body)?,
             _ => {}
         }
     }
@@ -442,17 +357,17 @@ fn call<'t>(lexer: &mut Lexer<'t>, body: &mut Body<'t>) -> Option<()> {
     let mut depth = 0usize;
     let mut target = None;
     loop {
-        match lexer.next()? {
-            Token::Punct(b'(') => depth += 1,
-            Token::Punct(b')') => depth = depth.checked_sub(1)?,
-            Token::Punct(b';') => break,
-            Token::End | Token::Punct(b'{' | b'}') => return None,
+        match next(lexer)? {
+            Token::Punct('(') => depth += 1,
+            Token::Punct(')') => depth = depth.checked_sub(1)?,
+            Token::Punct(';') => break,
+            Token::End | Token::Punct('{' | '}') => return None,
             Token::Word(word) if depth == 0 && target.is_none() => target = Some(word),
             _ => {}
         }
     }
     match target? {
-        register if register.starts_with(b"%") => body.indirect = true,
+        register if register.starts_with('%') => body.indirect = true,
         name => body.calls.push(name),
     }
     Some(())

@@ -32,6 +32,7 @@ use object::elf;
 use crate::code::blob::BlobKind;
 use crate::code::blob::elf::{Elf, Machines, Section, c_string};
 use crate::code::dependency_wait::{CodeWaits, DependencyWait, code_waits};
+use crate::code::ptx_lexer::{LexError, Lexer, Token};
 use crate::code::target::{Code, Devices};
 
 /// One kernel parameter: where it lies in the parameter buffer and how many bytes it takes.
@@ -908,238 +909,26 @@ fn line_of(bytes: &[u8]) -> usize {
     1 + bytes.iter().filter(|&&b| b == b'\n').count()
 }
 
+impl From<LexError> for LayoutError {
+    fn from(e: LexError) -> Self {
+        match e {
+            LexError::UnterminatedComment { line } => {
+                ptx_error(line, None, PtxProblem::UnterminatedComment)
+            }
+            LexError::UnterminatedString { line } => {
+                ptx_error(line, None, PtxProblem::UnterminatedString)
+            }
+            LexError::UnclosedBrace { line } => ptx_error(line, None, PtxProblem::UnclosedBrace),
+        }
+    }
+}
+
 fn ptx_error(line: usize, kernel: Option<&str>, problem: PtxProblem) -> LayoutError {
     LayoutError::Ptx {
         line,
         kernel: kernel.map(str::to_owned),
         problem,
     }
-}
-
-/// One PTX token; only what the `.entry` grammar needs is told apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Token<'t> {
-    /// `.entry`, `.param`, `.u64`, ...
-    Directive(&'t str),
-    /// An identifier (`scale`, `_Z5scalePfj`, `%r1`, `$L__BB0_2`).
-    Word(&'t str),
-    /// A number as written (`24`, `0x18`, `0f3F800000`).
-    Number(&'t str),
-    /// A string literal; its contents never matter here.
-    Text,
-    /// Any other character.
-    Punct(char),
-    /// The end of the text.
-    End,
-}
-
-impl Token<'_> {
-    /// How an error message shows the token.
-    fn shown(self) -> String {
-        match self {
-            Self::Directive(s) | Self::Word(s) | Self::Number(s) => {
-                format!("`{}`", s.escape_debug())
-            }
-            Self::Text => "a string literal".to_owned(),
-            Self::Punct(c) => format!("`{}`", c.escape_debug()),
-            Self::End => "the end of the text".to_owned(),
-        }
-    }
-}
-
-fn is_word_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_' || b == b'$'
-}
-
-/// Splits PTX into tokens, dropping whitespace and comments and counting lines.
-struct Lexer<'t> {
-    text: &'t str,
-    at: usize,
-    line: usize,
-    peeked: Option<(Token<'t>, usize)>,
-}
-
-impl<'t> Lexer<'t> {
-    fn new(text: &'t str) -> Self {
-        Self {
-            text,
-            at: 0,
-            line: 1,
-            peeked: None,
-        }
-    }
-
-    /// The next token and its line.
-    fn next(&mut self) -> Result<(Token<'t>, usize), LayoutError> {
-        match self.peeked.take() {
-            Some(token) => Ok(token),
-            None => self.scan(),
-        }
-    }
-
-    /// The next token, left in place.
-    fn peek(&mut self) -> Result<Token<'t>, LayoutError> {
-        let token = self.next()?;
-        self.peeked = Some(token);
-        Ok(token.0)
-    }
-
-    /// `self.text[start..end]`; every position the lexer stops at is a character boundary.
-    fn slice(&self, start: usize, end: usize) -> &'t str {
-        self.text.get(start..end).unwrap_or_default()
-    }
-
-    fn scan(&mut self) -> Result<(Token<'t>, usize), LayoutError> {
-        let bytes = self.text.as_bytes();
-        let first = loop {
-            match (bytes.get(self.at), bytes.get(self.at + 1)) {
-                (None, _) => return Ok((Token::End, self.line)),
-                (Some(b'\n'), _) => {
-                    self.line += 1;
-                    self.at += 1;
-                }
-                (Some(b), _) if b.is_ascii_whitespace() => self.at += 1,
-                (Some(b'/'), Some(b'/')) => {
-                    self.at = bytes[self.at..]
-                        .iter()
-                        .position(|&b| b == b'\n')
-                        .map_or(bytes.len(), |n| self.at + n);
-                }
-                (Some(b'/'), Some(b'*')) => {
-                    let body = self.at + 2;
-                    let Some(len) = bytes
-                        .get(body..)
-                        .and_then(|rest| rest.windows(2).position(|w| w == b"*/"))
-                    else {
-                        return Err(ptx_error(self.line, None, PtxProblem::UnterminatedComment));
-                    };
-                    self.line += bytes[body..body + len]
-                        .iter()
-                        .filter(|&&b| b == b'\n')
-                        .count();
-                    self.at = body + len + 2;
-                }
-                (Some(&b), _) => break b,
-            }
-        };
-        let (start, line) = (self.at, self.line);
-        let run_end = |from: usize| {
-            bytes
-                .get(from..)
-                .and_then(|rest| rest.iter().position(|&b| !is_word_byte(b)))
-                .map_or(bytes.len(), |n| from + n)
-        };
-        let token = if first == b'"' {
-            let mut i = start + 1;
-            loop {
-                match bytes.get(i) {
-                    None => return Err(ptx_error(line, None, PtxProblem::UnterminatedString)),
-                    Some(b'\\') => {
-                        if bytes.get(i + 1) == Some(&b'\n') {
-                            self.line += 1;
-                        }
-                        i += 2;
-                    }
-                    Some(b'"') => break,
-                    Some(b'\n') => {
-                        self.line += 1;
-                        i += 1;
-                    }
-                    Some(_) => i += 1,
-                }
-            }
-            self.at = i + 1;
-            Token::Text
-        } else if first == b'.' && bytes.get(start + 1).is_some_and(|&b| is_word_byte(b)) {
-            self.at = run_end(start + 1);
-            Token::Directive(self.slice(start, self.at))
-        } else if first.is_ascii_alphabetic() || matches!(first, b'_' | b'$' | b'%') {
-            self.at = run_end(start + 1);
-            Token::Word(self.slice(start, self.at))
-        } else if first.is_ascii_digit() {
-            self.at = run_end(start + 1);
-            Token::Number(self.slice(start, self.at))
-        } else {
-            let c = self
-                .slice(start, self.text.len())
-                .chars()
-                .next()
-                .unwrap_or('\u{fffd}');
-            self.at = start + c.len_utf8().max(1);
-            Token::Punct(c)
-        };
-        Ok((token, line))
-    }
-
-    /// Skips to the `}` that closes a `{` (already read) on line `opened`.
-    ///
-    /// A body declares nothing a layout needs, and every load reads its blob's layouts: so the
-    /// bytes are scanned for newlines and braces, and only comments and strings (which may hold
-    /// braces) are lexed, several times faster than cutting the whole body into tokens.
-    fn skip_block(&mut self, opened: usize) -> Result<(), LayoutError> {
-        let bytes = self.text.as_bytes();
-        let mut depth = 1usize;
-        let mut token = self.peeked.take().map(|(token, _)| token);
-        loop {
-            let token = match token.take() {
-                Some(token) => token,
-                None => {
-                    let rest = bytes.get(self.at..).unwrap_or_default();
-                    let plain = plain_run(rest);
-                    self.line += rest[..plain].iter().filter(|&&b| b == b'\n').count();
-                    self.at += plain;
-                    match rest.get(plain) {
-                        None => Token::End,
-                        // A comment, or a string: `scan` lexes it and the token after a comment.
-                        Some(b'/' | b'"') => self.scan()?.0,
-                        Some(&brace) => {
-                            self.at += 1;
-                            Token::Punct(char::from(brace))
-                        }
-                    }
-                }
-            };
-            match token {
-                Token::Punct('{') => depth += 1,
-                Token::Punct('}') => {
-                    depth -= 1;
-                    if depth == 0 {
-                        return Ok(());
-                    }
-                }
-                Token::End => return Err(ptx_error(opened, None, PtxProblem::UnclosedBrace)),
-                _ => {}
-            }
-        }
-    }
-}
-
-/// How many bytes of `bytes` come before the first `{`, `}`, `/` or `"`: eight at a time, with the
-/// zero-byte test on each 64-bit word (a byte loop with four comparisons costs several times
-/// more, and every load reads its PTX's layouts).
-fn plain_run(bytes: &[u8]) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    // Whether a byte of `word` is `b`: exact, no false positives.
-    let holds = |word: u64, b: u8| {
-        let x = word ^ (ONES * u64::from(b));
-        x.wrapping_sub(ONES) & !x & HIGHS != 0
-    };
-    let mut at = 0;
-    while let Some(word) = bytes
-        .get(at..at + 8)
-        .and_then(|w| <[u8; 8]>::try_from(w).ok())
-    {
-        let word = u64::from_le_bytes(word);
-        if holds(word, b'{') || holds(word, b'}') || holds(word, b'/') || holds(word, b'"') {
-            break;
-        }
-        at += 8;
-    }
-    let tail = &bytes[at..];
-    at + (tail.iter())
-        .position(|&b| matches!(b, b'{' | b'}' | b'/' | b'"'))
-        .unwrap_or(tail.len())
 }
 
 /// Size in bytes of each scalar type a kernel parameter can have.

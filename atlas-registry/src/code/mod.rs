@@ -17,4 +17,5 @@ pub(crate) mod jit;
 pub(crate) mod layout;
 pub(crate) mod library;
 pub(crate) mod module;
+pub(crate) mod ptx_lexer;
 pub(crate) mod target;
