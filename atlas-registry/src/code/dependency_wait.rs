@@ -339,10 +339,10 @@ fn body<'t>(lexer: &mut Lexer<'t>) -> Option<Body<'t>> {
             }
             Token::End => return None,
             // `griddepcontrol` in any form but `.launch_dependents` is taken for a wait.
-            Token::Word("griddepcontrol") => {
-                if lexer.peek().ok()? != Token::Directive(".launch_dependents") {
-                    body.waits = true;
-                }
+            Token::Word("griddepcontrol")
+                if lexer.peek().ok()? != Token::Directive(".launch_dependents") =>
+            {
+                body.waits = true;
             }
             Token::Word("call") => call(lexer, &mut body)?,
             _ => {}
