@@ -19,12 +19,13 @@ use crate::device::host::{CudaHost, ordinal_of};
 use crate::device::stream::StreamArg;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, LaunchRefusal, LimitError, Result};
+use crate::flight_recorder::name_number;
 use crate::launch::args::KernelArgs;
 use crate::launch::attributes::{
     LaunchAttributes, LaunchFacts, blocks_per_multiprocessor, launch_kernel_ex,
 };
 use crate::launch::config::LaunchConfig;
-use crate::launch::enqueue::{FunctionName, SharedMemOptIn, check_config, launch_kernel};
+use crate::launch::enqueue::{FunctionName, Params, SharedMemOptIn, check_config, launch_kernel};
 use crate::launch::held::{self, GraphHolds};
 use crate::launch::large_params::{self, CLASSIC_PARAM_BYTES};
 
@@ -67,6 +68,8 @@ pub struct Kernel {
     /// What launches with attributes read of the function and keep (cluster dimensions,
     /// cooperative occupancy).
     facts: LaunchFacts,
+    /// The number the flight recorder knows `name` by.
+    recorded_name: u32,
 }
 
 // SAFETY: the CUfunction is a driver handle usable from any thread; the rest is Sync data.
@@ -77,6 +80,11 @@ unsafe impl Sync for Kernel {}
 impl FunctionName for Kernel {
     fn function_name(&self) -> String {
         self.name.clone()
+    }
+
+    #[inline]
+    fn recorded_as(&self) -> (u32, u64) {
+        (self.recorded_name, self.registry)
     }
 }
 
@@ -101,6 +109,7 @@ impl Kernel {
             from_blob,
             params: OnceLock::new(),
             facts: LaunchFacts::default(),
+            recorded_name: name_number(module, function),
         }
     }
 
@@ -306,6 +315,16 @@ impl Kernel {
         }
     }
 
+    /// The parameter sizes when they were read and known (else empty), for the flight recorder
+    /// of the raw launch path: never reads them.
+    #[inline]
+    pub(crate) fn known_sizes(&self) -> &[usize] {
+        match self.params.get() {
+            Some(Ok(layout)) => &layout.sizes,
+            _ => &[],
+        }
+    }
+
     /// The per-function shared memory opt-in state, for the raw launch path.
     pub(crate) fn opt_in(&self) -> &SharedMemOptIn {
         &self.opt_in
@@ -386,12 +405,18 @@ impl Kernel {
             self.hold_for_graph(holds);
             args.hold_for_graph(holds);
         };
-        held::enqueue(stream, false, gather, || {
+        held::enqueue(stream, false, gather, |captured| {
             // Function and stream are live and of the host's context (checked above, or duty 3); preflight
             // matched the array to the kernel's parameters, its buffers to that context and `cfg`
             // to the device, and made the shared memory opt-in.
             // SAFETY: as just said; what the kernel does with its arguments is duties 1 and 2.
-            args.with_params(|params| unsafe {
+            args.with_params(|array| unsafe {
+                let params = Params {
+                    array,
+                    sizes: A::SIZES,
+                    count: A::SIZES.len(),
+                    captured,
+                };
                 launch_kernel(&self.host, self.raw, self, cfg, stream, params)
             })
         })
@@ -445,14 +470,20 @@ impl Kernel {
             self.hold_for_graph(holds);
             args.hold_for_graph(holds);
         };
-        held::enqueue(stream, attrs.constrains_grid(), gather, || {
+        held::enqueue(stream, attrs.constrains_grid(), gather, |captured| {
             // Function and stream are live and of the host's context (checked above, or duty 3); preflight
             // matched the array to the kernel's parameters, its buffers to that context and `cfg`
             // to the device, and made the shared memory opt-in; the attributes passed their check.
             // SAFETY: as just said; an event among the attributes is live in this context
             // (`LaunchAttributes::programmatic_event`'s duty); the kernel's use of its arguments
             // is duties 1 and 2.
-            args.with_params(|params| unsafe {
+            args.with_params(|array| unsafe {
+                let params = Params {
+                    array,
+                    sizes: A::SIZES,
+                    count: A::SIZES.len(),
+                    captured,
+                };
                 launch_kernel_ex(&self.host, self.raw, self, cfg, attrs, stream, params)
             })
         })
