@@ -313,23 +313,13 @@ impl fmt::Display for FaultReport {
                 )?,
                 None => f.write_str(". Last launches, newest first: ")?,
             }
-            for (i, launch) in failing.iter().enumerate() {
-                if i != 0 {
-                    f.write_str("; ")?;
-                }
-                write!(f, "{launch}")?;
-            }
+            compact(f, &failing)?;
         } else if inner.stream.is_some() && !inner.launches.is_empty() {
             f.write_str(". No launch on the failing stream was recorded")?;
         }
         if !others.is_empty() {
             f.write_str(". On other streams: ")?;
-            for (i, launch) in others.iter().enumerate() {
-                if i != 0 {
-                    f.write_str("; ")?;
-                }
-                write!(f, "{launch}")?;
-            }
+            compact(f, &others)?;
         }
         let shown = failing.len() + others.len();
         if shown < inner.launches.len() {
@@ -352,4 +342,40 @@ impl fmt::Display for FaultReport {
         }
         Ok(())
     }
+}
+
+/// `faults::write_far (1, 1, 1)x(1, 1, 1) #51; elementwise::scale (2, 1, 1)x(128, 1, 1) #49..#37
+/// (7 launches)`: each launch by name and shape, runs of the same kernel and shape as one.
+fn compact(f: &mut fmt::Formatter<'_>, launches: &[&LaunchRecord]) -> fmt::Result {
+    let same = |a: &LaunchRecord, b: &LaunchRecord| {
+        (a.kind, &a.name, a.handle, a.grid, a.block) == (b.kind, &b.name, b.handle, b.grid, b.block)
+    };
+    let mut rest = launches;
+    let mut first = true;
+    while let Some((&head, _)) = rest.split_first() {
+        let run = rest.iter().take_while(|l| same(l, head)).count();
+        if !first {
+            f.write_str("; ")?;
+        }
+        first = false;
+        f.write_str(&head.what())?;
+        if head.kind != LaunchKind::Graph {
+            let ((gx, gy, gz), (bx, by, bz)) = (head.grid, head.block);
+            write!(f, " ({gx}, {gy}, {gz})x({bx}, {by}, {bz})")?;
+        }
+        if head.captured {
+            f.write_str(" captured")?;
+        }
+        match run {
+            1 => write!(f, " #{}", head.sequence)?,
+            n => write!(
+                f,
+                " #{}..#{} ({n} launches)",
+                head.sequence,
+                rest[n - 1].sequence
+            )?,
+        }
+        rest = &rest[run..];
+    }
+    Ok(())
 }
