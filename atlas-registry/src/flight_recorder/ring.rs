@@ -32,14 +32,14 @@ const WRITING: u64 = 1;
 /// One record: its stamp and words, a cache line pair of its own so that writers of neighbouring
 /// slots never share a line.
 #[repr(align(128))]
-struct Slot {
+struct Slot<const W: usize> {
     /// 0 for never written; else the record's sequence number shifted left by one, with
     /// [`WRITING`] set while a writer fills the words.
     stamp: AtomicU64,
-    words: [AtomicU64; WORDS],
+    words: [AtomicU64; W],
 }
 
-impl Slot {
+impl<const W: usize> Slot<W> {
     fn new() -> Self {
         Self {
             stamp: AtomicU64::new(0),
@@ -48,14 +48,14 @@ impl Slot {
     }
 }
 
-/// A fixed ring of records.
-pub(crate) struct Ring {
-    slots: Box<[Slot]>,
+/// A fixed ring of records of `W` words (the recorder's are [`WORDS`]; the model checks fewer).
+pub(crate) struct Ring<const W: usize = WORDS> {
+    slots: Box<[Slot<W>]>,
     /// Records given up because their slot was taken (see the module's documentation).
     given_up: AtomicU64,
 }
 
-impl Ring {
+impl<const W: usize> Ring<W> {
     /// A ring of `len` empty slots (at least one).
     pub(crate) fn new(len: usize) -> Self {
         Self {
@@ -72,7 +72,7 @@ impl Ring {
     /// Writes record `sequence` (never 0, never reused) into its slot; gives it up when the slot
     /// is being written by another thread or holds a newer record.
     #[inline]
-    pub(crate) fn write(&self, sequence: u64, words: &[u64; WORDS]) {
+    pub(crate) fn write(&self, sequence: u64, words: &[u64; W]) {
         let slot = &self.slots[(sequence % self.slots.len() as u64) as usize];
         let mine = sequence << 1;
         let mut seen = slot.stamp.load(Ordering::Relaxed);
@@ -113,7 +113,7 @@ impl Ring {
 
     /// The record in slot `index` as `(sequence, words)`: `None` when the slot is empty or a
     /// writer is in it (a torn read is never returned).
-    pub(crate) fn read(&self, index: usize) -> Option<(u64, [u64; WORDS])> {
+    pub(crate) fn read(&self, index: usize) -> Option<(u64, [u64; W])> {
         let slot = &self.slots[index];
         let before = slot.stamp.load(Ordering::Acquire);
         if before == 0 || before & WRITING != 0 {
@@ -129,7 +129,7 @@ impl Ring {
 
     /// Every complete record, newest first; a slot being written is read again a few times and
     /// then left out.
-    pub(crate) fn records(&self) -> Vec<(u64, [u64; WORDS])> {
+    pub(crate) fn records(&self) -> Vec<(u64, [u64; W])> {
         let mut found: Vec<_> = (0..self.slots.len())
             .filter_map(|index| (0..4).find_map(|_| self.read(index)))
             .collect();
