@@ -35,7 +35,7 @@ pub(crate) fn flight_recorder(c: &mut PairedCriterion, env: &Env) {
     let (ptr, factor, n) = (x.device_ptr(), 1.0f32, N);
     let raw_stream = registry.raw_stream();
     let sync = env.syncer();
-    let mut raw_batch = || {
+    let raw_batch = || {
         sync();
         paired::timed(|| {
             for _ in 0..BATCH {
@@ -65,7 +65,7 @@ pub(crate) fn flight_recorder(c: &mut PairedCriterion, env: &Env) {
             }
         })
     };
-    let mut atlas_batch = |on: bool, x: &mut DeviceBuffer<f32>| {
+    let atlas_batch = |on: bool, x: &mut DeviceBuffer<f32>| {
         recorder.set_enabled(on);
         sync();
         paired::timed(|| {
