@@ -58,9 +58,9 @@ pub const FLIGHT_RECORDER_VAR: &str = "ATLAS_FLIGHT_RECORDER";
 pub const RING_SLOTS: usize = 64;
 
 /// How many arguments' sizes a record keeps.
-pub(crate) const SIZES: usize = 8;
+pub(crate) const SIZES: usize = 8; // said in `LaunchRecord::arguments`' doc
 /// How many arguments' values (of at most 8 bytes) a record keeps.
-pub(crate) const VALUES: usize = 5;
+pub(crate) const VALUES: usize = 5; // said in `RecordedArgument::value`'s doc
 
 /// The next launch's number (0 marks an empty slot, so numbers start at 1).
 static SEQUENCE: AtomicU64 = AtomicU64::new(1);
@@ -150,8 +150,13 @@ const KIND_GRAPH: u64 = 3;
 
 /// One device context's flight recorder: its switch and its ring of recent launches.
 ///
-/// Reached through [`CudaHost::flight_recorder`](crate::CudaHost::flight_recorder); see the
-/// [module documentation](self) for what it records and costs.
+/// Reached through [`CudaHost::flight_recorder`](crate::CudaHost::flight_recorder). After each
+/// launch the driver accepts (typed, raw, with attributes, a graph replay), it writes the kernel,
+/// registry, stream, grid, block, shared memory, the first 8 arguments' sizes and the first 5
+/// small arguments' values, and a process-wide sequence number into a slot of its ring of
+/// [`RING_SLOTS`]: no lock, no allocation, no driver call. A lost context's error carries what
+/// it holds ([`AtlasError::fault_report`](crate::AtlasError::fault_report)). On unless
+/// [`FLIGHT_RECORDER_VAR`] says `0` when the device is first used.
 ///
 /// # Examples
 ///

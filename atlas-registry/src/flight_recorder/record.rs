@@ -32,7 +32,7 @@ impl RecordedArgument {
     }
 
     /// The argument's bytes as a little-endian integer, for one of at most 8 bytes among the
-    /// first [`VALUES`](super::VALUES) arguments: for a device buffer or view, its device
+    /// first 5 arguments: for a device buffer or view, its device
     /// address; for a scalar, its value. `None` for larger arguments and later ones.
     pub fn value(&self) -> Option<u64> {
         self.value
@@ -154,7 +154,7 @@ impl LaunchRecord {
         self.argument_count
     }
 
-    /// The first [`SIZES`](super::SIZES) arguments, as far as their sizes are known (a raw
+    /// The first 8 arguments, as far as their sizes are known (a raw
     /// launch of a function Atlas has no entry for records only the count).
     pub fn arguments(&self) -> &[RecordedArgument] {
         &self.arguments
