@@ -9,6 +9,7 @@ use crate::driver::nvrtc::{self, NvrtcFailure, nvrtc_error_text};
 use crate::driver::calls::{ContextLimit, TensorDataType, TensorInterleave, TensorSwizzle};
 use crate::driver::status::{cuda_error_text, is_teardown_noop};
 use crate::driver::{self, DriverFailure};
+use crate::flight_recorder::{FaultReport, report_lost_context};
 use crate::report::{WithoutLogger, report};
 
 /// Which kind of name was not found.
@@ -999,11 +1000,16 @@ pub enum AtlasError {
     Driver(DriverFailure),
     /// A kernel faulted, trapped or timed out earlier, and the device's context is lost for good:
     /// every later call on it fails. The process must exit and start again to use the device.
+    ///
+    /// The [`FaultReport`] holds what the flight recorder kept of the launches before (newest
+    /// first, those of the failing call's stream marked) and the driver's own log; the text names
+    /// the last launches, so the kernel that faulted is usually named in it (see
+    /// [`fault_report`](Self::fault_report)).
     #[error(
         "{0}. The CUDA context of this device is lost (a kernel faulted, trapped or timed out); no \
-         further work can run on it in this process: exit and restart the process"
+         further work can run on it in this process: exit and restart the process{1}"
     )]
-    ContextLost(DriverFailure),
+    ContextLost(DriverFailure, FaultReport),
     /// A module could not be loaded; for PTX, `jit_log` is the JIT compiler's error log.
     #[error("loading module `{module}` failed: {}{}", cuda_error_text(*.code), log(.jit_log))]
     ModuleLoad {
@@ -1806,7 +1812,13 @@ impl From<driver::Error> for AtlasError {
         match e {
             driver::Error::Unavailable(e) => Self::DriverUnavailable(e),
             driver::Error::Missing(e) => Self::MissingSymbol(e),
-            driver::Error::Failed(failure) if failure.is_sticky() => Self::ContextLost(failure),
+            driver::Error::Failed(failure) if failure.is_sticky() => {
+                let current = driver::calls::current_context().ok();
+                Self::ContextLost(
+                    failure,
+                    report_lost_context(current, driver::calls::log_since),
+                )
+            }
             driver::Error::Failed(failure) => Self::Driver(failure),
         }
     }
@@ -1817,7 +1829,7 @@ impl AtlasError {
     pub fn cuda_code(&self) -> Option<u32> {
         match self {
             Self::Driver(failure)
-            | Self::ContextLost(failure)
+            | Self::ContextLost(failure, _)
             | Self::BatchBlockFailed { failure, .. } => Some(failure.code),
             Self::ModuleLoad { code, .. } | Self::Launch { code, .. } => Some(*code),
             Self::ContextLimit {
@@ -1833,7 +1845,40 @@ impl AtlasError {
 
     /// True when the device's context is lost and the process must restart to use it again.
     pub fn is_context_lost(&self) -> bool {
-        matches!(self, Self::ContextLost(_))
+        matches!(self, Self::ContextLost(..))
+    }
+
+    /// For a lost context, what the flight recorder kept of the launches before the fault and
+    /// what the driver logged ([`FaultReport`]); `None` for every other error.
+    ///
+    /// ```no_run
+    /// # fn f(stream: &atlas_registry::CudaStream) {
+    /// if let Err(e) = stream.synchronize()
+    ///     && let Some(report) = e.fault_report()
+    /// {
+    ///     for launch in report.failing_stream_launches() {
+    ///         eprintln!("{launch}"); // newest first: the kernel that faulted is usually first
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn fault_report(&self) -> Option<&FaultReport> {
+        match self {
+            Self::ContextLost(_, report) => Some(report),
+            _ => None,
+        }
+    }
+
+    /// The same error; a lost context's report marks the launches on `stream`, the stream of the
+    /// call that found the context lost.
+    #[cold]
+    pub(crate) fn on_stream(self, stream: atlas_sys::CUstream) -> Self {
+        match self {
+            Self::ContextLost(failure, report) => {
+                Self::ContextLost(failure, report.on_stream(stream))
+            }
+            other => other,
+        }
     }
 }
 
@@ -2168,7 +2213,7 @@ mod tests {
     #[test]
     fn sticky_codes_make_context_lost_errors() {
         let lost = failure("cuStreamSynchronize", "", 700);
-        assert!(matches!(&lost, AtlasError::ContextLost(f) if f.code == 700));
+        assert!(matches!(&lost, AtlasError::ContextLost(f, _) if f.code == 700));
         assert!(lost.is_context_lost());
         assert!(failure("cuStreamSynchronize", "", 710).is_context_lost());
         let text = lost.to_string();

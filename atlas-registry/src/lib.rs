@@ -292,6 +292,7 @@ mod compile;
 mod device;
 mod driver;
 mod error;
+mod flight_recorder;
 mod graph;
 mod launch;
 mod memory;
@@ -340,6 +341,10 @@ pub use error::{CopySide, MemoryRefusal, VirtualMemoryRefusal};
 pub use error::{GraphFeature, LargeParamsRefusal, UpdateRefusal};
 pub use error::{GreenContextRefusal, TensorArgument, TensorMapRefusal};
 pub use error::{MemoryOrigin, PoolRefusal, SharingRefusal};
+pub use flight_recorder::{
+    FLIGHT_RECORDER_VAR, FaultReport, FlightRecorder, LaunchKind, LaunchRecord, RING_SLOTS,
+    RecordedArgument,
+};
 pub use graph::capture::{Capture, CudaGraph};
 pub use graph::conditional::ConditionalHandle;
 pub use graph::exec::GraphExec;
@@ -426,6 +431,9 @@ mod send_sync {
         send_sync::<TensorMap<'static>>();
         send_sync::<GreenContext>();
         send_sync::<SmResource>();
+        send_sync::<FlightRecorder>();
+        send_sync::<FaultReport>();
+        send_sync::<LaunchRecord>();
     };
 }
 

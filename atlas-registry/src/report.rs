@@ -1,6 +1,7 @@
 //! What Atlas reports outside a return value, through the [`log`] facade: a cleanup that failed
 //! in a `Drop`, a stream kept because its capture was forgotten with streams forked into it, a
-//! host function that panicked, a compile cache that could not be used. An engine's logger
+//! host function that panicked, a compile cache that could not be used (and, straight through
+//! the facade, the flight recorder's lost contexts). An engine's logger
 //! decides where each goes; the records' target is the module that made them
 //! (`atlas_registry::...`).
 //!

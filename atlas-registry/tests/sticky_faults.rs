@@ -11,7 +11,8 @@ use std::time::Instant;
 
 use atlas_kernels::ptx_for_model;
 use atlas_registry::{
-    AtlasError, AtlasRegistry, CudaStream, DeviceBuffer, DriverFailure, LaunchConfig, device_count,
+    AtlasError, AtlasRegistry, CudaStream, DeviceBuffer, DriverFailure, FaultReport, LaunchConfig,
+    device_count,
 };
 use support::blobs::{NEEDS_GPU, load};
 use support::child::{self, Ending};
@@ -20,11 +21,14 @@ child::bodies!(trap_then_call_everything, write_far_then_call_everything);
 
 #[test]
 fn a_lost_context_error_says_to_restart() {
-    let e = AtlasError::ContextLost(DriverFailure {
-        call: "cuStreamSynchronize",
-        subject: String::new(),
-        code: 719,
-    });
+    let e = AtlasError::ContextLost(
+        DriverFailure {
+            call: "cuStreamSynchronize",
+            subject: String::new(),
+            code: 719,
+        },
+        FaultReport::default(),
+    );
     assert!(e.is_context_lost());
     let text = e.to_string();
     assert!(

@@ -41,7 +41,7 @@
 //! `graph_capture.rs` holds `graph_capture`, `graph_capture_paired` and `graph_replay_paired`;
 //! `stream_memory.rs` holds `alloc_paired` and `synchronize_paired`, `pdl.rs` `pdl_chain` and
 //! `launch_ex_paired`, `graph_update.rs` `graph_update` and `while_loop`, `events.rs` `event_paired`,
-//! `pinned.rs` `pinned_paired` and `pinned_bandwidth`, `virtual_memory.rs` `growable_paired`);
+//! `pinned.rs` `pinned_paired` and `pinned_bandwidth`, `virtual_memory.rs` `growable_paired`, `flight_recorder.rs` `recorder_paired`);
 //! `launches.rs` holds the launches that enqueue and round trip share, `paired.rs` the ratio
 //! measurement.
 //!
@@ -65,6 +65,7 @@ mod batch_copies;
 mod copies;
 mod enqueue;
 mod events;
+mod flight_recorder;
 mod graph_capture;
 mod graph_replay;
 mod graph_update;
@@ -250,6 +251,7 @@ fn main() {
     virtual_memory::virtual_memory(&mut paired, &env);
     large_params::large_params(&mut paired, &env);
     tma::tma(&mut paired, &env);
+    flight_recorder::flight_recorder(&mut paired, &env);
 
     c.final_summary();
     paired.final_summary();

@@ -7,6 +7,7 @@ use crate::device::limits::{DeviceLimits, compute_capability_of};
 use crate::device::stream::CudaStream;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, Result};
+use crate::flight_recorder::FlightRecorder;
 
 /// One device as the process uses it: its primary context (retained once) and one non-blocking
 /// stream, created on first use by [`host`] and kept for the life of the process.
@@ -16,6 +17,7 @@ pub struct CudaHost {
     name: String,
     compute_capability: (u32, u32),
     limits: DeviceLimits,
+    recorder: Arc<FlightRecorder>,
     // Field order is drop order: the stream before the context it belongs to.
     stream: CudaStream,
     context: CudaContext,
@@ -52,6 +54,12 @@ impl CudaHost {
         &self.limits
     }
 
+    /// The device's flight recorder: its switch and the launches it recorded (see
+    /// [`FlightRecorder`]).
+    pub fn flight_recorder(&self) -> &FlightRecorder {
+        &self.recorder
+    }
+
     fn create(ordinal: usize) -> Result<Self> {
         let count = device_count()?;
         if ordinal >= count {
@@ -66,11 +74,13 @@ impl CudaHost {
         let context = CudaContext::retain_primary(device, ordinal)?;
         let limits = DeviceLimits::read(device, ordinal)?;
         let stream = CudaStream::new(&context)?;
+        let recorder = FlightRecorder::new(ordinal, context.raw(), calls::log_position);
         Ok(Self {
             ordinal,
             name,
             compute_capability,
             limits,
+            recorder,
             stream,
             context,
         })

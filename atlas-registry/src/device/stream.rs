@@ -254,7 +254,8 @@ impl CudaStream {
         self.bind_if_default()?;
         // SAFETY: the stream is valid (an invariant of this type); a created stream names its
         // context, and for the legacy default stream its context was made current above.
-        Ok(unsafe { calls::stream_synchronize(self.raw) }?)
+        unsafe { calls::stream_synchronize(self.raw) }
+            .map_err(|e| AtlasError::from(e).on_stream(self.raw))
     }
 }
 

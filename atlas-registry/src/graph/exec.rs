@@ -2,6 +2,7 @@
 //! configuration and arguments can be changed in place.
 
 use std::fmt;
+use std::sync::Arc;
 
 use atlas_sys::{CUDA_KERNEL_NODE_PARAMS, CUgraphExec, CUgraphNode};
 
@@ -11,6 +12,7 @@ use crate::device::host::ordinal_of;
 use crate::device::stream::{CudaStream, StreamArg, is_default};
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, Result, report_cleanup};
+use crate::flight_recorder::{FlightRecorder, recorder_of};
 use crate::graph::capture::CudaGraph;
 use crate::launch::args::KernelArgs;
 use crate::launch::attributes::LaunchAttributes;
@@ -43,6 +45,8 @@ pub struct GraphExec {
     /// Per kernel node, what the last [`set_kernel_args`](Self::set_kernel_args) of it keeps
     /// alive (as long as the node launches it); empty before.
     pub(super) node_keeps: Vec<Keep>,
+    /// The flight recorder of the graph's context (none for a context Atlas did not retain).
+    recorder: Option<Arc<FlightRecorder>>,
 }
 
 /// A graph an executable graph was updated from in place.
@@ -70,9 +74,10 @@ impl CudaGraph {
         Ok(GraphExec {
             raw,
             kernel_nodes,
-            graph: self,
             updated: None,
             node_keeps: Vec::new(),
+            recorder: recorder_of(self.context()),
+            graph: self,
         })
     }
 }
@@ -126,7 +131,17 @@ impl GraphExec {
         // allocated: the graph keeps both.
         // SAFETY: live executable graph, a live stream of its context (checked above, or duty 3;
         // a default stream's context is current); what else the kernels reach: duties 1 and 2.
-        Ok(unsafe { calls::graph_launch(self.raw, stream) }?)
+        match unsafe { calls::graph_launch(self.raw, stream) } {
+            Ok(()) => {
+                if let Some(recorder) = &self.recorder
+                    && recorder.is_enabled()
+                {
+                    recorder.graph(self.raw as usize, stream);
+                }
+                Ok(())
+            }
+            Err(e) => Err(AtlasError::from(e).on_stream(stream)),
+        }
     }
 
     /// The refusal of a stream (or graph) of another context than the graph's.

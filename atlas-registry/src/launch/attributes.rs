@@ -9,7 +9,6 @@
 //! [`AtlasRegistry::launch_on_stream_with`](crate::AtlasRegistry::launch_on_stream_with)) goes
 //! through `cuLaunchKernelEx` (CUDA 12.0+).
 
-use std::ffi::c_void;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
@@ -26,7 +25,7 @@ use crate::device::stream::is_default;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, AttributeRefusal, Result};
 use crate::launch::config::LaunchConfig;
-use crate::launch::enqueue::{FunctionName, launch_error};
+use crate::launch::enqueue::{FunctionName, Params, launch_error, record};
 
 /// The most attributes one launch can carry: one of each kind [`LaunchAttributes`] has.
 pub(crate) const MAX_ATTRIBUTES: usize = 6;
@@ -466,7 +465,7 @@ pub(crate) unsafe fn launch_kernel_ex(
     cfg: &LaunchConfig,
     attrs: &LaunchAttributes,
     stream: CUstream,
-    params: *mut *mut c_void,
+    params: Params<'_>,
 ) -> Result<()> {
     if is_default(stream) {
         ensure_bound(host.context().raw())?;
@@ -477,10 +476,14 @@ pub(crate) unsafe fn launch_kernel_ex(
     // SAFETY: the caller's duties 1–5; `config` names the first `count` entries of `array`, which
     // `write_driver_array` initialised and which live through the call; for the legacy default
     // stream the function's context is current (above).
-    let launched = unsafe { calls::launch_kernel_ex(&config, func, params) };
+    let launched = unsafe { calls::launch_kernel_ex(&config, func, params.array) };
     match launched {
-        Ok(()) => Ok(()),
-        Err(e) => Err(launch_error(name, cfg, e)),
+        Ok(()) => {
+            // SAFETY: duty 2: each pointer leads to a value of its parameter's size.
+            unsafe { record(host, func, name, cfg, stream, params, true) };
+            Ok(())
+        }
+        Err(e) => Err(launch_error(name, cfg, stream, e)),
     }
 }
 

@@ -1,6 +1,7 @@
-//! The launch function that every plain path ends in (typed, raw), `cuLaunchKernel`, and the
+//! The launch function that every plain path ends in (typed, raw), `cuLaunchKernel`, the
 //! dynamic shared memory opt-in it (and a launch with attributes) makes first when a launch needs
-//! more than a function is allowed.
+//! more than a function is allowed, and the flight recorder's note of every launch the driver
+//! accepted.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -14,6 +15,7 @@ use crate::device::host::CudaHost;
 use crate::device::stream::is_default;
 use crate::driver::{self, About, calls};
 use crate::error::{AtlasError, Result};
+use crate::flight_recorder::KernelLaunch;
 use crate::launch::config::LaunchConfig;
 
 /// Per-function state the launch path keeps: the dynamic shared memory the function may use.
@@ -78,8 +80,8 @@ impl SharedMemOptIn {
     }
 }
 
-/// The function a launch is checked for: what a launch error names it by, and what Atlas
-/// knows of its code.
+/// The function a launch is checked for: what a launch error names it by, what Atlas knows of
+/// its code, and what the flight recorder records it as.
 pub(crate) trait FunctionName {
     fn function_name(&self) -> String;
 
@@ -88,6 +90,68 @@ pub(crate) trait FunctionName {
     fn dependency_wait(&self) -> DependencyWait {
         DependencyWait::Unknown
     }
+
+    /// The kernel's name number for the flight recorder and its registry's id; zeros for a
+    /// function Atlas has no entry for.
+    #[inline]
+    fn recorded_as(&self) -> (u32, u64) {
+        (0, 0)
+    }
+}
+
+/// A launch's parameters: the array the driver takes, and what the flight recorder reads of it.
+#[derive(Clone, Copy)]
+pub(crate) struct Params<'a> {
+    /// One pointer per kernel parameter (null for a kernel without parameters).
+    pub(crate) array: *mut *mut c_void,
+    /// The parameters' sizes where Atlas knows them (the kernel's layout, which the array
+    /// matches), else empty.
+    pub(crate) sizes: &'a [usize],
+    /// How many pointers the array holds.
+    pub(crate) count: usize,
+    /// Whether a capture Atlas began takes the launch in.
+    pub(crate) captured: bool,
+}
+
+/// Notes a launch the driver accepted in `host`'s flight recorder, when it is on: a relaxed load
+/// when off; an atomic increment and a ring slot's words when on, nothing allocated and no driver
+/// call (see `flight_recorder`).
+///
+/// # Safety
+///
+/// 1. For each `i < params.sizes.len()`, `params.array[i]` points to `params.sizes[i]` readable
+///    bytes.
+#[inline(always)]
+pub(crate) unsafe fn record(
+    host: &CudaHost,
+    func: CUfunction,
+    name: &dyn FunctionName,
+    cfg: &LaunchConfig,
+    stream: CUstream,
+    params: Params<'_>,
+    with_attributes: bool,
+) {
+    let recorder = host.flight_recorder();
+    if !recorder.is_enabled() {
+        return;
+    }
+    let (name, registry) = name.recorded_as();
+    let launch = KernelLaunch {
+        name,
+        registry,
+        function: func as usize,
+        stream,
+        grid: cfg.grid,
+        block: cfg.block,
+        shared_mem_bytes: cfg.shared_mem_bytes,
+        with_attributes,
+        captured: params.captured,
+        params: params.array,
+        sizes: params.sizes,
+        count: params.count,
+    };
+    // SAFETY: duty 1 is the recorder's duty 1.
+    unsafe { recorder.kernel(&launch) }
 }
 
 /// A function Atlas has no entry for (a `RawCudaFunc::from_raw` handle): named by its handle.
@@ -124,8 +188,9 @@ pub(crate) fn check_config(
 ///
 /// 1. `func` is a live function of `host`'s context, and `stream` a live stream of that context or
 ///    a default stream handle.
-/// 2. `params` points to one pointer per kernel parameter, each to a value of that parameter's
-///    type (or is null for a kernel without parameters).
+/// 2. `params.array` points to one pointer per kernel parameter, each to a value of that
+///    parameter's type (or is null for a kernel without parameters); `params.sizes` is empty or
+///    the sizes of those types.
 /// 3. `cfg` fits the device (checked by [`check_config`]), and the function may use its dynamic
 ///    shared memory ([`SharedMemOptIn::ensure`] made the opt-in).
 /// 4. What the kernel reads and writes through its arguments is valid memory of `host`'s device that
@@ -137,7 +202,7 @@ pub(crate) unsafe fn launch_kernel(
     name: &dyn FunctionName,
     cfg: &LaunchConfig,
     stream: CUstream,
-    params: *mut *mut c_void,
+    params: Params<'_>,
 ) -> Result<()> {
     if is_default(stream) {
         ensure_bound(host.context().raw())?;
@@ -151,12 +216,16 @@ pub(crate) unsafe fn launch_kernel(
             cfg.block,
             cfg.shared_mem_bytes,
             stream,
-            params,
+            params.array,
         )
     };
     match launched {
-        Ok(()) => Ok(()),
-        Err(e) => Err(launch_error(name, cfg, e)),
+        Ok(()) => {
+            // SAFETY: duty 2: each pointer leads to a value of its parameter's size.
+            unsafe { record(host, func, name, cfg, stream, params, false) };
+            Ok(())
+        }
+        Err(e) => Err(launch_error(name, cfg, stream, e)),
     }
 }
 
@@ -166,6 +235,7 @@ pub(crate) unsafe fn launch_kernel(
 pub(crate) fn launch_error(
     name: &dyn FunctionName,
     cfg: &LaunchConfig,
+    stream: CUstream,
     error: driver::Error,
 ) -> AtlasError {
     match error {
@@ -176,8 +246,7 @@ pub(crate) fn launch_error(
             shared_mem: cfg.shared_mem_bytes,
             code: failure.code,
         },
-        other => other
-            .about(|| format!("launching `{}`", name.function_name()))
-            .into(),
+        other => AtlasError::from(other.about(|| format!("launching `{}`", name.function_name())))
+            .on_stream(stream),
     }
 }

@@ -58,9 +58,9 @@ impl GraphHolds {
     }
 }
 
-/// Enqueues a launch (`launch`) on `stream` and, when a capture Atlas began takes it in, leaves
-/// the graph what `gather` finds (`attributed`: a launch with cluster dimensions or a cooperative
-/// one). Looked for once, before the launch: a capture of `stream` begins and ends only through
+/// Enqueues a launch (`launch`, told whether it is captured) on `stream` and, when a capture
+/// Atlas began takes it in, leaves the graph what `gather` finds (`attributed`: a launch with
+/// cluster dimensions or a cooperative one). Looked for once, before the launch: a capture of `stream` begins and ends only through
 /// `&mut CudaStream` (a raw stream's caller vouches for as much), so none begins or ends while
 /// this launch is enqueued.
 #[inline(always)]
@@ -68,22 +68,22 @@ pub(crate) fn enqueue(
     stream: CUstream,
     attributed: bool,
     gather: impl Fn(&mut GraphHolds),
-    launch: impl FnOnce() -> Result<()>,
+    launch: impl FnOnce(bool) -> Result<()>,
 ) -> Result<()> {
-    if capture::watch().capturing() {
-        hold_for_capture(stream, attributed, &gather);
-    }
-    launch()
+    let captured = capture::watch().capturing() && hold_for_capture(stream, attributed, &gather);
+    launch(captured)
 }
 
-/// When `stream` is captured by a capture Atlas began, leaves its graph what `gather` finds.
+/// When `stream` is captured by a capture Atlas began, leaves its graph what `gather` finds and
+/// says so.
 #[cold]
 #[inline(never)]
-fn hold_for_capture(stream: CUstream, attributed: bool, gather: &dyn Fn(&mut GraphHolds)) {
+fn hold_for_capture(stream: CUstream, attributed: bool, gather: &dyn Fn(&mut GraphHolds)) -> bool {
     let Some(graph) = capture::graph_of(stream) else {
-        return;
+        return false;
     };
     let mut holds = GraphHolds::new();
     gather(&mut holds);
     capture::hold(graph, holds.held, attributed);
+    true
 }

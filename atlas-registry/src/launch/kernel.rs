@@ -20,12 +20,13 @@ use crate::device::host::{CudaHost, ordinal_of};
 use crate::device::stream::StreamArg;
 use crate::driver::{About, calls};
 use crate::error::{ArgumentMismatch, AtlasError, LaunchRefusal, LimitError, Result};
+use crate::flight_recorder::name_number;
 use crate::launch::args::{KernelArgs, fits};
 use crate::launch::attributes::{
     LaunchAttributes, LaunchFacts, blocks_per_multiprocessor, launch_kernel_ex,
 };
 use crate::launch::config::LaunchConfig;
-use crate::launch::enqueue::{FunctionName, SharedMemOptIn, check_config, launch_kernel};
+use crate::launch::enqueue::{FunctionName, Params, SharedMemOptIn, check_config, launch_kernel};
 use crate::launch::held::{self, GraphHolds};
 use crate::launch::large_params::{self, CLASSIC_PARAM_BYTES};
 
@@ -68,6 +69,8 @@ pub struct Kernel {
     /// What launches with attributes read of the function and keep (cluster dimensions,
     /// cooperative occupancy).
     facts: LaunchFacts,
+    /// The number the flight recorder knows `name` by.
+    recorded_name: u32,
 }
 
 // SAFETY: the CUfunction is a driver handle usable from any thread; the rest is Sync data.
@@ -82,6 +85,11 @@ impl FunctionName for Kernel {
 
     fn dependency_wait(&self) -> DependencyWait {
         Kernel::dependency_wait(self)
+    }
+
+    #[inline]
+    fn recorded_as(&self) -> (u32, u64) {
+        (self.recorded_name, self.registry)
     }
 }
 
@@ -106,6 +114,7 @@ impl Kernel {
             from_blob,
             params: OnceLock::new(),
             facts: LaunchFacts::default(),
+            recorded_name: name_number(module, function),
         }
     }
 
@@ -351,6 +360,16 @@ impl Kernel {
         }
     }
 
+    /// The parameter sizes when they were read and known (else empty), for the flight recorder
+    /// of the raw launch path: never reads them.
+    #[inline]
+    pub(crate) fn known_sizes(&self) -> &[usize] {
+        match self.params.get() {
+            Some(Ok(layout)) => &layout.sizes,
+            _ => &[],
+        }
+    }
+
     /// The per-function shared memory opt-in state, for the raw launch path.
     pub(crate) fn opt_in(&self) -> &SharedMemOptIn {
         &self.opt_in
@@ -431,12 +450,18 @@ impl Kernel {
             self.hold_for_graph(holds);
             args.hold_for_graph(holds);
         };
-        held::enqueue(stream, false, gather, || {
+        held::enqueue(stream, false, gather, |captured| {
             // Function and stream are live and of the host's context (checked above, or duty 3); preflight
             // matched the array to the kernel's parameters, its buffers to that context and `cfg`
             // to the device, and made the shared memory opt-in.
             // SAFETY: as just said; what the kernel does with its arguments is duties 1 and 2.
-            args.with_params(|params| unsafe {
+            args.with_params(|array| unsafe {
+                let params = Params {
+                    array,
+                    sizes: A::SIZES,
+                    count: A::SIZES.len(),
+                    captured,
+                };
                 launch_kernel(&self.host, self.raw, self, cfg, stream, params)
             })
         })
@@ -490,14 +515,20 @@ impl Kernel {
             self.hold_for_graph(holds);
             args.hold_for_graph(holds);
         };
-        held::enqueue(stream, attrs.constrains_grid(), gather, || {
+        held::enqueue(stream, attrs.constrains_grid(), gather, |captured| {
             // Function and stream are live and of the host's context (checked above, or duty 3); preflight
             // matched the array to the kernel's parameters, its buffers to that context and `cfg`
             // to the device, and made the shared memory opt-in; the attributes passed their check.
             // SAFETY: as just said; an event among the attributes is live in this context
             // (`LaunchAttributes::programmatic_event`'s duty); the kernel's use of its arguments
             // is duties 1 and 2.
-            args.with_params(|params| unsafe {
+            args.with_params(|array| unsafe {
+                let params = Params {
+                    array,
+                    sizes: A::SIZES,
+                    count: A::SIZES.len(),
+                    captured,
+                };
                 launch_kernel_ex(&self.host, self.raw, self, cfg, attrs, stream, params)
             })
         })

@@ -31,7 +31,9 @@ use crate::driver::{About, calls};
 use crate::error::{AtlasError, NotFoundKind, Result};
 use crate::launch::attributes::{LaunchAttributes, LaunchFacts, launch_kernel_ex};
 use crate::launch::config::LaunchConfig;
-use crate::launch::enqueue::{SharedMemOptIn, UnknownFunction, check_config, launch_kernel};
+use crate::launch::enqueue::{
+    Params, SharedMemOptIn, UnknownFunction, check_config, launch_kernel,
+};
 use crate::launch::held::{self, GraphHolds};
 use crate::launch::kernel::Kernel;
 use crate::memory::copy::{dtoh, htod};
@@ -582,9 +584,15 @@ impl AtlasRegistry {
             check_config(host, &name, cfg)?;
             // SAFETY: the caller's duty 1: a live function of this registry's context.
             unsafe { opt_in.ensure(host, func.raw(), cfg.shared_mem_bytes) }?;
-            return held::enqueue(stream, false, self.gather(), || {
+            return held::enqueue(stream, false, self.gather(), |captured| {
+                let params = Params {
+                    array: params,
+                    sizes: &[],
+                    count,
+                    captured,
+                };
                 // SAFETY: the caller's duties 1–3; the configuration fits the device and the
-                // opt-in is made (above).
+                // opt-in is made (above); no sizes are claimed.
                 unsafe { launch_kernel(host, func.raw(), &name, cfg, stream, params) }
             });
         };
@@ -596,9 +604,17 @@ impl AtlasRegistry {
                 .opt_in()
                 .ensure(host, kernel.raw(), cfg.shared_mem_bytes)
         }?;
-        held::enqueue(stream, false, self.gather(), || {
-            // SAFETY: the caller's duties 1–3; the configuration fits the device, the parameter
-            // count matches the kernel's where Atlas knows it, and the opt-in is made (above).
+        held::enqueue(stream, false, self.gather(), |captured| {
+            let params = Params {
+                array: params,
+                sizes: kernel.known_sizes(),
+                count,
+                captured,
+            };
+            // SAFETY: the caller's duties 1–3 (duty 2: each pointer leads to a value of its
+            // parameter's type, so of the size the kernel's layout gives, whose count the check
+            // above matched); the configuration fits the device, the parameter count matches the
+            // kernel's where Atlas knows it, and the opt-in is made (above).
             unsafe { launch_kernel(host, kernel.raw(), kernel, cfg, stream, params) }
         })
     }
@@ -664,10 +680,17 @@ impl AtlasRegistry {
             unsafe { opt_in.ensure(host, func.raw(), cfg.shared_mem_bytes) }?;
             // SAFETY: the function is live and of this context (the caller's duty 1).
             unsafe { attrs.check(host, func.raw(), &facts, &name, cfg) }?;
-            return held::enqueue(stream, attrs.constrains_grid(), self.gather(), || {
+            return held::enqueue(stream, attrs.constrains_grid(), self.gather(), |captured| {
+                let params = Params {
+                    array: params,
+                    sizes: &[],
+                    count,
+                    captured,
+                };
                 // SAFETY: the caller's duties 1–3; the configuration fits the device, the
                 // attributes passed their check and the opt-in is made (above); an event among
-                // them is live in this context (`LaunchAttributes::programmatic_event`'s duty).
+                // them is live in this context (`LaunchAttributes::programmatic_event`'s duty);
+                // no sizes are claimed.
                 unsafe { launch_kernel_ex(host, func.raw(), &name, cfg, attrs, stream, params) }
             });
         };
@@ -682,9 +705,16 @@ impl AtlasRegistry {
         }?;
         // SAFETY: the function is this registry's, live and of its context.
         unsafe { attrs.check(host, kernel.raw(), kernel.facts(), kernel, cfg) }?;
-        held::enqueue(stream, attrs.constrains_grid(), self.gather(), || {
+        held::enqueue(stream, attrs.constrains_grid(), self.gather(), |captured| {
+            let params = Params {
+                array: params,
+                sizes: kernel.known_sizes(),
+                count,
+                captured,
+            };
             // The configuration fits the device, the parameter count matches the kernel's where
-            // Atlas knows it, the attributes passed their check and the opt-in is made (above).
+            // Atlas knows it (and the sizes are that layout's), the attributes passed their check
+            // and the opt-in is made (above).
             // SAFETY: as just said, with the caller's duties 1–3 (an event among the attributes
             // is live in this context: `programmatic_event`'s duty).
             unsafe { launch_kernel_ex(host, kernel.raw(), kernel, cfg, attrs, stream, params) }

@@ -1,0 +1,139 @@
+//! The ring of one context's most recent launches: fixed slots of plain words, written without a
+//! lock or an allocation by any number of threads, read (rarely) while they write.
+//!
+//! Each launch takes a process-wide sequence number (one atomic increment, made by the caller)
+//! and writes its record into slot `sequence % len`. A slot is a seqlock of its own: its stamp
+//! holds the sequence number of the record in it (shifted left by one) and a low "being written"
+//! bit. A writer takes the slot by one compare-and-swap from a complete, older record to its own
+//! number with that bit set, writes the words, and clears the bit with a release store. A reader
+//! loads the stamp, the words and the stamp again, and keeps the words only when both stamps are
+//! the same complete record: since stamps only grow, the same stamp twice means no writer came
+//! in between, so no record is ever read torn.
+//!
+//! Two writers meet in one slot only when one of them is preempted while `len` more launches
+//! are recorded. The later one then gives its record up rather than wait (the ring counts it), and
+//! a record older than the one in the slot is given up too: a slot never goes back in time.
+//!
+//! Every word is an atomic accessed with relaxed ordering, ordered by the stamp's
+//! acquire/release and two fences (as in Boehm's "Can seqlocks get along with programming
+//! language memory models?"), so a read racing a write is no data race. Everything here goes
+//! through `super::sync`: the standard library's atomics in the crate, and `loom`'s in
+//! `tests/recorder_model.rs`, which includes this file and checks the protocol in every
+//! interleaving of a few threads.
+
+use super::sync::atomic::{AtomicU64, Ordering, fence};
+
+/// The words of one record, besides its stamp.
+pub(crate) const WORDS: usize = 15;
+
+/// The stamp's "being written" bit.
+const WRITING: u64 = 1;
+
+/// One record: its stamp and words, a cache line pair of its own so that writers of neighbouring
+/// slots never share a line.
+#[repr(align(128))]
+struct Slot<const W: usize> {
+    /// 0 for never written; else the record's sequence number shifted left by one, with
+    /// [`WRITING`] set while a writer fills the words.
+    stamp: AtomicU64,
+    words: [AtomicU64; W],
+}
+
+impl<const W: usize> Slot<W> {
+    fn new() -> Self {
+        Self {
+            stamp: AtomicU64::new(0),
+            words: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+/// A fixed ring of records of `W` words (the recorder's are [`WORDS`]; the model checks fewer).
+pub(crate) struct Ring<const W: usize = WORDS> {
+    slots: Box<[Slot<W>]>,
+    /// Records given up because their slot was taken (see the module's documentation).
+    given_up: AtomicU64,
+}
+
+impl<const W: usize> Ring<W> {
+    /// A ring of `len` empty slots (at least one).
+    pub(crate) fn new(len: usize) -> Self {
+        Self {
+            slots: (0..len.max(1)).map(|_| Slot::new()).collect(),
+            given_up: AtomicU64::new(0),
+        }
+    }
+
+    /// How many slots the ring has.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Writes record `sequence` (never 0, never reused) into its slot; gives it up when the slot
+    /// is being written by another thread or holds a newer record.
+    #[inline]
+    pub(crate) fn write(&self, sequence: u64, words: &[u64; W]) {
+        let slot = &self.slots[(sequence % self.slots.len() as u64) as usize];
+        let mine = sequence << 1;
+        let mut seen = slot.stamp.load(Ordering::Relaxed);
+        loop {
+            if seen & WRITING != 0 || seen >= mine {
+                self.give_up();
+                return;
+            }
+            // Acquire: the previous writer's words are ordered before this writer's.
+            match slot.stamp.compare_exchange_weak(
+                seen,
+                mine | WRITING,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => seen = now,
+            }
+        }
+        // The "being written" stamp is ordered before every word written below: a reader that
+        // sees one of them sees that stamp (or a later one) when it loads the stamp again.
+        fence(Ordering::Release);
+        for (word, &value) in slot.words.iter().zip(words) {
+            word.store(value, Ordering::Relaxed);
+        }
+        slot.stamp.store(mine, Ordering::Release);
+    }
+
+    #[cold]
+    fn give_up(&self) {
+        self.given_up.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many records were given up so far.
+    pub(crate) fn given_up(&self) -> u64 {
+        self.given_up.load(Ordering::Relaxed)
+    }
+
+    /// The record in slot `index` as `(sequence, words)`: `None` when the slot is empty or a
+    /// writer is in it (a torn read is never returned).
+    pub(crate) fn read(&self, index: usize) -> Option<(u64, [u64; W])> {
+        let slot = &self.slots[index];
+        let before = slot.stamp.load(Ordering::Acquire);
+        if before == 0 || before & WRITING != 0 {
+            return None;
+        }
+        let words = std::array::from_fn(|i| slot.words[i].load(Ordering::Relaxed));
+        // Every word read above is ordered before the stamp read below: a word of a later writer
+        // makes that writer's stamp (or a later one) visible here.
+        fence(Ordering::Acquire);
+        let after = slot.stamp.load(Ordering::Relaxed);
+        (after == before).then_some((before >> 1, words))
+    }
+
+    /// Every complete record, newest first; a slot being written is read again a few times and
+    /// then left out.
+    pub(crate) fn records(&self) -> Vec<(u64, [u64; W])> {
+        let mut found: Vec<_> = (0..self.slots.len())
+            .filter_map(|index| (0..4).find_map(|_| self.read(index)))
+            .collect();
+        found.sort_unstable_by_key(|&(sequence, _)| std::cmp::Reverse(sequence));
+        found
+    }
+}
