@@ -160,7 +160,7 @@ fn unknown_functions_and_symbols_are_not_found() {
 }
 
 #[test]
-fn a_misspelled_kernel_or_module_lists_those_that_exist_closest_first() {
+fn a_misspelled_kernel_variable_or_module_lists_those_that_exist_closest_first() {
     standin::run(misspelled_names_list_the_closest_first, &[]);
 }
 
@@ -189,6 +189,13 @@ fn misspelled_names_list_the_closest_first() {
             "function `elementwise::scal` not found; the module has the kernels `scale`, "
         ) && text.ends_with(" (closest first)"),
         "{text}"
+    );
+
+    let e = registry.device_symbol("device_global", "bais").unwrap_err();
+    let text = e.to_string();
+    assert_eq!(
+        text,
+        "device symbol `device_global::bais` not found; the module has the variables `bias`"
     );
 
     let e = registry.function("elementwis", "scale").unwrap_err();

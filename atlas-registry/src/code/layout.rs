@@ -34,6 +34,7 @@ use crate::code::blob::elf::{Elf, Machines, Section, c_string};
 use crate::code::dependency_wait::{CodeWaits, DependencyWait, code_waits};
 use crate::code::ptx_lexer::{LexError, Lexer, Token};
 use crate::code::target::{Code, Devices};
+use crate::code::variables::variable_names;
 
 /// One kernel parameter: where it lies in the parameter buffer and how many bytes it takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -521,18 +522,18 @@ pub(crate) type DeviceLayouts = Result<HashMap<String, Result<KernelLayout, Stri
 /// a kernel whose layouts differ between them, or that one of them lacks, has none (its `Err`
 /// says why), and an entry that cannot be read makes every layout unknown. Never a guess.
 ///
-/// Whether each kernel waits for the grid it depends on is read from the same code at the same
-/// time ([`dependency_wait`](crate::code::dependency_wait)), on the same terms: what every entry
-/// says, else unknown.
+/// What else the code says is read from it at the same time ([`Facts`]): whether each kernel waits
+/// for the grid it depends on ([`dependency_wait`](crate::code::dependency_wait)), on the same
+/// terms (what every entry says, else unknown), and the variables it defines
+/// ([`variables`](crate::code::variables), of every entry).
 #[derive(Debug)]
 pub(crate) struct BlobLayouts {
     devices: Devices,
     /// The code to read, taken by the first need.
     pending: Mutex<Vec<Piece>>,
     read: OnceLock<DeviceLayouts>,
-    /// Whether each kernel waits for the grid it depends on, read from the same code at the same
-    /// time ([`dependency_wait`](crate::code::dependency_wait)).
-    waits: OnceLock<CodeWaits>,
+    /// What else the code says, read from it at the same time.
+    facts: OnceLock<Facts>,
     /// What the layouts read hold on the heap ([`heap_bytes`](Self::heap_bytes)), counted as
     /// they are read.
     heap: OnceLock<usize>,
@@ -544,8 +545,55 @@ struct Piece {
     /// A fatbin entry's code; `None` for the blob itself.
     code: Option<Code>,
     layouts: Pending,
-    /// What it says of its kernels' waits when read already; `None`: read with the layouts.
-    waits: Option<CodeWaits>,
+    /// What else it says, when read already; `None`: read with the layouts.
+    facts: Option<Facts>,
+}
+
+/// What a piece of code says besides its kernels' layouts.
+#[derive(Debug)]
+struct Facts {
+    /// Whether its kernels wait for the grid they depend on.
+    waits: CodeWaits,
+    /// The variables it defines, for `cuModuleGetGlobal`.
+    variables: Vec<String>,
+}
+
+impl Facts {
+    /// What `code` (a PTX text or ELF cubin) says.
+    fn of(code: &[u8]) -> Self {
+        Self {
+            waits: code_waits(code),
+            variables: variable_names(code),
+        }
+    }
+
+    /// Nothing known.
+    fn unknown() -> Self {
+        Self {
+            waits: CodeWaits::unknown(),
+            variables: Vec::new(),
+        }
+    }
+
+    /// What a blob whose driver-loaded code is one of `pieces` says: the waits every piece
+    /// agrees on, the variables any piece defines (sorted).
+    fn merged(pieces: Vec<Facts>) -> Self {
+        let mut variables = Vec::new();
+        let waits = CodeWaits::agreed(pieces.into_iter().map(|piece| {
+            variables.extend(piece.variables);
+            piece.waits
+        }));
+        variables.sort_unstable();
+        variables.dedup();
+        Self { waits, variables }
+    }
+
+    /// Bytes held on the heap, roughly.
+    fn heap_bytes(&self) -> usize {
+        self.waits.heap_bytes()
+            + self.variables.capacity() * std::mem::size_of::<String>()
+            + self.variables.iter().map(String::capacity).sum::<usize>()
+    }
 }
 
 #[derive(Debug)]
@@ -563,19 +611,16 @@ impl BlobLayouts {
     /// The layouts of `blob`, of `kind`: a PTX text or an ELF file is kept, to read at first need;
     /// of another kind but a fatbin, nothing can be read, which is said at once.
     pub(crate) fn of_blob(kind: BlobKind, blob: Cow<'_, [u8]>, devices: Devices) -> Self {
-        let (layouts, waits) = match kind {
+        let (layouts, facts) = match kind {
             BlobKind::Ptx | BlobKind::Cubin => (Pending::Kept(blob.into_owned()), None),
-            _ => (
-                Pending::Read(kernel_layouts(&blob)),
-                Some(CodeWaits::unknown()),
-            ),
+            _ => (Pending::Read(kernel_layouts(&blob)), Some(Facts::unknown())),
         };
         Self::of(
             devices,
             vec![Piece {
                 code: None,
                 layouts,
-                waits,
+                facts,
             }],
         )
     }
@@ -587,7 +632,7 @@ impl BlobLayouts {
             vec![Piece {
                 code: None,
                 layouts: Pending::Shared(blob),
-                waits: None,
+                facts: None,
             }],
         )
     }
@@ -606,7 +651,7 @@ impl BlobLayouts {
             pending: Mutex::new(Vec::new()),
             heap: OnceLock::from(heap_of(&read)),
             read: OnceLock::from(read),
-            waits: OnceLock::from(CodeWaits::unknown()),
+            facts: OnceLock::from(Facts::unknown()),
         }
     }
 
@@ -615,7 +660,7 @@ impl BlobLayouts {
             devices,
             pending: Mutex::new(pieces),
             read: OnceLock::new(),
-            waits: OnceLock::new(),
+            facts: OnceLock::new(),
             heap: OnceLock::new(),
         }
     }
@@ -623,11 +668,8 @@ impl BlobLayouts {
     /// Adds a fatbin entry's `code`, `bytes` as checked: a cubin that had to be `decompressed` is
     /// read now, anything else kept (a copy) to read at first need.
     pub(crate) fn add_entry(&mut self, code: Code, bytes: &[u8], decompressed: bool) {
-        let (layouts, waits) = if decompressed && matches!(code, Code::Sass(_)) {
-            (
-                Pending::Read(kernel_layouts(bytes)),
-                Some(code_waits(bytes)),
-            )
+        let (layouts, facts) = if decompressed && matches!(code, Code::Sass(_)) {
+            (Pending::Read(kernel_layouts(bytes)), Some(Facts::of(bytes)))
         } else {
             (Pending::Kept(bytes.to_vec()), None)
         };
@@ -637,7 +679,7 @@ impl BlobLayouts {
             .push(Piece {
                 code: Some(code),
                 layouts,
-                waits,
+                facts,
             });
     }
 
@@ -646,11 +688,11 @@ impl BlobLayouts {
         self.read.get_or_init(|| {
             let mut pieces =
                 std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
-            let waits = CodeWaits::agreed(pieces.iter_mut().map(Piece::take_waits));
+            let facts = Facts::merged(pieces.iter_mut().map(Piece::take_facts).collect());
             let read = merge(pieces, self.devices);
             // Only this initialiser sets them, once.
-            let _ = self.heap.set(heap_of(&read) + waits.heap_bytes());
-            let _ = self.waits.set(waits);
+            let _ = self.heap.set(heap_of(&read) + facts.heap_bytes());
+            let _ = self.facts.set(facts);
             read
         })
     }
@@ -659,9 +701,18 @@ impl BlobLayouts {
     /// says (read now with the layouts, if this is their first need).
     pub(crate) fn dependency_wait(&self, symbol: &str) -> DependencyWait {
         self.get();
-        self.waits
+        self.facts
             .get()
-            .map_or(DependencyWait::Unknown, |waits| waits.of(symbol))
+            .map_or(DependencyWait::Unknown, |facts| facts.waits.of(symbol))
+    }
+
+    /// The names of the variables the code the driver may load defines, sorted (read now with the
+    /// layouts, if this is their first need); none where it cannot be read.
+    pub(crate) fn variable_names(&self) -> Vec<String> {
+        self.get();
+        self.facts
+            .get()
+            .map_or_else(Vec::new, |facts| facts.variables.clone())
     }
 
     /// What the layouts hold on the heap once read, estimated from what they own: each kernel's
@@ -701,12 +752,12 @@ impl BlobLayouts {
 }
 
 impl Piece {
-    /// What the piece says of its kernels' waits: read before, or now from its code.
-    fn take_waits(&mut self) -> CodeWaits {
-        self.waits.take().unwrap_or_else(|| match &self.layouts {
-            Pending::Kept(bytes) => code_waits(bytes),
-            Pending::Shared(bytes) => code_waits(bytes),
-            Pending::Read(_) => CodeWaits::unknown(),
+    /// What else the piece says: read before, or now from its code.
+    fn take_facts(&mut self) -> Facts {
+        self.facts.take().unwrap_or_else(|| match &self.layouts {
+            Pending::Kept(bytes) => Facts::of(bytes),
+            Pending::Shared(bytes) => Facts::of(bytes),
+            Pending::Read(_) => Facts::unknown(),
         })
     }
 }

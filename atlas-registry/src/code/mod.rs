@@ -19,3 +19,4 @@ pub(crate) mod library;
 pub(crate) mod module;
 pub(crate) mod ptx_lexer;
 pub(crate) mod target;
+pub(crate) mod variables;

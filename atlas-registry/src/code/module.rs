@@ -299,7 +299,8 @@ impl Module {
                 NotFoundKind::Function => self
                     .function_names()
                     .unwrap_or_else(|_| self.blob_kernel_names()),
-                NotFoundKind::Symbol | NotFoundKind::Module => Vec::new(),
+                NotFoundKind::Symbol => self.blob_layouts.variable_names(),
+                NotFoundKind::Module => Vec::new(),
             };
             AtlasError::NotFound {
                 kind,
