@@ -59,7 +59,7 @@ pub const RING_SLOTS: usize = 64;
 
 /// How many arguments' sizes a record keeps.
 pub(crate) const SIZES: usize = 8; // said in `LaunchRecord::arguments`' doc
-/// How many arguments' values (of at most 8 bytes) a record keeps.
+/// How many arguments' values (of 1, 2, 4 or 8 bytes) a record keeps.
 pub(crate) const VALUES: usize = 5; // said in `RecordedArgument::value`'s doc
 
 /// The next launch's number (0 marks an empty slot, so numbers start at 1).
@@ -269,19 +269,20 @@ impl FlightRecorder {
             words[8 + i / 4] |= (size.min(usize::from(u16::MAX)) as u64) << (16 * (i % 4));
         }
         for (i, &size) in launch.sizes.iter().take(VALUES).enumerate() {
-            if size <= 8 {
-                let mut bytes = [0u8; 8];
-                // SAFETY: duty 1: entry `i` of the array points to `size` (at most 8) readable
-                // bytes, copied into a local array of 8.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        (*launch.params.add(i)).cast::<u8>(),
-                        bytes.as_mut_ptr(),
-                        size,
-                    );
+            // SAFETY: duty 1: entry `i` of the array points to `size` readable bytes; each arm
+            // reads exactly that many, unaligned (parameters are byte copies to the driver).
+            // Reads of fixed widths, not a copy of `size` bytes: no call to `memcpy` per
+            // argument on the launch path.
+            words[10 + i] = unsafe {
+                let at = *launch.params.add(i);
+                match size {
+                    1 => u64::from(at.cast::<u8>().read()),
+                    2 => u64::from(at.cast::<u16>().read_unaligned()),
+                    4 => u64::from(at.cast::<u32>().read_unaligned()),
+                    8 => at.cast::<u64>().read_unaligned(),
+                    _ => 0,
                 }
-                words[10 + i] = u64::from_le_bytes(bytes);
-            }
+            };
         }
         self.ring.write(sequence, &words);
     }
@@ -328,7 +329,7 @@ fn decode(
             let size = ((words[8 + i / 4] >> (16 * (i % 4))) & 0xffff) as usize;
             RecordedArgument {
                 size,
-                value: (i < VALUES && size <= 8).then(|| words[10 + i]),
+                value: (i < VALUES && matches!(size, 1 | 2 | 4 | 8)).then(|| words[10 + i]),
             }
         })
         .collect();

@@ -31,9 +31,9 @@ impl RecordedArgument {
         self.size
     }
 
-    /// The argument's bytes as a little-endian integer, for one of at most 8 bytes among the
-    /// first 5 arguments: for a device buffer or view, its device
-    /// address; for a scalar, its value. `None` for larger arguments and later ones.
+    /// The argument's bytes as a little-endian integer, for one of 1, 2, 4 or 8 bytes among the
+    /// first 5 arguments: for a device buffer or view, its device address; for a scalar, its
+    /// value. `None` for arguments of other sizes and later ones.
     pub fn value(&self) -> Option<u64> {
         self.value
     }

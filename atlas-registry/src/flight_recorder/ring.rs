@@ -2,7 +2,7 @@
 //! lock or an allocation by any number of threads, read (rarely) while they write.
 //!
 //! Each launch takes a process-wide sequence number (one atomic increment, made by the caller)
-//! and writes its record into slot `sequence % len`. A slot is a seqlock of its own: its stamp
+//! and writes its record into slot `sequence % len` (a power of two: the low bits). A slot is a seqlock of its own: its stamp
 //! holds the sequence number of the record in it (shifted left by one) and a low "being written"
 //! bit. A writer takes the slot by one compare-and-swap from a complete, older record to its own
 //! number with that bit set, writes the words, and clears the bit with a release store. A reader
@@ -56,10 +56,14 @@ pub(crate) struct Ring<const W: usize = WORDS> {
 }
 
 impl<const W: usize> Ring<W> {
-    /// A ring of `len` empty slots (at least one).
+    /// A ring of `len` empty slots, rounded up to a power of two (at least one): a record's slot
+    /// is its sequence number masked, not divided (a division costs more than the rest of a
+    /// record's write).
     pub(crate) fn new(len: usize) -> Self {
         Self {
-            slots: (0..len.max(1)).map(|_| Slot::new()).collect(),
+            slots: (0..len.max(1).next_power_of_two())
+                .map(|_| Slot::new())
+                .collect(),
             given_up: AtomicU64::new(0),
         }
     }
@@ -73,7 +77,8 @@ impl<const W: usize> Ring<W> {
     /// is being written by another thread or holds a newer record.
     #[inline]
     pub(crate) fn write(&self, sequence: u64, words: &[u64; W]) {
-        let slot = &self.slots[(sequence % self.slots.len() as u64) as usize];
+        // The length is a power of two.
+        let slot = &self.slots[(sequence as usize) & (self.slots.len() - 1)];
         let mine = sequence << 1;
         let mut seen = slot.stamp.load(Ordering::Relaxed);
         loop {
