@@ -341,12 +341,11 @@ fn a_synchronizing_free_holds_off_captures_of_its_device_only() {
             std::thread::yield_now();
         }
         s.spawn(|| {
-            // Waits for the synchronize of its device, then captures as usual.
+            // Waits for the synchronize of its device, then captures as usual. The stand-in counts
+            // a capture begun while the synchronize runs (`capture_during_sync`, below); the free's
+            // own end (its `cuMemFree` after the synchronize, then `freed`) may come after this
+            // begin, so `freed` says nothing here.
             let capture = c0.begin_capture().unwrap();
-            assert!(
-                freed.load(Ordering::Acquire),
-                "began during the synchronize"
-            );
             drop(capture.end().unwrap());
         });
         let capture = c1.begin_capture().unwrap();
