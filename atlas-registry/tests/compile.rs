@@ -22,7 +22,7 @@ use atlas_registry::{
 };
 use support::scratch::Scratch;
 use support::standin::probe;
-use support::{child, nvrtc};
+use support::{child, logger, nvrtc};
 
 child::bodies!(
     compiles_for_every_architecture,
@@ -563,6 +563,7 @@ fn an_unwritable_cache_still_compiles() {
     let file = cache_dir().join("not-a-directory");
     std::fs::write(&file, b"x").unwrap();
     let compiler = Compiler::with_cache(CompileCache::at(&file)).unwrap();
+    logger::install();
     let code = compiler.compile(&kernels(), SM_90).unwrap();
     match code.cache_outcome() {
         CacheOutcome::NotStored { reason } => {
@@ -570,6 +571,17 @@ fn an_unwritable_cache_still_compiles() {
         }
         other => panic!("{other:?}"),
     }
+    // The application's logger hears of it too.
+    let records = logger::records();
+    assert!(
+        records
+            .iter()
+            .any(|(level, target, text)| *level == log::Level::Warn
+                && target.starts_with("atlas_registry::compile")
+                && text.starts_with("compiled code was not cached: ")
+                && text.contains("not-a-directory")),
+        "{records:?}"
+    );
     assert_eq!(validate_blob("k", code.image()).unwrap(), BlobKind::Cubin);
 }
 

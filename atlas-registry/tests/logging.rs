@@ -7,36 +7,16 @@
 
 mod support;
 
-use std::sync::Mutex;
-
 use atlas_kernels::ptx_for_model;
 use atlas_registry::{AtlasRegistry, CudaStream};
 use support::child;
+use support::logger;
 use support::standin::{self, probe};
 
 child::bodies!(reports_reach_the_logger, reports_without_a_logger);
 
 /// `CUDA_ERROR_INVALID_VALUE`: a failure that is neither a teardown no-op nor a lost context.
 const INVALID_VALUE: u32 = 1;
-
-/// A logger that keeps every record, as (level, target, text).
-struct Kept(Mutex<Vec<(log::Level, String, String)>>);
-
-impl log::Log for Kept {
-    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
-        true
-    }
-    fn log(&self, record: &log::Record<'_>) {
-        self.0.lock().unwrap().push((
-            record.level(),
-            record.target().to_owned(),
-            record.args().to_string(),
-        ));
-    }
-    fn flush(&self) {}
-}
-
-static KEPT: Kept = Kept(Mutex::new(Vec::new()));
 
 /// What makes Atlas report: a module whose unload fails when its registry is dropped, and a host
 /// function that panics.
@@ -59,10 +39,9 @@ fn reports_are_records_of_the_applications_logger() {
 }
 
 fn reports_reach_the_logger() {
-    log::set_logger(&KEPT).unwrap();
-    log::set_max_level(log::LevelFilter::Trace);
+    logger::install();
     make_reports();
-    let kept = KEPT.0.lock().unwrap();
+    let kept = logger::records();
     let panicked = kept
         .iter()
         .find(|(_, _, text)| text.starts_with("a host function panicked"))

@@ -23,6 +23,7 @@
 //! - [`nvrtc`]: the NVRTC the compile tests use, and children that compile with it.
 //! - [`nvrtc_library`]: which NVRTC that is (shared with the benches).
 //! - [`spin`]: a kernel that keeps the device busy for a number of clock cycles.
+//! - [`logger`]: a logger that keeps the records Atlas reports through the `log` facade.
 
 #![allow(dead_code, unreachable_pub, unused_imports, unused_macros)]
 
@@ -35,6 +36,7 @@ pub mod fatbin;
 pub mod fixtures;
 pub mod graphs;
 pub mod guard;
+pub mod logger;
 pub mod mutate;
 pub mod nvrtc;
 pub mod nvrtc_library;
