@@ -6,9 +6,11 @@
 //! # How a launch is recorded
 //!
 //! After the driver accepted a launch, the launch path checks the context's switch (one relaxed
-//! load), takes the next process-wide sequence number (one atomic increment) and writes 16 words
-//! into slot `sequence % RING_SLOTS` of the context's [`ring`]: no lock, no allocation, no driver
-//! call, nothing shared between two launches but the sequence counter. Names are not copied: a
+//! load), takes the next process-wide sequence number (one atomic increment), takes slot
+//! `sequence % RING_SLOTS` of the context's [`ring`] (one compare-and-swap of its stamp) and
+//! writes its 15 words: no lock, no allocation, no driver call, nothing shared between two
+//! launches but the sequence counter. On a 2-core x86-64 machine with the stand-in driver that is
+//! 9 to 14 ns a launch (3 and 5 arguments). Names are not copied: a
 //! kernel's `module::function` is interned once, when its handle is first made, and the record
 //! holds its number. A launch that a capture Atlas began takes into a graph is recorded as
 //! captured; a replay of an instantiated graph is one record naming the executable graph.
