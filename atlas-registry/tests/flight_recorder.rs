@@ -9,8 +9,6 @@
 
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -19,6 +17,7 @@ use atlas_registry::{
     AtlasError, AtlasRegistry, CudaStream, DeviceBuffer, FaultReport, LaunchConfig, LaunchKind,
     RING_SLOTS,
 };
+use support::allocations::{Counting, allocations};
 use support::blobs::NEEDS_GPU;
 use support::child::{self, Ending};
 use support::standin::{self, probe};
@@ -32,33 +31,8 @@ child::bodies!(
     gpu_fault_among_fifty_launches,
 );
 
-/// Counts the calling thread's heap allocations (this test binary's global allocator).
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged; the count is a thread-local
-// `Cell` with a const initializer, which neither allocates nor unwinds.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
-
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
 
 fn load(model: &str) -> AtlasRegistry {
     AtlasRegistry::load(0, ptx_for_model(model).expect("a model of atlas-kernels"))

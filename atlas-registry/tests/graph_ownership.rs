@@ -12,14 +12,12 @@
 
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use atlas_kernels::ptx_for_model;
 use atlas_registry::sys::CUresult;
 use atlas_registry::{
     AtlasError, AtlasRegistry, CudaStream, DeviceBuffer, GraphUpdate, LaunchConfig, release,
 };
+use support::allocations::{Counting, allocations};
 use support::child;
 use support::graphs::{assert_wrong_context, capture_counted_loop, replay_noop_after_release};
 use support::reference::assert_close;
@@ -37,33 +35,8 @@ child::bodies!(
     a_capture_begun_outside_atlas_is_not_ended_by_it,
 );
 
-/// Counts the calling thread's heap allocations (the global allocator of this test binary).
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged; the count is a thread-local
-// `Cell` with a const initializer, which neither allocates nor unwinds.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
-
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
 
 fn demo() -> AtlasRegistry {
     AtlasRegistry::load(0, ptx_for_model("demo").unwrap()).unwrap()

@@ -1,6 +1,7 @@
 //! What the integration tests share. Every test file declares `mod support;` and uses the parts
 //! it needs (hence the `allow`s: each test crate uses a subset).
 //!
+//! - [`allocations`]: a global allocator that counts each thread's allocations.
 //! - [`rng`]: the one seeded random generator (fresh data for GPU tests, replayable fuzzer seeds).
 //! - [`reference`]: CPU references of the kernels and checks of their output against them.
 //! - [`blobs`]: loading the committed blobs, and blobs made to be refused.
@@ -27,6 +28,7 @@
 
 #![allow(dead_code, unreachable_pub, unused_imports, unused_macros)]
 
+pub mod allocations;
 pub mod blobs;
 pub mod cc;
 pub mod child;
