@@ -4,7 +4,7 @@
 //! Closeness is the edit distance (insertions, deletions, substitutions; case ignored) between the
 //! name asked for and each candidate, or the candidate's plain name where it is a mangled C++
 //! name (`scale` of `_Z5scalePfj`), whichever is closer: one asks for `scal` and means
-//! `_Z5scalePfj`, or for `scale` and means `scale_f32`. Ties keep the candidates' sorted order.
+//! `_Z5scalePfj`, or for `scale` and means `scale_f32`. Names equally close come in name order.
 
 /// How many names a refusal lists at most.
 pub(crate) const LISTED: usize = 10;
