@@ -28,6 +28,7 @@ child::bodies!(
     a_kernel_that_waits_launches,
     the_fixture_kernels_on_the_standin,
     a_captured_programmatic_launch_is_checked_as_a_launch,
+    argument_updates_behind_a_programmatic_edge_are_checked,
 );
 
 const FIXTURE_PTX: &[(&str, &[u8])] = &[
@@ -195,6 +196,11 @@ fn the_fixture_kernels_are_refused_or_launched_from_ptx_and_cubins() {
 #[test]
 fn a_captured_programmatic_launch_of_a_kernel_that_never_waits_is_refused() {
     standin::run(a_captured_programmatic_launch_is_checked_as_a_launch, &[]);
+}
+
+#[test]
+fn an_argument_update_behind_a_programmatic_edge_refuses_a_kernel_that_never_waits() {
+    standin::run(argument_updates_behind_a_programmatic_edge_are_checked, &[]);
 }
 
 /// The refusal inside `e`; panics on any other error.
@@ -380,6 +386,63 @@ fn a_captured_programmatic_launch_is_checked_as_a_launch() {
     assert_eq!(probe.count("cuLaunchKernelEx"), 0);
 }
 
+/// A graph of two launches of `pdl_waits`, the second programmatic (an edge of that type to it),
+/// then argument updates: `pdl_nowait` is refused behind the programmatic edge and taken on the
+/// first node; `pdl_waits` is taken on both. A node captured launching `pdl_nowait` with the
+/// opt-out takes it again.
+fn argument_updates_behind_a_programmatic_edge_are_checked() {
+    let probe = standin::probe();
+    let blobs: Vec<(&str, Vec<u8>)> = FIXTURE_PTX
+        .iter()
+        .map(|&(kernel, ptx)| (kernel, with_nul(ptx)))
+        .collect();
+    let blobs: Vec<(&str, &[u8])> = blobs.iter().map(|(k, b)| (*k, &b[..])).collect();
+    let registry = AtlasRegistry::load(0, &blobs).unwrap();
+    let waits = registry.function_cached("pdl_waits", "pdl_waits").unwrap();
+    let nowait = registry
+        .function_cached("pdl_nowait", "pdl_nowait")
+        .unwrap();
+    assert_eq!(
+        (waits.dependency_wait(), nowait.dependency_wait()),
+        (Waits, NeverWaits)
+    );
+    let mut x = DeviceBuffer::from_slice(registry.ctx(), registry.stream(), &[0.0f32]).unwrap();
+    let cfg = LaunchConfig::for_elements(1, 32);
+    let pdl = LaunchAttributes::new().programmatic_stream_serialization(true);
+    let capture_pair = |second: &atlas_registry::CudaFunction, attrs: &LaunchAttributes| {
+        let mut stream = CudaStream::new(registry.ctx()).unwrap();
+        let mut y = DeviceBuffer::from_slice(registry.ctx(), &stream, &[0.0f32]).unwrap();
+        let capture = stream.begin_capture().unwrap();
+        // SAFETY: captured, not run here: each kernel adds 1 to the float of `y`, which the graph
+        // keeps.
+        unsafe { waits.launch(&capture, &cfg, (&mut y,)) }.unwrap();
+        // SAFETY: as above.
+        unsafe { second.launch_with(&capture, &cfg, attrs, (&mut y,)) }.unwrap();
+        capture.end().unwrap().instantiate().unwrap()
+    };
+    let mut exec = capture_pair(&waits, &pdl);
+    probe.reset();
+    // SAFETY: refused before the driver.
+    let e = unsafe { exec.set_kernel_args(1, &nowait, &cfg, (&mut x,)) }.unwrap_err();
+    assert_eq!(refusal(e), AttributeRefusal::ProgrammaticWithoutWait);
+    assert_eq!(probe.count("cuGraphExecKernelNodeSetParams_v2"), 0);
+    // SAFETY: each kernel adds 1 to the float of `x`, which the executable graph keeps from now.
+    unsafe { exec.set_kernel_args(0, &nowait, &cfg, (&mut x,)) }.unwrap();
+    // SAFETY: as above.
+    unsafe { exec.set_kernel_args(1, &waits, &cfg, (&mut x,)) }.unwrap();
+    assert_eq!(probe.count("cuGraphExecKernelNodeSetParams_v2"), 2);
+    // SAFETY: both nodes add 1 to the float of `x`, which the executable graph keeps.
+    unsafe { exec.launch(registry.stream()) }.unwrap();
+    registry.stream().synchronize().unwrap();
+    assert_eq!(x.to_vec(registry.stream()).unwrap(), [2.0]);
+
+    // Captured with the opt-out, the node takes its own kernel's new arguments.
+    let opted_out = pdl.programmatic_without_wait(true);
+    let mut exec = capture_pair(&nowait, &opted_out);
+    // SAFETY: as above.
+    unsafe { exec.set_kernel_args(1, &nowait, &cfg, (&mut x,)) }.unwrap();
+}
+
 // ---------------------------------------------------------------------------------------------
 // GPU
 // ---------------------------------------------------------------------------------------------
@@ -515,4 +578,40 @@ fn gpu_the_launch_model_is_refused_from_ptx_and_the_opt_out_overlaps_a_kernel_th
     }
     assert!(got[2 * blocks as usize..].iter().all(|&v| v == u32::MAX));
     assert_eq!(x.to_vec(&stream).unwrap(), vec![2.0f32; 256]);
+}
+
+/// A graph captured from a plain and a programmatic launch of `pdl_waits` (sm_90 cubins): the
+/// driver's edge into the second node is programmatic, so an argument update that puts
+/// `pdl_nowait` there is refused, and one on the first node is taken; replays add what the CPU
+/// expects to fresh random data.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_an_argument_update_behind_a_programmatic_edge_is_checked() {
+    let waits = gpu_fixture("pdl_waits");
+    let nowait = gpu_fixture("pdl_nowait");
+    let f_waits = waits.function_cached("pdl_waits", "pdl_waits").unwrap();
+    let f_never = nowait.function_cached("pdl_nowait", "pdl_nowait").unwrap();
+    let mut stream = CudaStream::new(waits.ctx()).unwrap();
+    let start = Rng::new().f32_in(-1000.0, 1000.0).round();
+    let mut x = DeviceBuffer::from_slice(waits.ctx(), &stream, &[start, f32::NAN]).unwrap();
+    let cfg = LaunchConfig::for_elements(1, 32);
+    let pdl = LaunchAttributes::new().programmatic_stream_serialization(true);
+    let capture = stream.begin_capture().unwrap();
+    // SAFETY: captured; each launch adds 1 to the first float of `x`, which the graph keeps.
+    unsafe { f_waits.launch(&capture, &cfg, (&mut x,)) }.unwrap();
+    // SAFETY: as above.
+    unsafe { f_waits.launch_with(&capture, &cfg, &pdl, (&mut x,)) }.unwrap();
+    let mut exec = capture.end().unwrap().instantiate().unwrap();
+    // SAFETY: refused before the driver.
+    let e = unsafe { exec.set_kernel_args(1, &f_never, &cfg, (&mut x,)) }.unwrap_err();
+    assert_eq!(refusal(e), AttributeRefusal::ProgrammaticWithoutWait);
+    // SAFETY: the node adds 1 to the first float of `x`, which the graph keeps.
+    unsafe { exec.set_kernel_args(0, &f_never, &cfg, (&mut x,)) }.unwrap();
+    for _ in 0..3 {
+        // SAFETY: both nodes add 1 to the first float of `x`, which the graph keeps.
+        unsafe { exec.launch(&stream) }.unwrap();
+    }
+    let got = x.to_vec(&stream).unwrap();
+    assert_eq!(got[0], start + 6.0);
+    assert!(got[1].is_nan(), "wrote past the first float");
 }

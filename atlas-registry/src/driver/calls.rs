@@ -17,10 +17,11 @@ use std::ffi::{CStr, c_char, c_void};
 use atlas_sys::{
     CUDA_CONDITIONAL_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS, CUcontext, CUdevice, CUdevice_attribute,
     CUdeviceptr, CUfunction, CUfunction_attribute, CUgraph, CUgraphConditionalHandle,
-    CUgraphConditionalNodeType, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResult,
-    CUgraphExecUpdateResultInfo, CUgraphNode, CUgraphNodeParams, CUgraphNodeType, CUjit_option,
-    CUlaunchAttributeID, CUlaunchAttributeValue, CUlibrary, CUmodule, CUresult, CUstream,
-    CUstreamCaptureMode, CUstreamCaptureStatus, CUstreamUpdateCaptureDependencies_flags,
+    CUgraphConditionalNodeType, CUgraphDependencyType, CUgraphEdgeData, CUgraphExec,
+    CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUgraphNode, CUgraphNodeParams,
+    CUgraphNodeType, CUjit_option, CUlaunchAttributeID, CUlaunchAttributeValue, CUlibrary,
+    CUmodule, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
+    CUstreamUpdateCaptureDependencies_flags,
 };
 
 use super::{Error, Result, check, driver};
@@ -712,6 +713,70 @@ pub(crate) unsafe fn kernel_node_attributes(node: CUgraphNode) -> Result<((u32, 
     // SAFETY: each union was written by the driver through the field its id names.
     let (dims, cooperative) = unsafe { (cluster.clusterDim, cooperative.cooperative) };
     Ok(((dims.x, dims.y, dims.z), cooperative != 0))
+}
+
+/// Whether graph node `node` depends on another through a programmatic edge (of type
+/// `CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC`, what a captured programmatic dependent launch
+/// becomes), by `cuGraphNodeGetDependencies_v2` (twice: the count, then the edges); `None` on a
+/// driver without it (before CUDA 12.3).
+///
+/// # Safety
+///
+/// 1. `node` is a live node of a live graph; its context is current.
+pub(crate) unsafe fn has_programmatic_dependency(node: CUgraphNode) -> Result<Option<bool>> {
+    if driver()?.cuda.cuGraphNodeGetDependencies_v2.is_err() {
+        return Ok(None);
+    }
+    let mut count = 0usize;
+    // SAFETY: duty 1; null arrays ask for the count, written to a live out-pointer.
+    unsafe {
+        call!(cuGraphNodeGetDependencies_v2(
+            node,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut count
+        ))
+    }?;
+    if count == 0 {
+        return Ok(Some(false));
+    }
+    let mut nodes: Vec<CUgraphNode> = vec![std::ptr::null_mut(); count];
+    let no_edge = CUgraphEdgeData {
+        from_port: 0,
+        to_port: 0,
+        type_: 0,
+        reserved: [0; 5],
+    };
+    let mut edges = vec![no_edge; count];
+    // SAFETY: duty 1; both arrays hold `count` entries, the most the driver writes.
+    unsafe {
+        call!(cuGraphNodeGetDependencies_v2(
+            node,
+            nodes.as_mut_ptr(),
+            edges.as_mut_ptr(),
+            &mut count
+        ))
+    }?;
+    let programmatic = CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC.0;
+    Ok(Some(
+        edges
+            .iter()
+            .take(count)
+            .any(|edge| u32::from(edge.type_) == programmatic),
+    ))
+}
+
+/// `cuGraphKernelNodeGetParams_v2`: the function kernel node `node` launches.
+///
+/// # Safety
+///
+/// 1. `node` is a live kernel node of a live graph; its context is current.
+pub(crate) unsafe fn kernel_node_function(node: CUgraphNode) -> Result<CUfunction> {
+    // SAFETY: all-zero bytes are a valid value of this plain C struct (null pointers, zeros).
+    let mut params: CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+    // SAFETY: duty 1; `params` is a live out-pointer of the type the call writes.
+    unsafe { call!(cuGraphKernelNodeGetParams_v2(node, &mut params)) }?;
+    Ok(params.func)
 }
 
 /// `cuGraphExecDestroy`.

@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use atlas_sys::{CUDA_KERNEL_NODE_PARAMS, CUgraphExec, CUgraphNode};
 
+use crate::code::dependency_wait::DependencyWait;
 use crate::device::capture::Keep;
 use crate::device::context::ensure_bound;
 use crate::device::host::ordinal_of;
 use crate::device::stream::{CudaStream, StreamArg, is_default};
 use crate::driver::{About, calls};
-use crate::error::{AtlasError, Result, report_cleanup};
+use crate::error::{AtlasError, AttributeRefusal, LaunchRefusal, Result, report_cleanup};
 use crate::flight_recorder::{FlightRecorder, recorder_of};
 use crate::graph::capture::CudaGraph;
 use crate::launch::args::KernelArgs;
@@ -160,7 +161,10 @@ impl GraphExec {
     /// the same preflight: the configuration against the device, the arguments against the
     /// kernel's parameters, every buffer argument and the function against the graph's context;
     /// for a node captured from a launch with cluster dimensions or a cooperative one, those
-    /// attributes against the new function and configuration, as the launch checked them.
+    /// attributes against the new function and configuration, as the launch checked them; for a
+    /// node behind a programmatic edge (a captured programmatic dependent launch), that a
+    /// function whose code never waits for the grid it depends on is the one the node was
+    /// captured launching ([`AttributeRefusal::ProgrammaticWithoutWait`] otherwise).
     ///
     /// From then on the executable graph keeps `func`'s registry and the memory of the buffer
     /// arguments, as it keeps those of its captured launches; what the node launched before is
@@ -194,6 +198,9 @@ impl GraphExec {
         if let Some(attrs) = self.node_attributes(index)? {
             // SAFETY: the function is live and of the graph's context (checked above).
             unsafe { attrs.check(func.host(), func.raw(), func.facts(), func, cfg) }?;
+        }
+        if func.dependency_wait() == DependencyWait::NeverWaits {
+            self.check_programmatic_edge(index, func)?;
         }
         let mut holds = GraphHolds::new();
         func.hold_for_graph(&mut holds);
@@ -231,22 +238,33 @@ impl GraphExec {
         Ok(())
     }
 
-    /// The attributes of kernel node `index` that an argument update checks again (cluster
-    /// dimensions, cooperative), read from the graph whose parameters the executable graph runs,
-    /// when a launch with them was captured into it; `None` otherwise.
-    fn node_attributes(&mut self, index: usize) -> Result<Option<LaunchAttributes>> {
-        let node = match &mut self.updated {
-            None if self.graph.keep().attributed() => self.kernel_nodes.get(index).copied(),
-            Some(updated) if updated.graph.keep().attributed() => {
+    /// Kernel node `index` of the graph whose parameters the executable graph runs: the one it
+    /// was instantiated from, or the one a whole-graph update brought in.
+    fn graph_node(&mut self, index: usize) -> Result<Option<CUgraphNode>> {
+        Ok(match &mut self.updated {
+            None => self.kernel_nodes.get(index).copied(),
+            Some(updated) => {
                 let nodes = match &mut updated.kernel_nodes {
                     Some(nodes) => nodes,
                     nodes => nodes.insert(updated.graph.kernel_nodes()?),
                 };
                 nodes.get(index).copied()
             }
-            _ => None,
-        };
-        let Some(node) = node else {
+        })
+    }
+
+    /// The attributes of kernel node `index` that an argument update checks again (cluster
+    /// dimensions, cooperative), read from the graph whose parameters the executable graph runs,
+    /// when a launch with them was captured into it; `None` otherwise.
+    fn node_attributes(&mut self, index: usize) -> Result<Option<LaunchAttributes>> {
+        let graph = self
+            .updated
+            .as_ref()
+            .map_or(&self.graph, |updated| &updated.graph);
+        if !graph.keep().attributed() {
+            return Ok(None);
+        }
+        let Some(node) = self.graph_node(index)? else {
             return Ok(None);
         };
         // SAFETY: a kernel node of a graph this executable graph owns.
@@ -257,6 +275,32 @@ impl GraphExec {
             (0, 0, 0) | (1, 1, 1) => attrs,
             dims => attrs.cluster(dims),
         }))
+    }
+}
+
+impl GraphExec {
+    /// `Ok` unless kernel node `index` depends on another through a programmatic edge (a
+    /// captured programmatic dependent launch) and `func`, whose code never waits for the grid it
+    /// depends on, is not the function the node was captured launching (that launch was checked
+    /// as a launch, or opted out with
+    /// [`programmatic_without_wait`](LaunchAttributes::programmatic_without_wait)). A driver
+    /// that cannot list a node's edges (before CUDA 12.3) is not asked.
+    #[cold]
+    fn check_programmatic_edge(&mut self, index: usize, func: &Kernel) -> Result<()> {
+        let Some(node) = self.graph_node(index)? else {
+            return Ok(());
+        };
+        // SAFETY: a kernel node of a graph this executable graph owns.
+        if unsafe { calls::has_programmatic_dependency(node) }? != Some(true) {
+            return Ok(());
+        }
+        // SAFETY: as above.
+        if unsafe { calls::kernel_node_function(node) }? == func.raw() {
+            return Ok(());
+        }
+        Err(func.refused(LaunchRefusal::Attribute(
+            AttributeRefusal::ProgrammaticWithoutWait,
+        )))
     }
 }
 

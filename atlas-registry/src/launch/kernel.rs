@@ -326,7 +326,7 @@ impl Kernel {
 
     /// The refusal of a launch of this kernel, for `reason`.
     #[cold]
-    fn refused(&self, reason: LaunchRefusal) -> AtlasError {
+    pub(crate) fn refused(&self, reason: LaunchRefusal) -> AtlasError {
         AtlasError::InvalidLaunch {
             function: self.name.clone(),
             reason,

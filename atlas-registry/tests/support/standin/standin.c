@@ -214,6 +214,7 @@ static CUresult status_string(CUresult error, const char **out, int want_name) {
     X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy)                      \
     X(cuGraphExecKernelNodeSetParams_v2) X(cuGraphExecUpdate_v2) X(cuGraphUpload)               \
     X(cuGraphKernelNodeGetAttribute) X(cuGraphConditionalHandleCreate) X(cuGraphAddNode_v2)     \
+    X(cuGraphNodeGetDependencies_v2) X(cuGraphKernelNodeGetParams_v2)                          \
     X(cuModuleGetFunctionCount) X(cuModuleEnumerateFunctions) X(cuFuncGetName) X(cuFuncLoad)     \
     /* Events, stream order, host functions. */                                                 \
     X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord) X(cuStreamWaitEvent)                \
@@ -648,6 +649,7 @@ struct node_data {
     unsigned char params[PARAM_BYTES]; /* the parameter values, at the kernel's offsets */
     unsigned cluster[3];               /* cluster dimensions, or zeros */
     int cooperative;
+    int programmatic;                  /* captured from a programmatic dependent launch */
     unsigned long long ptr;            /* memory nodes */
     unsigned long long handle;         /* conditional */
     int cond_type;                     /* 0 IF, 1 WHILE, 2 SWITCH */
@@ -1680,7 +1682,8 @@ static unsigned long long launch_total;
  * the lock held. */
 static CUresult launch(const char *call, void *function, const unsigned grid[3],
                        const unsigned block[3], unsigned shared_bytes, void *stream, void **params,
-                       void **extra, const unsigned cluster[3], int cooperative) {
+                       void **extra, const unsigned cluster[3], int cooperative,
+                       int programmatic) {
     struct object *f = as(function, K_FUNCTION), *ctx = NULL;
     CUresult status = live(f, call);
     if (status == SUCCESS) status = stream_context(stream, call, &ctx);
@@ -1722,6 +1725,7 @@ static CUresult launch(const char *call, void *function, const unsigned grid[3],
         pack_params(k, params, d.params);
         memcpy(d.cluster, cluster, sizeof d.cluster);
         d.cooperative = cooperative;
+        d.programmatic = programmatic;
         return capture_node(s, &d);
     }
     run_kernel(f, ctx, grid[0], shared_bytes, params, cluster[0] ? cluster[0] : 1);
@@ -1735,7 +1739,7 @@ CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, u
     const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz}, no_cluster[3] = {0, 0, 0};
     pthread_mutex_lock(&lock);
     CUresult status = launch("cuLaunchKernel", function, grid, block, shared_bytes, stream, params,
-                             extra, no_cluster, 0);
+                             extra, no_cluster, 0, 0);
     pthread_mutex_unlock(&lock);
     return status;
 }
@@ -1826,8 +1830,11 @@ CUresult cuLaunchKernelEx(const struct launch_config *config, void *function, vo
         else if ((unsigned long long)g[0] * g[1] * g[2] > per_sm * STANDIN_SMS) status = INVALID_VALUE;
     }
     if (status == SUCCESS) {
+        /* PROGRAMMATIC_STREAM_SERIALIZATION (6) or a PROGRAMMATIC_EVENT (7): captured, the
+         * node's edge from the node before it is programmatic. */
+        int programmatic = ((mask & 1u << 6) && values[6][0] != 0) || ((mask & 1u << 7) && values[7][0]);
         status = launch("cuLaunchKernelEx", function, g, b, config->shared_bytes, config->stream,
-                        params, extra, clustered ? cluster : none, cooperative);
+                        params, extra, clustered ? cluster : none, cooperative, programmatic);
     }
     if (status == SUCCESS) {
         last_attribute_mask = mask;
@@ -2563,6 +2570,71 @@ CUresult cuGraphNodeGetType(void *node, int *type) {
     return status;
 }
 
+/* CUgraphEdgeData as cuda.h lays it out. */
+struct edge_data {
+    unsigned char from_port, to_port, type, reserved[5];
+};
+
+/* A graph's nodes stand in a chain, each after the one before it: one dependency, of type
+ * CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC (1) from port CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC (1)
+ * for a node captured from a programmatic dependent launch, as the driver makes it. */
+CUresult cuGraphNodeGetDependencies_v2(void *node, void **from, struct edge_data *edges,
+                                       size_t *count) {
+    ENTER(cuGraphNodeGetDependencies_v2);
+    if (count == NULL || (edges != NULL && from == NULL)) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *n = as(node, K_NODE);
+    CUresult status = live(n, "cuGraphNodeGetDependencies_v2");
+    if (status == SUCCESS) {
+        size_t index = n->u.node.index;
+        size_t deps = index > 0 ? 1 : 0;
+        if (from == NULL) {
+            *count = deps;
+        } else {
+            if (deps > 0 && *count > 0) {
+                from[0] = n->u.node.graph->u.graph.nodes[index - 1];
+                if (edges != NULL) {
+                    memset(&edges[0], 0, sizeof edges[0]);
+                    if (n->u.node.d.programmatic) edges[0].from_port = edges[0].type = 1;
+                }
+            }
+            *count = deps < *count ? deps : *count;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+/* CUDA_KERNEL_NODE_PARAMS_v2 as cuda.h lays it out. */
+struct kernel_node_params {
+    void *function;
+    unsigned grid[3], block[3], shared;
+    void **params;
+    void **extra;
+    void *kernel;
+    void *ctx;
+};
+
+
+CUresult cuGraphKernelNodeGetParams_v2(void *node, struct kernel_node_params *out) {
+    ENTER(cuGraphKernelNodeGetParams_v2);
+    if (out == NULL) return INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct object *n = as(node, K_NODE);
+    CUresult status = live(n, "cuGraphKernelNodeGetParams_v2");
+    if (status == SUCCESS && n->u.node.d.type != NODE_KERNEL) status = INVALID_VALUE;
+    if (status == SUCCESS) {
+        /* The parameters are not handed back. */
+        memset(out, 0, sizeof *out);
+        out->function = n->u.node.d.function;
+        memcpy(out->grid, n->u.node.d.grid, sizeof out->grid);
+        memcpy(out->block, n->u.node.d.block, sizeof out->block);
+        out->shared = n->u.node.d.shared;
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
 /* CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (4): the node's cluster (zeros without);
  * CU_LAUNCH_ATTRIBUTE_COOPERATIVE (2): whether it is cooperative. */
 CUresult cuGraphKernelNodeGetAttribute(void *node, int attribute, void *value) {
@@ -2681,16 +2753,6 @@ CUresult cuGraphExecDestroy(void *exec) {
     pthread_mutex_unlock(&lock);
     return status;
 }
-
-/* CUDA_KERNEL_NODE_PARAMS_v2 as cuda.h lays it out. */
-struct kernel_node_params {
-    void *function;
-    unsigned grid[3], block[3], shared;
-    void **params;
-    void **extra;
-    void *kernel;
-    void *ctx;
-};
 
 /* Replaces a kernel node's function, configuration and parameters in the executable graph; its
  * attributes stay. The function must be live and of the graph's context. */
