@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use atlas_kernels::ptx_for_model;
 use atlas_registry::{
-    AtlasError, AtlasRegistry, CudaStream, DeviceBuffer, FaultReport, LaunchConfig, LaunchKind,
-    RING_SLOTS,
+    AtlasError, AtlasRegistry, CudaStream, DeviceBuffer, FLIGHT_RECORDER_VAR, FaultReport,
+    LaunchConfig, LaunchKind, RING_SLOTS,
 };
 use support::allocations::{Counting, allocations};
 use support::blobs::NEEDS_GPU;
@@ -23,6 +23,8 @@ use support::child::{self, Ending};
 use support::standin::{self, probe};
 
 child::bodies!(
+    the_environment_switches_it_off,
+    captures_and_replays_are_recorded,
     a_fault_among_fifty_launches_is_named_first_on_its_stream,
     switched_off_nothing_is_recorded,
     recording_is_one_driver_call_and_no_allocation,
@@ -65,6 +67,81 @@ fn a_recorded_launch_is_one_driver_call_and_allocates_nothing() {
 #[test]
 fn concurrent_launches_never_tear_a_record() {
     standin::run(threads_launching_while_one_reads_never_tear_a_record, &[]);
+}
+
+#[test]
+fn the_environment_variable_switches_the_recorder_off() {
+    for (value, on) in [("0", false), ("off", false), ("FALSE", false), ("1", true)] {
+        let library = standin::build(&[]);
+        let on_text = if on { "on" } else { "off" };
+        let child = child::run_with_env(
+            the_environment_switches_it_off,
+            Some(&library),
+            &[
+                (FLIGHT_RECORDER_VAR, value.as_ref()),
+                ("ATLAS_TEST_RECORDER_EXPECTED", on_text.as_ref()),
+            ],
+        );
+        assert_eq!(
+            child.ending,
+            Ending::Passed,
+            "{FLIGHT_RECORDER_VAR}={value}: {child}"
+        );
+    }
+}
+
+/// With the recorder as `ATLAS_TEST_RECORDER_EXPECTED` says (`on` or `off`), a launch is recorded
+/// or not.
+fn the_environment_switches_it_off() {
+    let on = std::env::var("ATLAS_TEST_RECORDER_EXPECTED").unwrap() == "on";
+    let registry = load("demo");
+    let recorder = registry.host().flight_recorder();
+    assert_eq!(recorder.is_enabled(), on);
+    let mut x = DeviceBuffer::from_slice(registry.ctx(), registry.stream(), &[1.0f32; 64]).unwrap();
+    let scale = registry.function_cached("elementwise", "scale").unwrap();
+    // SAFETY: `scale` touches the 64 floats of `x`, synchronized before it is dropped.
+    unsafe {
+        scale.launch(
+            registry.stream(),
+            &LaunchConfig::for_elements(64, 64),
+            (&mut x, 2.0f32, 64u32),
+        )
+    }
+    .unwrap();
+    registry.stream().synchronize().unwrap();
+    assert_eq!(recorder.launches().len(), usize::from(on));
+}
+
+#[test]
+fn a_captured_launch_is_marked_and_a_replay_is_one_record_of_its_graph() {
+    standin::run(captures_and_replays_are_recorded, &[]);
+}
+
+fn captures_and_replays_are_recorded() {
+    let registry = load("demo");
+    let recorder = registry.host().flight_recorder();
+    let mut stream = CudaStream::new(registry.ctx()).unwrap();
+    let mut x = DeviceBuffer::from_slice(registry.ctx(), &stream, &[1.0f32; 64]).unwrap();
+    let scale = registry.function_cached("elementwise", "scale").unwrap();
+    let cfg = LaunchConfig::for_elements(64, 64);
+    let capture = stream.begin_capture().unwrap();
+    // SAFETY: captured; `scale` touches the 64 floats of `x`, which the graph keeps.
+    unsafe { scale.launch(&capture, &cfg, (&mut x, 2.0f32, 64u32)) }.unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    let captured = &recorder.launches()[0];
+    assert_eq!(captured.kind(), LaunchKind::Kernel);
+    assert!(captured.is_captured(), "{captured}");
+    assert_eq!(captured.kernel(), Some("elementwise::scale"));
+    // SAFETY: the graph keeps `x`, which its one node scales.
+    unsafe { exec.launch(&stream) }.unwrap();
+    stream.synchronize().unwrap();
+    let launches = recorder.launches();
+    let replay = &launches[0];
+    assert_eq!(replay.kind(), LaunchKind::Graph);
+    assert_eq!(replay.stream(), stream.raw());
+    assert!(!replay.is_captured());
+    assert!(replay.sequence() > launches[1].sequence(), "newest first");
+    assert_eq!(launches.len(), 2);
 }
 
 #[test]
