@@ -124,13 +124,7 @@ fn a_wrong_argument_of_an_nvcc_kernel_is_named_by_its_ptx_type() {
 
 fn nvcc_parameters_are_named_by_type() {
     // nvcc calls every parameter `KERNEL_param_N`: the type is what the PTX adds.
-    let registry = AtlasRegistry::load(0, ptx_for_model("demo").unwrap()).unwrap();
-    let scale = registry.function("elementwise", "scale").unwrap();
-    let mut x = DeviceBuffer::<f32>::alloc(registry.ctx(), 256).unwrap();
-    let cfg = LaunchConfig::for_elements(256, 256);
-    // SAFETY: refused before the driver is called.
-    let (_, text) =
-        refusal(unsafe { scale.launch(registry.stream(), &cfg, (&mut x, 2.0f32, 256usize)) });
+    let text = usize_for_scales_count(ptx_for_model("demo").unwrap());
     assert!(
         text.contains(
             "argument 2 is 8 byte(s) (`usize`), but parameter 2 (`.u32` in the PTX) takes 4: \
@@ -147,14 +141,7 @@ fn a_wrong_argument_of_a_cubin_kernel_is_named_by_size() {
 
 fn cubin_parameters_are_named_by_size() {
     // A cubin says where parameters lie, not what they are: the sizes say what may fit.
-    let cubins = support::blobs::device_cubins("demo");
-    let registry = AtlasRegistry::load(0, cubins).unwrap();
-    let scale = registry.function("elementwise", "scale").unwrap();
-    let mut x = DeviceBuffer::<f32>::alloc(registry.ctx(), 256).unwrap();
-    let cfg = LaunchConfig::for_elements(256, 256);
-    // SAFETY: refused before the driver is called.
-    let (_, text) =
-        refusal(unsafe { scale.launch(registry.stream(), &cfg, (&mut x, 2.0f32, 256usize)) });
+    let text = usize_for_scales_count(support::blobs::device_cubins("demo"));
     assert!(
         text.contains(
             "argument 2 is 8 byte(s) (`usize`), but parameter 2 takes 4: pass a `u32`, `i32` or \
@@ -162,4 +149,17 @@ fn cubin_parameters_are_named_by_size() {
         ),
         "{text}"
     );
+}
+
+/// The refusal's text of `elementwise::scale` of `blobs` launched with a `usize` for its
+/// `unsigned` count.
+fn usize_for_scales_count(blobs: &[(&str, &[u8])]) -> String {
+    let registry = AtlasRegistry::load(0, blobs).unwrap();
+    let scale = registry.function("elementwise", "scale").unwrap();
+    let mut x = DeviceBuffer::<f32>::alloc(registry.ctx(), 256).unwrap();
+    let cfg = LaunchConfig::for_elements(256, 256);
+    // SAFETY: refused before the driver is called.
+    let (_, text) =
+        refusal(unsafe { scale.launch(registry.stream(), &cfg, (&mut x, 2.0f32, 256usize)) });
+    text
 }

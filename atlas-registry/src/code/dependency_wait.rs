@@ -190,7 +190,7 @@ struct Body<'t> {
 /// The waits of a PTX text's kernels.
 fn ptx_waits(ptx: &[u8]) -> CodeWaits {
     let text = ptx_text(ptx);
-    if !contains(text, b"griddepcontrol") && !contains(text, b"call") {
+    if !holds_any(text, &["griddepcontrol", "call"]) {
         return CodeWaits::NoneWait;
     }
     read_ptx(text).unwrap_or_else(CodeWaits::unknown)
@@ -203,9 +203,16 @@ fn ptx_text(ptx: &[u8]) -> &[u8] {
         .map_or(ptx, |end| &ptx[..end])
 }
 
-/// Whether `text` holds `word` anywhere (comments included).
-fn contains(text: &[u8], word: &[u8]) -> bool {
-    text.windows(word.len()).any(|w| w == word)
+/// Whether `text` holds any of `words` anywhere (comments included): the standard library's
+/// substring search where the text is UTF-8 (all PTX a load takes), several times faster than
+/// comparing every window.
+fn holds_any(text: &[u8], words: &[&str]) -> bool {
+    match std::str::from_utf8(text) {
+        Ok(text) => words.iter().any(|word| text.contains(word)),
+        Err(_) => words
+            .iter()
+            .any(|word| text.windows(word.len()).any(|w| w == word.as_bytes())),
+    }
 }
 
 /// The next token, `None` where the lexer cannot go on (the text is then not understood).

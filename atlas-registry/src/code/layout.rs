@@ -34,7 +34,6 @@ use crate::code::blob::elf::{Elf, Machines, Section, c_string};
 use crate::code::dependency_wait::{CodeWaits, DependencyWait, code_waits};
 use crate::code::ptx_lexer::{LexError, Lexer, Token};
 use crate::code::target::{Code, Devices};
-use crate::code::variables::variable_names;
 
 /// One kernel parameter: where it lies in the parameter buffer and how many bytes it takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -471,14 +470,20 @@ pub enum RecordIssue {
 /// Fatbins, offload bundles, other ELF files and other binary data are
 /// [`LayoutError::NotReadable`]. PTX may end in NULs, as the driver takes it.
 pub fn kernel_layouts(blob: &[u8]) -> Result<Vec<KernelLayout>, LayoutError> {
+    read_code(blob, &mut Vec::new())
+}
+
+/// [`kernel_layouts`], adding to `variables` the names of the variables a PTX text or cubin
+/// defines, read in the same pass ([`read_ptx`], [`read_cubin`]).
+fn read_code(blob: &[u8], variables: &mut Vec<String>) -> Result<Vec<KernelLayout>, LayoutError> {
     if blob.starts_with(ELF_MAGIC) {
-        cubin_kernel_layouts(blob)
+        read_cubin(blob, None, variables)
     } else if blob.starts_with(&FATBIN_MAGIC) {
         Err(LayoutError::NotReadable(UnreadableBlob::Fatbin))
     } else if blob.starts_with(BUNDLE_MAGIC) {
         Err(LayoutError::NotReadable(UnreadableBlob::OffloadBundle))
     } else if std::str::from_utf8(before_nul(blob)).is_ok() {
-        ptx_kernel_layouts(blob)
+        read_ptx(blob, variables)
     } else {
         Err(LayoutError::NotReadable(UnreadableBlob::Binary))
     }
@@ -491,7 +496,7 @@ pub fn kernel_layouts(blob: &[u8]) -> Result<Vec<KernelLayout>, LayoutError> {
 /// whole, so a problem in another kernel's declaration is an error here too.
 pub fn kernel_layout(blob: &[u8], name: &str) -> Result<Option<KernelLayout>, LayoutError> {
     if blob.starts_with(ELF_MAGIC) {
-        Ok(read_cubin(blob, Some(name))?.pop())
+        Ok(read_cubin(blob, Some(name), &mut Vec::new())?.pop())
     } else {
         Ok(kernel_layouts(blob)?.into_iter().find(|k| k.name == name))
     }
@@ -524,8 +529,8 @@ pub(crate) type DeviceLayouts = Result<HashMap<String, Result<KernelLayout, Stri
 ///
 /// What else the code says is read from it at the same time ([`Facts`]): whether each kernel waits
 /// for the grid it depends on ([`dependency_wait`](crate::code::dependency_wait)), on the same
-/// terms (what every entry says, else unknown), and the variables it defines
-/// ([`variables`](crate::code::variables), of every entry).
+/// terms (what every entry says, else unknown), and the variables it defines for
+/// `cuModuleGetGlobal` (of every entry; read in the same pass as the layouts).
 #[derive(Debug)]
 pub(crate) struct BlobLayouts {
     devices: Devices,
@@ -558,15 +563,19 @@ struct Facts {
     variables: Vec<String>,
 }
 
-impl Facts {
-    /// What `code` (a PTX text or ELF cubin) says.
-    fn of(code: &[u8]) -> Self {
-        Self {
-            waits: code_waits(code),
-            variables: variable_names(code),
-        }
-    }
+/// The layouts of `code` (a PTX text or ELF cubin) and what else it says, its variables read in
+/// the same pass as its layouts.
+fn read_piece(code: &[u8]) -> (Result<Vec<KernelLayout>, LayoutError>, Facts) {
+    let mut variables = Vec::new();
+    let layouts = read_code(code, &mut variables);
+    let facts = Facts {
+        waits: code_waits(code),
+        variables,
+    };
+    (layouts, facts)
+}
 
+impl Facts {
     /// Nothing known.
     fn unknown() -> Self {
         Self {
@@ -669,7 +678,8 @@ impl BlobLayouts {
     /// read now, anything else kept (a copy) to read at first need.
     pub(crate) fn add_entry(&mut self, code: Code, bytes: &[u8], decompressed: bool) {
         let (layouts, facts) = if decompressed && matches!(code, Code::Sass(_)) {
-            (Pending::Read(kernel_layouts(bytes)), Some(Facts::of(bytes)))
+            let (layouts, facts) = read_piece(bytes);
+            (Pending::Read(layouts), Some(facts))
         } else {
             (Pending::Kept(bytes.to_vec()), None)
         };
@@ -686,9 +696,17 @@ impl BlobLayouts {
     /// The layouts, read now if this is their first need.
     pub(crate) fn get(&self) -> &DeviceLayouts {
         self.read.get_or_init(|| {
-            let mut pieces =
+            let pieces =
                 std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
-            let facts = Facts::merged(pieces.iter_mut().map(Piece::take_facts).collect());
+            let (pieces, facts): (Vec<_>, Vec<_>) = pieces
+                .into_iter()
+                .map(|piece| {
+                    let code = piece.code;
+                    let (layouts, facts) = piece.read();
+                    ((code, layouts), facts)
+                })
+                .unzip();
+            let facts = Facts::merged(facts);
             let read = merge(pieces, self.devices);
             // Only this initialiser sets them, once.
             let _ = self.heap.set(heap_of(&read) + facts.heap_bytes());
@@ -752,13 +770,13 @@ impl BlobLayouts {
 }
 
 impl Piece {
-    /// What else the piece says: read before, or now from its code.
-    fn take_facts(&mut self) -> Facts {
-        self.facts.take().unwrap_or_else(|| match &self.layouts {
-            Pending::Kept(bytes) => Facts::of(bytes),
-            Pending::Shared(bytes) => Facts::of(bytes),
-            Pending::Read(_) => Facts::unknown(),
-        })
+    /// The piece's layouts and what else it says: read before, or now from its code.
+    fn read(self) -> (Result<Vec<KernelLayout>, LayoutError>, Facts) {
+        match self.layouts {
+            Pending::Read(layouts) => (layouts, self.facts.unwrap_or_else(Facts::unknown)),
+            Pending::Kept(bytes) => read_piece(&bytes),
+            Pending::Shared(bytes) => read_piece(&bytes),
+        }
     }
 }
 
@@ -801,18 +819,16 @@ fn heap_of(layouts: &DeviceLayouts) -> usize {
     chunk(slots * slot + 16) + owned
 }
 
-/// The layouts of `pieces`, merged as [`BlobLayouts`] says.
-fn merge(pieces: Vec<Piece>, devices: Devices) -> DeviceLayouts {
-    let mut read = pieces.into_iter().map(|piece| {
-        let what = match piece.code {
+/// The layouts of `pieces` (each with its code, `None` for the blob itself), merged as
+/// [`BlobLayouts`] says.
+type ReadPiece = (Option<Code>, Result<Vec<KernelLayout>, LayoutError>);
+
+fn merge(pieces: Vec<ReadPiece>, devices: Devices) -> DeviceLayouts {
+    let mut read = pieces.into_iter().map(|(code, layouts)| {
+        let what = match code {
             None => "the blob".to_owned(),
             Some(Code::Sass(arch)) => format!("its sm_{arch} SASS"),
             Some(Code::Ptx(arch)) => format!("its compute_{arch} PTX"),
-        };
-        let layouts = match piece.layouts {
-            Pending::Read(layouts) => layouts,
-            Pending::Kept(bytes) => kernel_layouts(&bytes),
-            Pending::Shared(bytes) => kernel_layouts(&bytes),
         };
         match layouts {
             Ok(layouts) => Ok((what, layouts)),
@@ -896,6 +912,13 @@ fn before_nul(blob: &[u8]) -> &[u8] {
 /// Parameters aligned above 16 bytes are refused
 /// ([`PtxProblem::TargetDependentOffset`]).
 pub fn ptx_kernel_layouts(ptx: &[u8]) -> Result<Vec<KernelLayout>, LayoutError> {
+    read_ptx(ptx, &mut Vec::new())
+}
+
+/// [`ptx_kernel_layouts`], adding to `variables` the names of the variables the text defines for
+/// `cuModuleGetGlobal` as it goes: its module-scope `.global` and `.const` declarations, not
+/// `.extern` ones (defined elsewhere).
+fn read_ptx(ptx: &[u8], variables: &mut Vec<String>) -> Result<Vec<KernelLayout>, LayoutError> {
     let text = ptx_text(ptx)?;
     let mut lexer = Lexer::new(text);
     let (first, line) = lexer.next()?;
@@ -905,13 +928,32 @@ pub fn ptx_kernel_layouts(ptx: &[u8]) -> Result<Vec<KernelLayout>, LayoutError> 
     let mut kernels: Vec<KernelLayout> = Vec::new();
     // Looked up in a set: a text may declare tens of thousands of kernels.
     let mut names: HashSet<&str> = HashSet::new();
+    // Within a module-scope declaration: whether it is `.extern`, whether it declares a variable
+    // of `.global` or `.const` whose name has not come yet, and how deep in parentheses (a
+    // `.func`'s parameter lists, whose `.ptr .global` declares no variable) it is.
+    let (mut external, mut variable, mut parens) = (false, false, 0usize);
     loop {
         let (token, line) = lexer.next()?;
         match token {
             Token::End => return Ok(kernels),
             // Bodies of `.func`s and initializers of variables: nothing in them declares a kernel.
-            Token::Punct('{') => lexer.skip_block(line)?,
+            Token::Punct('{') => {
+                lexer.skip_block(line)?;
+                (external, variable) = (false, false);
+            }
             Token::Punct('}') => return Err(ptx_error(line, None, PtxProblem::StrayBrace)),
+            Token::Punct('(') => parens += 1,
+            Token::Punct(')') => parens = parens.saturating_sub(1),
+            Token::Punct(';') => (external, variable) = (false, false),
+            Token::Directive(".extern") => external = true,
+            Token::Directive(".global" | ".const") if parens == 0 => variable = true,
+            Token::Directive(".func") => variable = false,
+            Token::Word(name) if variable => {
+                if !external {
+                    variables.push(name.to_owned());
+                }
+                variable = false;
+            }
             Token::Directive(".entry") => {
                 if let Some((name, kernel)) = entry(&mut lexer)? {
                     if !names.insert(name) {
@@ -1341,7 +1383,7 @@ fn is_default_param_name(name: &str, kernel: &str, index: usize) -> bool {
 /// records say; a kernel without parameter records has no parameters only if those records say
 /// 0 or are absent.
 pub fn cubin_kernel_layouts(cubin: &[u8]) -> Result<Vec<KernelLayout>, LayoutError> {
-    read_cubin(cubin, None)
+    read_cubin(cubin, None, &mut Vec::new())
 }
 
 /// `st_other` bit of a kernel entry point.
@@ -1377,7 +1419,15 @@ fn elf_error(e: String) -> LayoutError {
 /// The kernels of `cubin`, or only the one named `only`, read with the ELF reader of blob
 /// validation: the header, section table and names it checks, and the bytes of each section
 /// this reads checked to lie inside the file.
-fn read_cubin(cubin: &[u8], only: Option<&str>) -> Result<Vec<KernelLayout>, LayoutError> {
+/// The layouts of a cubin's kernels (of `only`, when given), adding to `variables` the names of
+/// the variables it defines for `cuModuleGetGlobal`: its defined object symbols, of any binding (a
+/// `.global` that is not `.visible` is a local symbol, which `cuModuleGetGlobal` finds), but the
+/// compiler's own (`$str`).
+fn read_cubin(
+    cubin: &[u8],
+    only: Option<&str>,
+    variables: &mut Vec<String>,
+) -> Result<Vec<KernelLayout>, LayoutError> {
     if cubin.get(5) == Some(&elf::ELFDATA2MSB) {
         return Err(cubin_error(None, CubinProblem::BigEndian));
     }
@@ -1410,6 +1460,14 @@ fn read_cubin(cubin: &[u8], only: Option<&str>) -> Result<Vec<KernelLayout>, Lay
     let mut layouts: Vec<KernelLayout> = Vec::new();
     let mut names = HashSet::new();
     for (index, symbol) in symbols.iter().enumerate() {
+        if symbol.kind == elf::STT_OBJECT
+            && symbol.shndx != elf::SHN_UNDEF
+            && let Some(name) = c_string(strings, symbol.name)
+                .and_then(|raw| std::str::from_utf8(raw).ok())
+                .filter(|name| !name.is_empty() && !name.starts_with(['$', '.']))
+        {
+            variables.push(name.to_owned());
+        }
         if symbol.kind != elf::STT_FUNC
             || symbol.other & STO_CUDA_ENTRY == 0
             || symbol.shndx == elf::SHN_UNDEF
@@ -1690,4 +1748,66 @@ fn kernel_params(bytes: &[u8], section: &str) -> Result<Vec<ParamSlot>, CubinPro
         }
     }
     Ok(params)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The variables `code` defines, as a read of its layouts finds them.
+    fn variable_names(code: &[u8]) -> Vec<String> {
+        let mut variables = Vec::new();
+        let _ = read_code(code, &mut variables);
+        variables
+    }
+
+    #[test]
+    fn ptx_variables_are_the_module_scope_global_and_const_ones_defined_here() {
+        let ptx = b"
+.version 8.0
+.target sm_80
+.address_size 64
+
+// .global .u32 in_a_comment;
+.extern .global .align 4 .u32 defined_elsewhere;
+.global .align 4 .u32 counter;
+.visible .global .align 4 .b8 bias[16] = {0, 0, 128, 63};
+.const .align 8 .u64 table[2];
+.visible .entry k(.param .u64 .ptr .global .align 4 x)
+{
+    .reg .b32 %r<2>;
+    .shared .align 4 .b8 tile[64];
+    ret;
+}
+.visible .global .align 8 .f64 after_the_kernel;
+\0";
+        assert_eq!(
+            variable_names(ptx),
+            ["counter", "bias", "table", "after_the_kernel"]
+        );
+    }
+
+    #[test]
+    fn cubin_variables_are_its_defined_global_objects() {
+        for &sm in atlas_kernels::CUBIN_ARCHS {
+            let blobs = atlas_kernels::cubin_for_model("demo", sm).unwrap();
+            let (_, cubin) = blobs
+                .iter()
+                .find(|(name, _)| *name == "device_global")
+                .unwrap();
+            assert_eq!(variable_names(cubin), ["bias"], "sm_{sm}");
+            let (_, cubin) = blobs
+                .iter()
+                .find(|(name, _)| *name == "elementwise")
+                .unwrap();
+            assert!(variable_names(cubin).is_empty(), "sm_{sm}");
+        }
+    }
+
+    #[test]
+    fn unreadable_code_lists_nothing() {
+        assert!(variable_names(b"\x7fELF\x02\x01").is_empty());
+        assert!(variable_names(b".version 8.0\n/* never closed").is_empty());
+        assert!(variable_names(&[0xff, 0xfe]).is_empty());
+    }
 }

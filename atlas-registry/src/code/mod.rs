@@ -19,4 +19,3 @@ pub(crate) mod library;
 pub(crate) mod module;
 pub(crate) mod ptx_lexer;
 pub(crate) mod target;
-pub(crate) mod variables;

@@ -271,10 +271,10 @@ impl FlightRecorder {
             words[8 + i / 4] |= (size.min(usize::from(u16::MAX)) as u64) << (16 * (i % 4));
         }
         for (i, &size) in launch.sizes.iter().take(VALUES).enumerate() {
-            // SAFETY: duty 1: entry `i` of the array points to `size` readable bytes; each arm
-            // reads exactly that many, unaligned (parameters are byte copies to the driver).
             // Reads of fixed widths, not a copy of `size` bytes: no call to `memcpy` per
             // argument on the launch path.
+            // SAFETY: duty 1: entry `i` of the array points to `size` readable bytes; each arm
+            // reads exactly that many, unaligned (parameters are byte copies to the driver).
             words[10 + i] = unsafe {
                 let at = *launch.params.add(i);
                 match size {

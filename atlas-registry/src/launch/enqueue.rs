@@ -113,6 +113,19 @@ pub(crate) struct Params<'a> {
     pub(crate) captured: bool,
 }
 
+impl<'a> Params<'a> {
+    /// The parameters of a typed launch: `array` holds one pointer per size of `sizes`.
+    #[inline(always)]
+    pub(crate) fn typed(array: *mut *mut c_void, sizes: &'a [usize], captured: bool) -> Self {
+        Self {
+            array,
+            sizes,
+            count: sizes.len(),
+            captured,
+        }
+    }
+}
+
 /// Notes a launch the driver accepted in `host`'s flight recorder, when it is on: a relaxed load
 /// when off; an atomic increment and a ring slot's words when on, nothing allocated and no driver
 /// call (see `flight_recorder`).

@@ -60,9 +60,9 @@ impl GraphHolds {
 
 /// Enqueues a launch (`launch`, told whether it is captured) on `stream` and, when a capture
 /// Atlas began takes it in, leaves the graph what `gather` finds (`attributed`: a launch with
-/// cluster dimensions or a cooperative one). Looked for once, before the launch: a capture of `stream` begins and ends only through
-/// `&mut CudaStream` (a raw stream's caller vouches for as much), so none begins or ends while
-/// this launch is enqueued.
+/// cluster dimensions or a cooperative one). Looked for once, before the launch: a capture of
+/// `stream` begins and ends only through `&mut CudaStream` (a raw stream's caller vouches for as
+/// much), so none begins or ends while this launch is enqueued.
 #[inline(always)]
 pub(crate) fn enqueue(
     stream: CUstream,
