@@ -1,13 +1,18 @@
 //! The names a lookup could have meant: those that exist, the closest to what was asked first, for
 //! [`AtlasError::NotFound`](crate::AtlasError::NotFound).
 //!
-//! Closeness is the edit distance (insertions, deletions, substitutions; case ignored) between the
-//! name asked for and each candidate, or the candidate's plain name where it is a mangled C++
+//! Closeness is the edit distance (insertions, deletions, substitutions; case ignored; of the
+//! first [`COMPARED`] characters) between the name asked for and each candidate, or the candidate's plain name where it is a mangled C++
 //! name (`scale` of `_Z5scalePfj`), whichever is closer: one asks for `scal` and means
 //! `_Z5scalePfj`, or for `scale` and means `scale_f32`. Names equally close come in name order.
 
 /// How many names a refusal lists at most.
 pub(crate) const LISTED: usize = 10;
+
+/// How many characters of each name the distance compares: the cost is the product of the two
+/// lengths for every candidate, which a long name (any length reaches a lookup) and a module of
+/// thousands of kernels would make seconds; a typo is seen well within this many.
+const COMPARED: usize = 64;
 
 /// `candidates` ordered closest to `asked` first, at most [`LISTED`] of them.
 pub(crate) fn closest<I>(asked: &str, candidates: I) -> Box<[String]>
@@ -57,11 +62,11 @@ fn plain_name(mangled: &str) -> Option<&str> {
     }
 }
 
-/// The Levenshtein distance between `a` and `b`, by characters.
+/// The Levenshtein distance between the first [`COMPARED`] characters of `a` and of `b`.
 fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
+    let b: Vec<char> = b.chars().take(COMPARED).collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
+    for (i, ca) in a.chars().take(COMPARED).enumerate() {
         let mut diagonal = row[0];
         row[0] = i + 1;
         for (j, &cb) in b.iter().enumerate() {
@@ -108,6 +113,14 @@ mod tests {
         assert_eq!(plain_name("_ZN2ns3abc4deepIfEEvPT_"), Some("deep"));
         assert_eq!(plain_name("scale"), None);
         assert_eq!(plain_name("_Z99x"), None);
+    }
+
+    #[test]
+    fn long_names_are_compared_by_their_first_characters() {
+        let (a, b) = ("x".repeat(10_000), "y".repeat(10_000));
+        assert_eq!(distance(&a, &b), COMPARED);
+        let same_start = format!("{}{}", "k".repeat(COMPARED), "z".repeat(10_000));
+        assert_eq!(distance(&same_start, &"k".repeat(COMPARED)), 0);
     }
 
     #[test]
