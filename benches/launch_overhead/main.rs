@@ -34,7 +34,7 @@
 //! | batched copies          | `batch_copies_paired/{upload,download}/{raw,atlas,single}` (4,096 blocks of 16 KiB, × raw `cuMemcpyBatchAsync`), `batch_copies/…` (bandwidth) |
 //! | growable buffer, paired | `growable_paired/launch/{raw,buffer,growable}` (× raw `cuLaunchKernel`), `growable_paired/grow_shrink/{raw,atlas}` (16 chunks mapped and unmapped, × raw) |
 //! | 8 KiB struct, paired    | `large_params_paired/mix_8k/{raw,atlas}` (× raw `cuLaunchKernel`; `large_params.rs`) |
-//! | TMA launch, paired      | `tma_paired/tile/{raw,atlas}` (a launch with a tensor map, × raw `cuLaunchKernel`; `tma.rs`) |
+//! | TMA launch, paired      | `tma_paired/tile/{raw,atlas_raw,atlas}` (a launch with a tensor map, × raw `cuLaunchKernel`; `tma.rs`) |
 //!
 //! Each bench lives in the file named after its benchmark group (`enqueue.rs`, `roundtrip.rs`,
 //! `lookup.rs`, `replaced.rs`, `model_load.rs`, `graph_replay.rs`, `load_all_devices.rs`;

@@ -3,7 +3,9 @@
 //! `hopper` model's `tma_tiles` (one block loading one 16 × 32 box) with the descriptor's 128
 //! bytes as the first parameter, the other the same batch through `Kernel::launch` with `&map`
 //! (the size, the parameter's place in the constant bank and the memory's context checked at each
-//! launch). `raw` against itself is what the method reads when there is no difference.
+//! launch); `atlas_raw` is `launch_on_stream` with the raw side's parameter array (no argument
+//! checks: what the typed launch's checks cost is the difference). `raw` against itself is what
+//! the method reads when there is no difference.
 //!
 //! Tensor maps need compute capability 9.0; on an older device this bench prints why it does not
 //! run.
@@ -22,7 +24,7 @@ use crate::{BATCH, Env, PairedCriterion, check, ok, paired, sym};
 /// The box one launch loads: rows, then floats of a row.
 const BOX: (u32, u32) = (16, 32);
 
-/// `tma_paired/tile/{raw,atlas}`.
+/// `tma_paired/tile/{raw,atlas_raw,atlas}`.
 pub(crate) fn tma(c: &mut PairedCriterion, env: &Env) {
     let host = env.registry.host();
     if host.compute_capability().0 != 9 {
@@ -77,6 +79,7 @@ pub(crate) fn tma(c: &mut PairedCriterion, env: &Env) {
         (&raw const args.2).cast_mut().cast(),
         (&raw const args.3).cast_mut().cast(),
     ];
+    let mut atlas_params = params;
     let func = kernel.raw().raw();
     let mut raw = || {
         // SAFETY: the function is live (its registry is), the stream is its context's, the
@@ -98,6 +101,17 @@ pub(crate) fn tma(c: &mut PairedCriterion, env: &Env) {
             )
         };
         check(status, "cuLaunchKernel");
+    };
+    let raw_kernel = ok(
+        registry.raw_function_cached("tma", "tma_tiles"),
+        "tma::tma_tiles (raw)",
+    );
+    let mut atlas_raw = || {
+        // SAFETY: as for the raw side: a function of `registry`, the stream of its context, the
+        // same parameter array.
+        let launched =
+            unsafe { registry.launch_on_stream(raw_kernel, &cfg, raw_stream, &mut atlas_params) };
+        ok(launched, "launch_on_stream of tma_tiles");
     };
     let mut atlas = || {
         // SAFETY: as for the raw side: tma_tiles loads one box of the tensor `map` describes and
@@ -121,6 +135,7 @@ pub(crate) fn tma(c: &mut PairedCriterion, env: &Env) {
     let mut atlas_first = false;
     let variants = [
         ("raw", None),
+        ("atlas_raw", Some(&mut atlas_raw as &mut dyn FnMut())),
         ("atlas", Some(&mut atlas as &mut dyn FnMut())),
     ];
     for (variant, mut other) in variants {
