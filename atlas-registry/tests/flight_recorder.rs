@@ -30,6 +30,7 @@ child::bodies!(
     recording_is_one_driver_call_and_no_allocation,
     threads_launching_while_one_reads_never_tear_a_record,
     the_ring_keeps_the_newest_launches,
+    two_devices_launching_in_turn_keep_a_full_ring_each,
     gpu_fault_among_fifty_launches,
 );
 
@@ -408,6 +409,40 @@ fn the_ring_keeps_the_newest_launches() {
     let expected: Vec<_> = (200 - RING_SLOTS as u32 + 1..=200).rev().collect();
     assert_eq!(grids, expected, "the newest, newest first");
     assert!(launches.iter().all(|l| l.argument_count() == 0));
+}
+
+#[test]
+fn each_device_numbers_its_own_launches_and_keeps_a_full_ring() {
+    standin::run(
+        two_devices_launching_in_turn_keep_a_full_ring_each,
+        &["-DSTANDIN_DEVICES=2"],
+    );
+}
+
+fn two_devices_launching_in_turn_keep_a_full_ring_each() {
+    let registries = [0, 1].map(|ordinal| {
+        AtlasRegistry::load(ordinal, ptx_for_model("demo").expect("demo")).expect("loading demo")
+    });
+    let noops = registries
+        .each_ref()
+        .map(|r| r.function_cached("noop", "noop").expect("noop"));
+    for i in 1..=100u32 {
+        for (registry, noop) in registries.iter().zip(&noops) {
+            let cfg = LaunchConfig::for_elements(i, 1);
+            // SAFETY: `noop` takes no arguments and touches no memory.
+            unsafe { noop.launch(registry.stream(), &cfg, ()) }.expect("a launch");
+        }
+    }
+    for (ordinal, registry) in registries.iter().enumerate() {
+        let launches = registry.host().flight_recorder().launches();
+        let numbers: Vec<_> = launches.iter().map(|l| l.sequence()).collect();
+        let expected: Vec<_> = (100 - RING_SLOTS as u64 + 1..=100).rev().collect();
+        assert_eq!(
+            numbers, expected,
+            "device {ordinal}: its last {RING_SLOTS} launches, numbered on the device"
+        );
+        assert!(launches.iter().all(|l| l.device() == ordinal));
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,31 +1,30 @@
 //! The flight recorder: per device context, a small fixed ring of the most recent launches
-//! (kernel, registry, stream, grid, block, shared memory, an argument summary, a process-wide
-//! sequence number), so that when a kernel faults and the context is lost, the error can say
+//! (kernel, registry, stream, grid, block, shared memory, an argument summary, the launch's
+//! number on its device), so that when a kernel faults and the context is lost, the error can say
 //! which launches ran before it, without rerunning under a sanitizer.
 //!
 //! # How a launch is recorded
 //!
 //! After the driver accepted a launch, the launch path checks the context's switch (one relaxed
-//! load), takes the next process-wide sequence number (one atomic increment), takes slot
+//! load), takes the device's next launch number (one atomic increment), takes slot
 //! `sequence % RING_SLOTS` of the context's [`ring`] (one compare-and-swap of its stamp) and
 //! writes its 15 words: no lock, no allocation, no driver call, nothing shared between two
-//! launches but the sequence counter. On a 2-core x86-64 machine with the stand-in driver that is
-//! 9 to 14 ns a launch (3 and 5 arguments). Names are not copied: a
-//! kernel's `module::function` is interned once, when its handle is first made, and the record
+//! launches of one device but its counter, and nothing between devices. On a 2-core x86-64
+//! machine with the stand-in driver that is 9 to 14 ns a launch (3 and 5 arguments). Names are
+//! not copied: a kernel's `module::function` is interned once, when its handle is first made, and the record
 //! holds its number. A launch that a capture Atlas began takes into a graph is recorded as
 //! captured; a replay of an instantiated graph is one record naming the executable graph.
 //!
-//! Since the ring is indexed by the process-wide number, a device keeps its own launches among
-//! the last [`RING_SLOTS`] of the process: all of them with one device in use, fewer where
-//! several devices launch at once.
+//! Each device numbers its own launches, so its ring holds its last [`RING_SLOTS`] launches
+//! however many other devices launch at the same time.
 //!
 //! # How a fault is reported
 //!
 //! A kernel that faults loses its context, and the driver answers a later call with a sticky
 //! status (`CUDA_ERROR_ILLEGAL_ADDRESS`, `CUDA_ERROR_LAUNCH_FAILED`, …). Where Atlas turns that
 //! status into [`AtlasError::ContextLost`](crate::AtlasError::ContextLost), it gathers a
-//! [`FaultReport`]: the records of the context current on the calling thread (of every device
-//! when it is not one of Atlas's), newest first, and the driver's own log
+//! [`FaultReport`]: the records of the context current on the calling thread (of every device,
+//! device by device, when it is not one of Atlas's), newest first, and the driver's own log
 //! (`cuLogsDumpToMemory`, CUDA 12.9+). A call that took a stream (a synchronize, a launch, a
 //! graph replay) marks the launches of that stream. The first report of each context also goes
 //! to the `log` facade at the `error` level.
@@ -63,9 +62,6 @@ pub const RING_SLOTS: usize = 64;
 pub(crate) const SIZES: usize = 8; // said in `LaunchRecord::arguments`' doc
 /// How many arguments' values (of 1, 2, 4 or 8 bytes) a record keeps.
 pub(crate) const VALUES: usize = 5; // said in `RecordedArgument::value`'s doc
-
-/// The next launch's number (0 marks an empty slot, so numbers start at 1).
-static SEQUENCE: AtomicU64 = AtomicU64::new(1);
 
 /// Every context's recorder, in the order the devices were first used.
 static RECORDERS: Mutex<Vec<Arc<FlightRecorder>>> = Mutex::new(Vec::new());
@@ -155,7 +151,7 @@ const KIND_GRAPH: u64 = 3;
 /// Reached through [`CudaHost::flight_recorder`](crate::CudaHost::flight_recorder). After each
 /// launch the driver accepts (typed, raw, with attributes, a graph replay), it writes the kernel,
 /// registry, stream, grid, block, shared memory, the first 8 arguments' sizes and the first 5
-/// small arguments' values, and a process-wide sequence number into a slot of its ring of
+/// small arguments' values, and the launch's number on this device into a slot of its ring of
 /// [`RING_SLOTS`]: no lock, no allocation, no driver call. A lost context's error carries what
 /// it holds ([`AtlasError::fault_report`](crate::AtlasError::fault_report)). On unless
 /// [`FLIGHT_RECORDER_VAR`] says `0` when the device is first used.
@@ -177,6 +173,9 @@ pub struct FlightRecorder {
     /// The context, as an address (compared, never used).
     context: usize,
     enabled: AtomicBool,
+    /// The number of this device's next launch (0 marks an empty slot, so numbers start at 1).
+    /// The device's own, so that threads launching on different devices share no cache line.
+    next: AtomicU64,
     ring: Ring,
     /// Whether a lost context was reported to the log facade already.
     reported: AtomicBool,
@@ -196,6 +195,7 @@ impl FlightRecorder {
             ordinal,
             context: context as usize,
             enabled: AtomicBool::new(on_by_environment()),
+            next: AtomicU64::new(1),
             ring: Ring::new(RING_SLOTS),
             reported: AtomicBool::new(false),
         });
@@ -248,7 +248,7 @@ impl FlightRecorder {
     ///    readable bytes (the kernel's parameters, as the launch passed them).
     #[inline]
     pub(crate) unsafe fn kernel(&self, launch: &KernelLaunch<'_>) {
-        let sequence = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+        let sequence = self.next.fetch_add(1, Ordering::Relaxed);
         let kind = if launch.with_attributes {
             KIND_KERNEL_EX
         } else {
@@ -291,7 +291,7 @@ impl FlightRecorder {
 
     /// Records a replay of executable graph `exec` on `stream`.
     pub(crate) fn graph(&self, exec: usize, stream: CUstream) {
-        let sequence = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+        let sequence = self.next.fetch_add(1, Ordering::Relaxed);
         let mut words = [0u64; WORDS];
         words[0] = KIND_GRAPH << 32;
         words[2] = exec as u64;
@@ -378,7 +378,8 @@ pub(crate) fn report_lost_context(
         mine
     };
     let mut launches: Vec<LaunchRecord> = chosen.iter().flat_map(|r| r.launches()).collect();
-    launches.sort_unstable_by_key(|launch| std::cmp::Reverse(launch.sequence));
+    // Each device numbers its own launches: by device, then newest first.
+    launches.sort_unstable_by_key(|launch| (launch.device, std::cmp::Reverse(launch.sequence)));
     let recording = chosen.iter().any(|r| r.is_enabled());
     let driver_log = log_since(LOG_FROM.get().copied().flatten());
     let report = FaultReport::new(launches, driver_log, recording);

@@ -63,8 +63,9 @@ pub struct LaunchRecord {
 }
 
 impl LaunchRecord {
-    /// The launch's number: process-wide, increasing in the order launches were recorded (on
-    /// every device), so that it orders launches of several streams and devices.
+    /// The launch's number on its device: increasing in the order the device's launches were
+    /// recorded (on all its streams), so that it orders the launches of one device. Devices
+    /// number their launches apart; a report of several devices lists them device by device.
     pub fn sequence(&self) -> u64 {
         self.sequence
     }

@@ -1,7 +1,7 @@
 //! The ring of one context's most recent launches: fixed slots of plain words, written without a
 //! lock or an allocation by any number of threads, read (rarely) while they write.
 //!
-//! Each launch takes a process-wide sequence number (one atomic increment, made by the caller)
+//! Each launch takes its device's next sequence number (one atomic increment, made by the caller)
 //! and writes its record into slot `sequence % len` (a power of two: the low bits). A slot is a seqlock of its own: its stamp
 //! holds the sequence number of the record in it (shifted left by one) and a low "being written"
 //! bit. A writer takes the slot by one compare-and-swap from a complete, older record to its own
