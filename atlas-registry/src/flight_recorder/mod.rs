@@ -122,6 +122,54 @@ fn name_of(names: &Option<Names>, number: u32) -> Option<(Arc<str>, usize)> {
     Some((Arc::clone(name), *module_len))
 }
 
+/// What a record keeps of a launch's arguments: the first [`SIZES`] sizes, 16 bits each, and
+/// the first [`VALUES`] values of 1, 2, 4 or 8 bytes (0 for other sizes). A typed launch, whose
+/// argument types are known where it is compiled, makes them without a loop
+/// (`KernelArgs`'s `argument_words`); a raw launch has them read from its parameter array.
+///
+/// Public in a private module: named by the sealed trait's method, reachable by nobody.
+#[derive(Clone, Copy, Default)]
+pub struct ArgumentWords {
+    pub(crate) sizes: [u64; 2],
+    pub(crate) values: [u64; VALUES],
+}
+
+impl ArgumentWords {
+    /// `sizes` packed as a record keeps them (the first [`SIZES`], each capped at 65,535).
+    pub(crate) const fn pack(sizes: &[usize]) -> [u64; 2] {
+        let mut packed = [0u64; 2];
+        let mut i = 0;
+        while i < sizes.len() && i < SIZES {
+            let size = if sizes[i] > 0xffff { 0xffff } else { sizes[i] };
+            packed[i / 4] |= (size as u64) << (16 * (i % 4));
+            i += 1;
+        }
+        packed
+    }
+}
+
+/// The value a record keeps of a parameter of `size` bytes at `at`: the bytes of a 1-, 2-, 4- or
+/// 8-byte one as a number, 0 for other sizes. Reads of fixed widths, not a copy of `size` bytes:
+/// with `size` known where it is inlined, one load.
+///
+/// # Safety
+///
+/// 1. `at` points to `size` readable bytes (unaligned is fine).
+#[inline(always)]
+pub(crate) unsafe fn read_value(at: *mut c_void, size: usize) -> u64 {
+    // SAFETY: duty 1: each arm reads exactly `size` bytes, unaligned (parameters are byte
+    // copies to the driver).
+    unsafe {
+        match size {
+            1 => u64::from(at.cast::<u8>().read()),
+            2 => u64::from(at.cast::<u16>().read_unaligned()),
+            4 => u64::from(at.cast::<u32>().read_unaligned()),
+            8 => at.cast::<u64>().read_unaligned(),
+            _ => 0,
+        }
+    }
+}
+
 /// One kernel launch as the launch path hands it to the recorder.
 pub(crate) struct KernelLaunch<'a> {
     /// The kernel's [`name_number`], or 0 for a function Atlas has no entry for.
@@ -139,6 +187,9 @@ pub(crate) struct KernelLaunch<'a> {
     pub(crate) params: *mut *mut c_void,
     /// The parameters' sizes when known (else empty), and how many there are.
     pub(crate) sizes: &'a [usize],
+    /// The arguments' words when the launch made them (a typed launch); else they are read from
+    /// `params` and `sizes`.
+    pub(crate) words: Option<ArgumentWords>,
     pub(crate) count: usize,
 }
 
@@ -244,8 +295,9 @@ impl FlightRecorder {
     ///
     /// # Safety
     ///
-    /// 1. For each `i < launch.sizes.len()`, `launch.params[i]` points to `launch.sizes[i]`
-    ///    readable bytes (the kernel's parameters, as the launch passed them).
+    /// 1. Unless `launch.words` is given, for each `i < launch.sizes.len()`, `launch.params[i]`
+    ///    points to `launch.sizes[i]` readable bytes (the kernel's parameters, as the launch
+    ///    passed them).
     #[inline]
     pub(crate) unsafe fn kernel(&self, launch: &KernelLaunch<'_>) {
         let sequence = self.next.fetch_add(1, Ordering::Relaxed);
@@ -267,24 +319,20 @@ impl FlightRecorder {
         words[6] = u64::from(launch.block.1) | u64::from(launch.block.2) << 32;
         words[7] =
             u64::from(launch.shared_mem_bytes) | (launch.sizes.len().min(SIZES) as u64) << 32;
-        for (i, &size) in launch.sizes.iter().take(SIZES).enumerate() {
-            words[8 + i / 4] |= (size.min(usize::from(u16::MAX)) as u64) << (16 * (i % 4));
-        }
-        for (i, &size) in launch.sizes.iter().take(VALUES).enumerate() {
-            // Reads of fixed widths, not a copy of `size` bytes: no call to `memcpy` per
-            // argument on the launch path.
-            // SAFETY: duty 1: entry `i` of the array points to `size` readable bytes; each arm
-            // reads exactly that many, unaligned (parameters are byte copies to the driver).
-            words[10 + i] = unsafe {
-                let at = *launch.params.add(i);
-                match size {
-                    1 => u64::from(at.cast::<u8>().read()),
-                    2 => u64::from(at.cast::<u16>().read_unaligned()),
-                    4 => u64::from(at.cast::<u32>().read_unaligned()),
-                    8 => at.cast::<u64>().read_unaligned(),
-                    _ => 0,
+        match launch.words {
+            Some(made) => {
+                words[8..10].copy_from_slice(&made.sizes);
+                words[10..].copy_from_slice(&made.values);
+            }
+            None => {
+                for (i, &size) in launch.sizes.iter().take(SIZES).enumerate() {
+                    words[8 + i / 4] |= (size.min(0xffff) as u64) << (16 * (i % 4));
                 }
-            };
+                for (i, &size) in launch.sizes.iter().take(VALUES).enumerate() {
+                    // SAFETY: duty 1: entry `i` of the array points to `size` readable bytes.
+                    words[10 + i] = unsafe { read_value(*launch.params.add(i), size) };
+                }
+            }
         }
         self.ring.write(sequence, &words);
     }

@@ -55,6 +55,7 @@ use std::ffi::c_void;
 use atlas_sys::{CUcontext, CUdeviceptr};
 
 use crate::code::layout::PtxParam;
+use crate::flight_recorder::{ArgumentWords, VALUES, read_value};
 use crate::launch::held::GraphHolds;
 use crate::launch::large_params::total;
 use crate::memory::buffer::{DeviceBuffer, DeviceCopy};
@@ -223,9 +224,18 @@ view_param!(
 );
 
 mod sealed {
+    use crate::flight_recorder::ArgumentWords;
+
     /// Implemented only for the tuples of [`KernelParam`](super::KernelParam)s below.
-    pub trait Sealed {}
+    pub trait Sealed {
+        /// What the flight recorder keeps of these arguments: their sizes packed at compile
+        /// time, and the values of the first few, each read with its type's width.
+        fn argument_words(&self) -> ArgumentWords;
+    }
 }
+
+/// What a launch hands the flight recorder to make its arguments' words from, when it records.
+pub(crate) use sealed::Sealed as ArgumentSummary;
 
 /// The arguments of one launch: a tuple of [`KernelParam`]s (up to 12), or `()`.
 ///
@@ -260,7 +270,12 @@ pub trait KernelArgs: sealed::Sealed {
     fn type_name(index: usize) -> Option<&'static str>;
 }
 
-impl sealed::Sealed for () {}
+impl sealed::Sealed for () {
+    #[inline]
+    fn argument_words(&self) -> ArgumentWords {
+        ArgumentWords::default()
+    }
+}
 
 impl KernelArgs for () {
     const SIZES: &'static [usize] = &[];
@@ -325,7 +340,23 @@ pub(crate) fn fits(size: usize, declared: Option<&PtxParam>) -> String {
 
 macro_rules! tuple_args {
     ($($name:ident $idx:tt),+) => {
-        impl<$($name: KernelParam),+> sealed::Sealed for ($($name,)+) {}
+        impl<$($name: KernelParam),+> sealed::Sealed for ($($name,)+) {
+            #[inline]
+            fn argument_words(&self) -> ArgumentWords {
+                let mut values = [0u64; VALUES];
+                $(
+                    if let Some(value) = values.get_mut($idx) {
+                        // SAFETY: KernelParam's duty 1: the pointer leads to the argument's
+                        // SIZE bytes, which `self` keeps alive during the call.
+                        *value = unsafe { read_value(self.$idx.param_ptr(), $name::SIZE) };
+                    }
+                )+
+                ArgumentWords {
+                    sizes: const { ArgumentWords::pack(&[$($name::SIZE),+]) },
+                    values,
+                }
+            }
+        }
 
         impl<$($name: KernelParam),+> KernelArgs for ($($name,)+) {
             const SIZES: &'static [usize] = &[$($name::SIZE),+];
@@ -373,6 +404,49 @@ tuple_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn typed_arguments_make_the_words_a_record_keeps() {
+        let args = (
+            0xabu8,
+            0x1234u16,
+            [7u8; 16],
+            0x0102_0304_0506_0708u64,
+            2.5f32,
+            9u32,
+            1u8,
+            2u16,
+            3u32,
+        );
+        let words = sealed::Sealed::argument_words(&args);
+        // The first 8 sizes, 16 bits each; the ninth is left out.
+        assert_eq!(words.sizes, ArgumentWords::pack(&[1, 2, 16, 8, 4, 4, 1, 2]));
+        assert_eq!(
+            words.sizes,
+            [
+                1 | 2 << 16 | 16 << 32 | 8 << 48,
+                4 | 4 << 16 | 1 << 32 | 2 << 48
+            ]
+        );
+        // The first 5 values, each as wide as its type; 0 for the 16-byte array.
+        assert_eq!(
+            words.values,
+            [
+                0xab,
+                0x1234,
+                0,
+                0x0102_0304_0506_0708,
+                u64::from(2.5f32.to_bits())
+            ]
+        );
+        assert_eq!(
+            ArgumentWords::pack(&[70_000]),
+            [0xffff, 0],
+            "sizes are capped"
+        );
+        let none = sealed::Sealed::argument_words(&());
+        assert_eq!((none.sizes, none.values), ([0; 2], [0; 5]));
+    }
 
     /// `scal(float* x, float a, unsigned n, Extra extra)` as a PTX text declares it, with names
     /// of its own for the last three.

@@ -50,8 +50,35 @@ impl LaunchConfig {
 
 impl DeviceLimits {
     /// `Ok` when `cfg` fits the device, else which limit it breaks.
+    ///
+    /// Every limit is compared at once, without a branch per comparison (`x - 1 >= max`, wrapping,
+    /// is `x == 0 || x > max`); only a configuration that breaks one is looked at limit by limit,
+    /// to name it.
     #[inline]
     pub fn check(&self, cfg: &LaunchConfig) -> Result<(), LimitError> {
+        let (grid, block, mg, mb) = (cfg.grid, cfg.block, self.max_grid, self.max_block);
+        let outside = |x: u32, max: u32| x.wrapping_sub(1) >= max;
+        // Wrapping: past the block limits (checked beside it) the product means nothing.
+        let threads = (u64::from(block.0) * u64::from(block.1)).wrapping_mul(u64::from(block.2));
+        let breaks = outside(grid.0, mg.0)
+            | outside(grid.1, mg.1)
+            | outside(grid.2, mg.2)
+            | outside(block.0, mb.0)
+            | outside(block.1, mb.1)
+            | outside(block.2, mb.2)
+            | (threads > u64::from(self.max_threads_per_block))
+            | (cfg.shared_mem_bytes > self.max_shared_mem_optin);
+        if breaks {
+            return self.broken_limit(cfg);
+        }
+        Ok(())
+    }
+
+    /// Which limit `cfg` breaks, in the order a reader checks them: zero sizes, block
+    /// dimensions, threads per block, grid dimensions, shared memory.
+    #[cold]
+    #[inline(never)]
+    fn broken_limit(&self, cfg: &LaunchConfig) -> Result<(), LimitError> {
         let (grid, block) = (cfg.grid, cfg.block);
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return Err(LimitError::ZeroGrid(grid));
@@ -206,6 +233,19 @@ mod tests {
     }
 
     proptest! {
+        /// The branch-free check agrees with the limit-by-limit one, which names the limit, on
+        /// every configuration: both accept the same ones.
+        #[test]
+        fn the_fast_check_agrees_with_the_limit_by_limit_one(
+            grid in (dim(), dim(), dim()),
+            block in (dim(), dim(), dim()),
+            shared_mem_bytes in prop_oneof![Just(0u32), Just(232_448), Just(232_449), any::<u32>()],
+        ) {
+            let l = h200();
+            let cfg = LaunchConfig { grid, block, shared_mem_bytes };
+            prop_assert_eq!(l.check(&cfg), l.broken_limit(&cfg));
+        }
+
         /// Properties that hold whatever the check's code: it never panics; a legal launch stays
         /// legal when made smaller in any dimension; a dimension of 0 is always refused; and each
         /// refusal names a limit that the configuration really breaks.

@@ -16,6 +16,7 @@ use crate::device::stream::is_default;
 use crate::driver::{self, About, calls};
 use crate::error::{AtlasError, Result};
 use crate::flight_recorder::KernelLaunch;
+use crate::launch::args::ArgumentSummary;
 use crate::launch::config::LaunchConfig;
 
 /// Per-function state the launch path keeps: the dynamic shared memory the function may use.
@@ -111,17 +112,27 @@ pub(crate) struct Params<'a> {
     pub(crate) count: usize,
     /// Whether a capture Atlas began takes the launch in.
     pub(crate) captured: bool,
+    /// A typed launch's arguments, which make their own words for the flight recorder (none
+    /// for a raw launch, whose words are read from the array).
+    pub(crate) summary: Option<&'a dyn ArgumentSummary>,
 }
 
 impl<'a> Params<'a> {
-    /// The parameters of a typed launch: `array` holds one pointer per size of `sizes`.
+    /// The parameters of a typed launch of `args`: `array` holds one pointer per size of
+    /// `sizes`.
     #[inline(always)]
-    pub(crate) fn typed(array: *mut *mut c_void, sizes: &'a [usize], captured: bool) -> Self {
+    pub(crate) fn typed(
+        array: *mut *mut c_void,
+        sizes: &'a [usize],
+        captured: bool,
+        args: &'a dyn ArgumentSummary,
+    ) -> Self {
         Self {
             array,
             sizes,
             count: sizes.len(),
             captured,
+            summary: Some(args),
         }
     }
 }
@@ -162,6 +173,7 @@ pub(crate) unsafe fn record(
         params: params.array,
         sizes: params.sizes,
         count: params.count,
+        words: params.summary.map(ArgumentSummary::argument_words),
     };
     // SAFETY: duty 1 is the recorder's duty 1.
     unsafe { recorder.kernel(&launch) }

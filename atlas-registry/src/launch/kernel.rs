@@ -456,7 +456,7 @@ impl Kernel {
             // to the device, and made the shared memory opt-in.
             // SAFETY: as just said; what the kernel does with its arguments is duties 1 and 2.
             args.with_params(|array| unsafe {
-                let params = Params::typed(array, A::SIZES, captured);
+                let params = Params::typed(array, A::SIZES, captured, &args);
                 launch_kernel(&self.host, self.raw, self, cfg, stream, params)
             })
         })
@@ -518,7 +518,7 @@ impl Kernel {
             // (`LaunchAttributes::programmatic_event`'s duty); the kernel's use of its arguments
             // is duties 1 and 2.
             args.with_params(|array| unsafe {
-                let params = Params::typed(array, A::SIZES, captured);
+                let params = Params::typed(array, A::SIZES, captured, &args);
                 launch_kernel_ex(&self.host, self.raw, self, cfg, attrs, stream, params)
             })
         })

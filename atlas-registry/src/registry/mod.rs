@@ -590,6 +590,7 @@ impl AtlasRegistry {
                     sizes: &[],
                     count,
                     captured,
+                    summary: None,
                 };
                 // SAFETY: the caller's duties 1–3; the configuration fits the device and the
                 // opt-in is made (above); no sizes are claimed.
@@ -610,6 +611,7 @@ impl AtlasRegistry {
                 sizes: kernel.known_sizes(),
                 count,
                 captured,
+                summary: None,
             };
             // SAFETY: the caller's duties 1–3 (duty 2: each pointer leads to a value of its
             // parameter's type, so of the size the kernel's layout gives, whose count the check
@@ -686,6 +688,7 @@ impl AtlasRegistry {
                     sizes: &[],
                     count,
                     captured,
+                    summary: None,
                 };
                 // SAFETY: the caller's duties 1–3; the configuration fits the device, the
                 // attributes passed their check and the opt-in is made (above); an event among
@@ -711,6 +714,7 @@ impl AtlasRegistry {
                 sizes: kernel.known_sizes(),
                 count,
                 captured,
+                summary: None,
             };
             // The configuration fits the device, the parameter count matches the kernel's where
             // Atlas knows it (and the sizes are that layout's), the attributes passed their check
