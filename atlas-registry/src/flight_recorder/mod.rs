@@ -6,14 +6,14 @@
 //! # How a launch is recorded
 //!
 //! After the driver accepted a launch, the launch path checks the context's switch (one relaxed
-//! load), takes the device's next launch number (one atomic increment), takes slot
-//! `sequence % RING_SLOTS` of the context's [`ring`] (one compare-and-swap of its stamp) and
-//! writes its 15 words: no lock, no allocation, no driver call, nothing shared between two
-//! launches of one device but its counter, and nothing between devices. On a 2-core x86-64
-//! machine with the stand-in driver that is 9 to 14 ns a launch (3 and 5 arguments). Names are
-//! not copied: a kernel's `module::function` is interned once, when its handle is first made, and the record
-//! holds its number. A launch that a capture Atlas began takes into a graph is recorded as
-//! captured; a replay of an instantiated graph is one record naming the executable graph.
+//! load), takes the device's next launch number (one atomic increment), takes slot `sequence %
+//! RING_SLOTS` of the context's [`ring`] (one compare-and-swap of its stamp) and writes its 15
+//! words: no lock, no allocation, no driver call, nothing shared between two launches of one device
+//! but its counter, and nothing between devices. On a 2-core x86-64 machine with the stand-in
+//! driver that is 9 to 14 ns a launch (3 and 5 arguments). Names are not copied: a kernel's
+//! `module::function` is interned once, when its handle is first made, and the record holds its
+//! number. A launch that a capture Atlas began takes into a graph is recorded as captured; a replay
+//! of an instantiated graph is one record naming the executable graph.
 //!
 //! Each device numbers its own launches, so its ring holds its last [`RING_SLOTS`] launches
 //! however many other devices launch at the same time.

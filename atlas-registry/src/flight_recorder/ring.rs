@@ -2,13 +2,13 @@
 //! lock or an allocation by any number of threads, read (rarely) while they write.
 //!
 //! Each launch takes its device's next sequence number (one atomic increment, made by the caller)
-//! and writes its record into slot `sequence % len` (a power of two: the low bits). A slot is a seqlock of its own: its stamp
-//! holds the sequence number of the record in it (shifted left by one) and a low "being written"
-//! bit. A writer takes the slot by one compare-and-swap from a complete, older record to its own
-//! number with that bit set, writes the words, and clears the bit with a release store. A reader
-//! loads the stamp, the words and the stamp again, and keeps the words only when both stamps are
-//! the same complete record: since stamps only grow, the same stamp twice means no writer came
-//! in between, so no record is ever read torn.
+//! and writes its record into slot `sequence % len` (a power of two: the low bits). A slot is a
+//! seqlock of its own: its stamp holds the sequence number of the record in it (shifted left by
+//! one) and a low "being written" bit. A writer takes the slot by one compare-and-swap from a
+//! complete, older record to its own number with that bit set, writes the words, and clears the bit
+//! with a release store. A reader loads the stamp, the words and the stamp again, and keeps the
+//! words only when both stamps are the same complete record: since stamps only grow, the same stamp
+//! twice means no writer came in between, so no record is ever read torn.
 //!
 //! Two writers meet in one slot only when one of them is preempted while `len` more launches
 //! are recorded. The later one then gives its record up rather than wait (the ring counts it), and
