@@ -135,7 +135,8 @@ pub struct ArgumentWords {
 }
 
 impl ArgumentWords {
-    /// `sizes` packed as a record keeps them (the first [`SIZES`], each capped at 65,535).
+    /// `sizes` packed as a record keeps them (the first [`SIZES`], each capped at 65,535): at
+    /// compile time for a typed launch, at each recorded launch for a raw one.
     pub(crate) const fn pack(sizes: &[usize]) -> [u64; 2] {
         let mut packed = [0u64; 2];
         let mut i = 0;
@@ -325,9 +326,7 @@ impl FlightRecorder {
                 words[10..].copy_from_slice(&made.values);
             }
             None => {
-                for (i, &size) in launch.sizes.iter().take(SIZES).enumerate() {
-                    words[8 + i / 4] |= (size.min(0xffff) as u64) << (16 * (i % 4));
-                }
+                words[8..10].copy_from_slice(&ArgumentWords::pack(launch.sizes));
                 for (i, &size) in launch.sizes.iter().take(VALUES).enumerate() {
                     // SAFETY: duty 1: entry `i` of the array points to `size` readable bytes.
                     words[10 + i] = unsafe { read_value(*launch.params.add(i), size) };
