@@ -188,10 +188,10 @@ pub(crate) struct KernelLaunch<'a> {
     pub(crate) params: *mut *mut c_void,
     /// The parameters' sizes when known (else empty), and how many there are.
     pub(crate) sizes: &'a [usize],
+    pub(crate) count: usize,
     /// The arguments' words when the launch made them (a typed launch); else they are read from
     /// `params` and `sizes`.
     pub(crate) words: Option<ArgumentWords>,
-    pub(crate) count: usize,
 }
 
 const KIND_KERNEL: u64 = 1;
