@@ -52,7 +52,7 @@ fn whole(read: Option<(u64, [u64; WORDS])>, written: &[u64]) {
 fn two_writers_of_one_slot_and_a_reader_never_tear_a_record() {
     model(|| {
         // One slot: records 1 and 2 meet in it.
-        let ring = Arc::new(Ring::<WORDS>::new(1));
+        let ring = Arc::new(Ring::<1, WORDS>::new());
         let writers: Vec<_> = [1u64, 2]
             .into_iter()
             .map(|sequence| {
@@ -80,7 +80,7 @@ fn two_writers_of_one_slot_and_a_reader_never_tear_a_record() {
 #[test]
 fn a_reader_during_a_write_sees_the_old_record_or_none() {
     model(|| {
-        let ring = Arc::new(Ring::<WORDS>::new(2));
+        let ring = Arc::new(Ring::<2, WORDS>::new());
         ring.write(1, &words_of(1));
         let writer = {
             let ring = Arc::clone(&ring);

@@ -637,6 +637,25 @@ fn a_tensor_map_argument_is_checked_against_the_kernel() {
             .contains("argument 0 needs a parameter aligned to 64 bytes"),
         "{e}"
     );
+    // The same 128 bytes as a plain array need no alignment: launched. A launch remembers the
+    // argument types that last fit, and the map's are other types: refused again after it.
+    let mut plain = [0u64; 16];
+    plain[0] = x.device_ptr();
+    // SAFETY: the stand-in's kernel reads the tensor's first element through the address in the
+    // array's first word (x's) and writes out[0].
+    unsafe { misplaced.launch(stream, &cfg, (plain, &mut out, 16u32, 32u32, 0u32)) }.unwrap();
+    // SAFETY: refused before the launch.
+    let again = unsafe { misplaced.launch(stream, &cfg, (&map, &mut out, 16u32, 32u32, 0u32)) };
+    assert!(
+        matches!(
+            again,
+            Err(AtlasError::InvalidLaunch {
+                reason: LaunchRefusal::ParamAlignment { index: 0, .. },
+                ..
+            })
+        ),
+        "{again:?}"
+    );
     // A kernel whose parameters are of other sizes.
     let demo = AtlasRegistry::load(0, ptx_for_model("demo").unwrap()).unwrap();
     let scale = demo.function_cached("elementwise", "scale").unwrap();
@@ -676,7 +695,8 @@ fn a_tensor_map_argument_is_checked_against_the_kernel() {
         } => assert_eq!(what, "argument 0"),
         other => panic!("expected the device refusal, got {other}"),
     }
-    assert_eq!(probe().launches(), 2, "a refusal reached the driver");
+    // Two launches of the map and one of the plain array reached the driver, no refusal.
+    assert_eq!(probe().launches(), 3, "a refusal reached the driver");
     assert_eq!(probe().count("context_mismatch"), 0);
 }
 

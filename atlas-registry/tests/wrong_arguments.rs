@@ -13,6 +13,7 @@ use support::child;
 use support::standin::{self, probe};
 
 child::bodies!(
+    wrong_types_after_right_ones_are_refused,
     named_parameters_are_named,
     nvcc_parameters_are_named_by_type,
     cubin_parameters_are_named_by_size
@@ -43,6 +44,42 @@ fn refusal(launch: atlas_registry::Result<()>) -> (LaunchRefusal, String) {
     match e {
         AtlasError::InvalidLaunch { reason, .. } => (reason, text),
         other => panic!("expected a refused launch, got {other:?}"),
+    }
+}
+
+#[test]
+fn arguments_of_other_types_after_a_launch_that_fit_are_checked_again() {
+    standin::run(wrong_types_after_right_ones_are_refused, &[]);
+}
+
+/// A kernel remembers the argument types of its last launch that fit, so that a launch with the
+/// same types skips comparing them; other types are compared again, each time.
+fn wrong_types_after_right_ones_are_refused() {
+    let registry = AtlasRegistry::load(0, &[("handmade", NAMED_SCALE)]).unwrap();
+    let scale = registry.function("handmade", "scale").unwrap();
+    let stream = registry.stream();
+    let cfg = LaunchConfig::for_elements(256, 256);
+    let mut x = DeviceBuffer::<f32>::alloc(registry.ctx(), 256).unwrap();
+    for round in 1..=3 {
+        // SAFETY: the stand-in's `scale` scales the 256 floats of `x`.
+        unsafe { scale.launch(stream, &cfg, (&mut x, 2.0f32, 256u32)) }.unwrap();
+        assert_eq!(probe().launches(), round);
+        // SAFETY: refused before the driver is called (an 8-byte `usize` for a 4-byte parameter).
+        let wrong = unsafe { scale.launch(stream, &cfg, (&mut x, 2.0f32, 256usize)) };
+        assert!(
+            matches!(
+                wrong,
+                Err(AtlasError::InvalidLaunch {
+                    reason: LaunchRefusal::Arguments { .. },
+                    ..
+                })
+            ),
+            "round {round}: {wrong:?}"
+        );
+        // SAFETY: as the first refusal (an `f64` for a 4-byte `float`).
+        let wrong = unsafe { scale.launch(stream, &cfg, (&mut x, 2.0f64, 256u32)) };
+        assert!(wrong.is_err(), "round {round}: {wrong:?}");
+        assert_eq!(probe().launches(), round, "refused before the driver");
     }
 }
 

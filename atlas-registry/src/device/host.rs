@@ -2,10 +2,12 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use atlas_sys::CUcontext;
+
 use crate::device::context::CudaContext;
 use crate::device::limits::{DeviceLimits, compute_capability_of};
 use crate::device::stream::CudaStream;
-use crate::driver::{About, calls};
+use crate::driver::{About, LaunchKernelFn, calls, driver};
 use crate::error::{AtlasError, Result};
 use crate::flight_recorder::FlightRecorder;
 
@@ -13,15 +15,36 @@ use crate::flight_recorder::FlightRecorder;
 /// stream, created on first use by [`host`] and kept for the life of the process.
 #[derive(Debug)]
 pub struct CudaHost {
+    launches: LaunchLine,
     ordinal: usize,
     name: String,
     compute_capability: (u32, u32),
-    limits: DeviceLimits,
-    recorder: Arc<FlightRecorder>,
     // Field order is drop order: the stream before the context it belongs to.
     stream: CudaStream,
     context: CudaContext,
 }
+
+/// What every launch reads of its device, in one cache line: `cuLaunchKernel`, the context's
+/// handle, the flight recorder and the limits. The driver's call evicts what Atlas touched before
+/// it from the first-level cache, so each line a launch reads costs a miss on every launch; these
+/// take one.
+#[derive(Debug)]
+#[repr(C, align(64))]
+struct LaunchLine {
+    launch_kernel: LaunchKernelFn,
+    /// The handle of the host's context (owned by its [`CudaContext`]).
+    context: CUcontext,
+    recorder: Arc<FlightRecorder>,
+    limits: DeviceLimits,
+}
+
+const _: () = assert!(size_of::<LaunchLine>() == 64);
+
+// SAFETY: the fields are Send and Sync but for the context handle, a driver handle usable from
+// any thread, of the primary context the host's `CudaContext` keeps retained.
+unsafe impl Send for LaunchLine {}
+// SAFETY: as for Send; nothing here is mutated after the host is made.
+unsafe impl Sync for LaunchLine {}
 
 impl CudaHost {
     /// The device's ordinal.
@@ -51,13 +74,25 @@ impl CudaHost {
 
     /// The launch limits of the device, read once when the host was created.
     pub fn limits(&self) -> &DeviceLimits {
-        &self.limits
+        &self.launches.limits
     }
 
     /// The device's flight recorder: its switch and the launches it recorded (see
     /// [`FlightRecorder`]).
     pub fn flight_recorder(&self) -> &FlightRecorder {
-        &self.recorder
+        &self.launches.recorder
+    }
+
+    /// The handle of the device's primary context, read from the line every launch reads.
+    #[inline(always)]
+    pub(crate) fn raw_context(&self) -> CUcontext {
+        self.launches.context
+    }
+
+    /// `cuLaunchKernel`, from the line every launch reads.
+    #[inline(always)]
+    pub(crate) fn launch_kernel_fn(&self) -> LaunchKernelFn {
+        self.launches.launch_kernel
     }
 
     fn create(ordinal: usize) -> Result<Self> {
@@ -76,11 +111,15 @@ impl CudaHost {
         let stream = CudaStream::new(&context)?;
         let recorder = FlightRecorder::new(ordinal, context.raw(), calls::log_position);
         Ok(Self {
+            launches: LaunchLine {
+                launch_kernel: driver()?.launch_kernel,
+                context: context.raw(),
+                recorder,
+                limits,
+            },
             ordinal,
             name,
             compute_capability,
-            limits,
-            recorder,
             stream,
             context,
         })

@@ -24,7 +24,7 @@ use atlas_sys::{
     CUstreamUpdateCaptureDependencies_flags,
 };
 
-use super::{Error, Result, check, driver};
+use super::{Error, LaunchKernelFn, Result, check, driver};
 
 /// `call!(cuName(args...))`: resolves `cuName`, calls it and checks the status. Inside an `unsafe`
 /// block: the arguments are the wrapper's to get right. For the wrappers of the driver tier only.
@@ -446,19 +446,22 @@ pub(crate) unsafe fn set_function_attribute(
     unsafe { call!(cuFuncSetAttribute(function, attribute, value)) }
 }
 
-/// `cuLaunchKernel` with a parameter array: the hot path, through the pointer resolved once.
+/// `cuLaunchKernel` with a parameter array: the hot path, through `launch`, the entry point
+/// resolved once (a host keeps it where a launch reads the rest of what it needs).
 ///
 /// # Safety
 ///
-/// 1. `function` is live, and `stream` is a live stream of its context or null (then the
+/// 1. `launch` is the loaded driver's `cuLaunchKernel`.
+/// 2. `function` is live, and `stream` is a live stream of its context or null (then the
 ///    function's context is current).
-/// 2. `params` points to one pointer per kernel parameter, each to a value of that parameter's
+/// 3. `params` points to one pointer per kernel parameter, each to a value of that parameter's
 ///    type, valid during the call (or is null for a kernel without parameters).
-/// 3. What the kernel reads and writes through its arguments is valid memory of the function's
+/// 4. What the kernel reads and writes through its arguments is valid memory of the function's
 ///    device that stays allocated until the kernel has run.
-#[inline]
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn launch_kernel(
+    launch: LaunchKernelFn,
     function: CUfunction,
     grid: (u32, u32, u32),
     block: (u32, u32, u32),
@@ -466,10 +469,9 @@ pub(crate) unsafe fn launch_kernel(
     stream: CUstream,
     params: *mut *mut c_void,
 ) -> Result<()> {
-    let d = driver()?;
-    // SAFETY: duties 1–3; no `extra` array.
+    // SAFETY: duties 1–4; no `extra` array.
     let status = unsafe {
-        (d.launch_kernel)(
+        launch(
             function,
             grid.0,
             grid.1,

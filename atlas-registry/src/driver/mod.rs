@@ -123,7 +123,8 @@ pub(crate) type LaunchKernelExFn = unsafe extern "C" fn(
 pub(crate) struct Driver {
     /// The whole table, for everything that is not hot.
     cuda: &'static CudaDriver,
-    launch_kernel: LaunchKernelFn,
+    /// `cuLaunchKernel`, which each host keeps beside what else a launch reads.
+    pub(crate) launch_kernel: LaunchKernelFn,
     stream_synchronize: unsafe extern "C" fn(CUstream) -> CUresult,
     ctx_get_current: unsafe extern "C" fn(*mut CUcontext) -> CUresult,
     ctx_set_current: unsafe extern "C" fn(CUcontext) -> CUresult,

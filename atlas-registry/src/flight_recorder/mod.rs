@@ -5,15 +5,17 @@
 //!
 //! # How a launch is recorded
 //!
-//! After the driver accepted a launch, the launch path checks the context's switch (one relaxed
-//! load), takes the device's next launch number (one atomic increment), takes slot `sequence %
-//! RING_SLOTS` of the context's [`ring`] (one compare-and-swap of its stamp) and writes its 15
-//! words: no lock, no allocation, no driver call, nothing shared between two launches of one device
-//! but its counter, and nothing between devices. On a 2-core x86-64 machine with the stand-in
-//! driver that is 9 to 14 ns a launch (3 and 5 arguments). Names are not copied: a kernel's
-//! `module::function` is interned once, when its handle is first made, and the record holds its
-//! number. A launch that a capture Atlas began takes into a graph is recorded as captured; a replay
-//! of an instantiated graph is one record naming the executable graph.
+//! Before the driver call, while what it reads is still in cache from the launch's checks, the
+//! launch path checks the context's switch (one relaxed load), makes the record's 15 words, takes
+//! the device's next launch number (one atomic increment) and reads the stamp of slot `sequence %
+//! RING_SLOTS` of the context's [`ring`], bringing that slot's cache line in while the driver
+//! works. Once the driver accepted the launch, it takes the slot (one compare-and-swap of its
+//! stamp) and writes the words; a launch the driver refuses leaves its number unused. No lock, no
+//! allocation, no driver call, nothing shared between two launches of one device but its counter,
+//! and nothing between devices. Names are not copied: a kernel's `module::function` is interned
+//! once, when its handle is first made, and the record holds its number. A launch that a capture
+//! Atlas began takes into a graph is recorded as captured; a replay of an instantiated graph is one
+//! record naming the executable graph.
 //!
 //! Each device numbers its own launches, so its ring holds its last [`RING_SLOTS`] launches
 //! however many other devices launch at the same time.
@@ -228,7 +230,7 @@ pub struct FlightRecorder {
     /// The number of this device's next launch (0 marks an empty slot, so numbers start at 1).
     /// The device's own, so that threads launching on different devices share no cache line.
     next: AtomicU64,
-    ring: Ring,
+    ring: Ring<RING_SLOTS>,
     /// Whether a lost context was reported to the log facade already.
     reported: AtomicBool,
 }
@@ -248,7 +250,7 @@ impl FlightRecorder {
             context: context as usize,
             enabled: AtomicBool::new(on_by_environment()),
             next: AtomicU64::new(1),
-            ring: Ring::new(RING_SLOTS),
+            ring: Ring::new(),
             reported: AtomicBool::new(false),
         });
         RECORDERS
@@ -292,16 +294,20 @@ impl FlightRecorder {
             .collect()
     }
 
-    /// Records a kernel launch the driver accepted.
+    /// The record of a kernel launch, made before the driver is called (while what it is made of
+    /// is still in the cache the checks before the launch warmed), or `None` when the recorder is
+    /// off. [`Note::keep`] writes it once the driver accepted the launch.
     ///
     /// # Safety
     ///
     /// 1. Unless `launch.words` is given, for each `i < launch.sizes.len()`, `launch.params[i]`
     ///    points to `launch.sizes[i]` readable bytes (the kernel's parameters, as the launch
-    ///    passed them).
-    #[inline]
-    pub(crate) unsafe fn kernel(&self, launch: &KernelLaunch<'_>) {
-        let sequence = self.next.fetch_add(1, Ordering::Relaxed);
+    ///    passes them).
+    #[inline(always)]
+    pub(crate) unsafe fn note(&self, launch: &KernelLaunch<'_>) -> Option<Note<'_>> {
+        if !self.is_enabled() {
+            return None;
+        }
         let kind = if launch.with_attributes {
             KIND_KERNEL_EX
         } else {
@@ -333,7 +339,13 @@ impl FlightRecorder {
                 }
             }
         }
-        self.ring.write(sequence, &words);
+        let sequence = self.next.fetch_add(1, Ordering::Relaxed);
+        self.ring.warm(sequence);
+        Some(Note {
+            recorder: self,
+            sequence,
+            words,
+        })
     }
 
     /// Records a replay of executable graph `exec` on `stream`.
@@ -344,6 +356,24 @@ impl FlightRecorder {
         words[2] = exec as u64;
         words[3] = stream as u64;
         self.ring.write(sequence, &words);
+    }
+}
+
+/// A kernel launch's record, made before the driver call by [`FlightRecorder::note`] with the
+/// launch's number on its device, its slot's cache line brought in: after the call, writing it is
+/// the slot's compare-and-swap and stores, nothing else. A note dropped unwritten (the driver
+/// refused the launch) leaves its number unused.
+pub(crate) struct Note<'a> {
+    recorder: &'a FlightRecorder,
+    sequence: u64,
+    words: [u64; WORDS],
+}
+
+impl Note<'_> {
+    /// Writes the record of a launch the driver accepted into its slot (see `ring`).
+    #[inline(always)]
+    pub(crate) fn keep(self) {
+        self.recorder.ring.write(self.sequence, &self.words);
     }
 }
 

@@ -48,37 +48,50 @@ impl<const W: usize> Slot<W> {
     }
 }
 
-/// A fixed ring of records of `W` words (the recorder's are [`WORDS`]; the model checks fewer).
-pub(crate) struct Ring<const W: usize = WORDS> {
-    slots: Box<[Slot<W>]>,
+/// A fixed ring of `N` records (a power of two) of `W` words (the recorder's are [`WORDS`]; the
+/// model checks fewer). The slots are the ring's own, not behind a pointer: a record's slot is
+/// found from the ring's address and its number, with no load in between.
+pub(crate) struct Ring<const N: usize, const W: usize = WORDS> {
+    slots: [Slot<W>; N],
     /// Records given up because their slot was taken (see the module's documentation).
     given_up: AtomicU64,
 }
 
-impl<const W: usize> Ring<W> {
-    /// A ring of `len` empty slots, rounded up to a power of two (at least one): a record's slot
-    /// is its sequence number masked, not divided (a division costs more than the rest of a
-    /// record's write).
-    pub(crate) fn new(len: usize) -> Self {
+impl<const N: usize, const W: usize> Ring<N, W> {
+    /// A ring of `N` empty slots. `N` is a power of two: a record's slot is its sequence number
+    /// masked, not divided (a division costs more than the rest of a record's write).
+    pub(crate) fn new() -> Self {
+        const { assert!(N.is_power_of_two()) };
         Self {
-            slots: (0..len.max(1).next_power_of_two())
-                .map(|_| Slot::new())
-                .collect(),
+            slots: std::array::from_fn(|_| Slot::new()),
             given_up: AtomicU64::new(0),
         }
     }
 
     /// How many slots the ring has.
     pub(crate) fn len(&self) -> usize {
-        self.slots.len()
+        N
+    }
+
+    /// Reads the stamp of record `sequence`'s slot and drops it: brings the slot's cache line in
+    /// ahead of [`write`](Self::write), whose compare-and-swap waits for the line, so that a
+    /// write made after a long call (a launch) finds it close. Between two writes of one slot,
+    /// the driver's work of a ring's worth of launches can push it out of the nearer caches.
+    #[inline(always)]
+    pub(crate) fn warm(&self, sequence: u64) {
+        std::hint::black_box(
+            self.slots[(sequence as usize) & (N - 1)]
+                .stamp
+                .load(Ordering::Relaxed),
+        );
     }
 
     /// Writes record `sequence` (never 0, never reused) into its slot; gives it up when the slot
     /// is being written by another thread or holds a newer record.
     #[inline]
     pub(crate) fn write(&self, sequence: u64, words: &[u64; W]) {
-        // The length is a power of two.
-        let slot = &self.slots[(sequence as usize) & (self.slots.len() - 1)];
+        // `N` is a power of two.
+        let slot = &self.slots[(sequence as usize) & (N - 1)];
         let mine = sequence << 1;
         let mut seen = slot.stamp.load(Ordering::Relaxed);
         loop {
@@ -135,7 +148,7 @@ impl<const W: usize> Ring<W> {
     /// Every complete record, newest first; a slot being written is read again a few times and
     /// then left out.
     pub(crate) fn records(&self) -> Vec<(u64, [u64; W])> {
-        let mut found: Vec<_> = (0..self.slots.len())
+        let mut found: Vec<_> = (0..N)
             .filter_map(|index| (0..4).find_map(|_| self.read(index)))
             .collect();
         found.sort_unstable_by_key(|&(sequence, _)| std::cmp::Reverse(sequence));

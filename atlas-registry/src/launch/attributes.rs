@@ -25,7 +25,7 @@ use crate::device::stream::is_default;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, AttributeRefusal, Result};
 use crate::launch::config::LaunchConfig;
-use crate::launch::enqueue::{FunctionName, Params, launch_error, record};
+use crate::launch::enqueue::{FunctionName, Params, launch_error, note};
 
 /// The most attributes one launch can carry: one of each kind [`LaunchAttributes`] has.
 pub(crate) const MAX_ATTRIBUTES: usize = 6;
@@ -456,7 +456,7 @@ impl LaunchAttributes {
 /// 1–4. As [`launch_kernel`](crate::launch::enqueue::launch_kernel).
 /// 5. `attrs` passed [`LaunchAttributes::check`] for `func` and `cfg`; an event it names is live
 ///    and of `host`'s context.
-#[inline]
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn launch_kernel_ex(
     host: &CudaHost,
@@ -468,19 +468,22 @@ pub(crate) unsafe fn launch_kernel_ex(
     params: Params<'_>,
 ) -> Result<()> {
     if is_default(stream) {
-        ensure_bound(host.context().raw())?;
+        ensure_bound(host.raw_context())?;
     }
     let mut array: DriverArray = [const { MaybeUninit::uninit() }; MAX_ATTRIBUTES];
     let count = attrs.write_driver_array(&mut array);
     let config = driver_config(cfg, stream, array.as_mut_ptr().cast(), count);
+    // SAFETY: duty 2: each pointer leads to a value of its parameter's size.
+    let note = unsafe { note(host, func, name, cfg, stream, params, true) };
     // SAFETY: the caller's duties 1–5; `config` names the first `count` entries of `array`, which
     // `write_driver_array` initialised and which live through the call; for the legacy default
     // stream the function's context is current (above).
     let launched = unsafe { calls::launch_kernel_ex(&config, func, params.array) };
     match launched {
         Ok(()) => {
-            // SAFETY: duty 2: each pointer leads to a value of its parameter's size.
-            unsafe { record(host, func, name, cfg, stream, params, true) };
+            if let Some(note) = note {
+                note.keep();
+            }
             Ok(())
         }
         Err(e) => Err(launch_error(name, cfg, stream, e)),
@@ -560,7 +563,7 @@ unsafe fn cluster_refusal(
     let blocks = u64::from(c.0) * u64::from(c.1) * u64::from(c.2);
     if blocks > u64::from(PORTABLE_CLUSTER_BLOCKS) {
         // Read at each such launch, not kept: the caller may set it on the function at any time.
-        ensure_bound(host.context().raw())?;
+        ensure_bound(host.raw_context())?;
         // SAFETY: duty 1.
         let non_portable = unsafe {
             calls::function_attribute(
@@ -641,7 +644,7 @@ impl LaunchFacts {
             let dim = |shift: u32| ((known >> shift) & 0xFFFF) as u32;
             return Ok((dim(0), dim(16), dim(32)));
         }
-        ensure_bound(host.context().raw())?;
+        ensure_bound(host.raw_context())?;
         let read = |attribute| {
             // SAFETY: duty 1.
             let value = unsafe { calls::function_attribute(func, attribute) }
@@ -700,7 +703,7 @@ pub(crate) unsafe fn blocks_per_multiprocessor(
     threads: u32,
     shared_mem_bytes: u32,
 ) -> Result<u32> {
-    ensure_bound(host.context().raw())?;
+    ensure_bound(host.raw_context())?;
     // SAFETY: duty 1; the function's context is current (above). Both values fit an i32 and a
     // usize: the callers checked them against the device's limits.
     let blocks = unsafe {

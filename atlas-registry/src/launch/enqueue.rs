@@ -15,7 +15,7 @@ use crate::device::host::CudaHost;
 use crate::device::stream::is_default;
 use crate::driver::{self, About, calls};
 use crate::error::{AtlasError, Result};
-use crate::flight_recorder::KernelLaunch;
+use crate::flight_recorder::{KernelLaunch, Note};
 use crate::launch::args::ArgumentSummary;
 use crate::launch::config::LaunchConfig;
 
@@ -63,7 +63,7 @@ impl SharedMemOptIn {
         if bytes <= self.allowed.load(Ordering::Acquire) {
             return Ok(()); // raised by another thread meanwhile
         }
-        ensure_bound(host.context().raw())?;
+        ensure_bound(host.raw_context())?;
         let attribute = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         // SAFETY: duty 1.
         let current = unsafe { calls::function_attribute(func, attribute) }
@@ -137,27 +137,29 @@ impl<'a> Params<'a> {
     }
 }
 
-/// Notes a launch the driver accepted in `host`'s flight recorder, when it is on: a relaxed load
-/// when off; an atomic increment and a ring slot's words when on, nothing allocated and no driver
-/// call (see `flight_recorder`).
+/// The flight recorder's note of a launch about to be made, when `host`'s recorder is on (a
+/// relaxed load when off): its words and its number (one atomic increment) made before the
+/// driver call, while what they are made of is in cache, and kept ([`Note::keep`]: a ring slot's
+/// compare-and-swap and words) only once the driver accepted the launch. Nothing allocated, no
+/// driver call (see `flight_recorder`).
 ///
 /// # Safety
 ///
 /// 1. For each `i < params.sizes.len()`, `params.array[i]` points to `params.sizes[i]` readable
 ///    bytes.
 #[inline(always)]
-pub(crate) unsafe fn record(
-    host: &CudaHost,
+pub(crate) unsafe fn note<'h>(
+    host: &'h CudaHost,
     func: CUfunction,
     name: &dyn FunctionName,
     cfg: &LaunchConfig,
     stream: CUstream,
     params: Params<'_>,
     with_attributes: bool,
-) {
+) -> Option<Note<'h>> {
     let recorder = host.flight_recorder();
     if !recorder.is_enabled() {
-        return;
+        return None;
     }
     let (name, registry) = name.recorded_as();
     let launch = KernelLaunch {
@@ -176,7 +178,7 @@ pub(crate) unsafe fn record(
         words: params.summary.map(ArgumentSummary::argument_words),
     };
     // SAFETY: duty 1 is the recorder's duty 1.
-    unsafe { recorder.kernel(&launch) }
+    unsafe { recorder.note(&launch) }
 }
 
 /// A function Atlas has no entry for (a `RawCudaFunc::from_raw` handle): named by its handle.
@@ -220,7 +222,7 @@ pub(crate) fn check_config(
 ///    shared memory ([`SharedMemOptIn::ensure`] made the opt-in).
 /// 4. What the kernel reads and writes through its arguments is valid memory of `host`'s device that
 ///    stays allocated until the kernel has run.
-#[inline]
+#[inline(always)]
 pub(crate) unsafe fn launch_kernel(
     host: &CudaHost,
     func: CUfunction,
@@ -230,12 +232,15 @@ pub(crate) unsafe fn launch_kernel(
     params: Params<'_>,
 ) -> Result<()> {
     if is_default(stream) {
-        ensure_bound(host.context().raw())?;
+        ensure_bound(host.raw_context())?;
     }
-    // SAFETY: the caller's duties 1–4; for a default stream the function's context is
-    // current (above).
+    // SAFETY: duty 2: each pointer leads to a value of its parameter's size.
+    let note = unsafe { note(host, func, name, cfg, stream, params, false) };
+    // SAFETY: the host's entry point is the driver's `cuLaunchKernel`; the caller's duties
+    // 1–4; for a default stream the function's context is current (above).
     let launched = unsafe {
         calls::launch_kernel(
+            host.launch_kernel_fn(),
             func,
             cfg.grid,
             cfg.block,
@@ -246,8 +251,9 @@ pub(crate) unsafe fn launch_kernel(
     };
     match launched {
         Ok(()) => {
-            // SAFETY: duty 2: each pointer leads to a value of its parameter's size.
-            unsafe { record(host, func, name, cfg, stream, params, false) };
+            if let Some(note) = note {
+                note.keep();
+            }
             Ok(())
         }
         Err(e) => Err(launch_error(name, cfg, stream, e)),

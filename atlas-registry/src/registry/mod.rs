@@ -425,8 +425,9 @@ impl AtlasRegistry {
     /// be, as the caller vouches).
     #[inline]
     fn check_stream(&self, stream: impl StreamArg) -> Result<CUstream> {
-        let (raw, context) = stream.stream_in(self.ctx().raw());
-        if context == self.ctx().raw() {
+        let own = self.inner.host.raw_context();
+        let (raw, context) = stream.stream_in(own);
+        if context == own {
             return Ok(raw);
         }
         Err(AtlasError::WrongContext {
