@@ -1,7 +1,8 @@
 // What work right after cuLaunchKernel costs on a GPU host: the launch of an empty one-block
 // kernel, alone and followed by what the flight recorder does (an atomic increment, a
-// compare-and-swap of a ring slot's stamp, 16 stores), each batch of 256 launches timed against a
-// batch of plain launches, pair by pair, the order alternating. BENCHMARKS.md, Run 17.
+// compare-and-swap of a ring slot's stamp, 16 stores), by reads of fixed cache lines and by a
+// chain of arithmetic, each batch of 256 launches timed against a batch of plain launches, pair
+// by pair, the order alternating. BENCHMARKS.md, Runs 17 and 18.
 //
 //   gcc -O2 -o /tmp/after_launch benches/after_launch.c -l:libcuda.so.1
 //   taskset -c 2 /tmp/after_launch
@@ -108,14 +109,49 @@ static void then_plain_stores(void) {
     fill_slot(number);
 }
 
+
+/// 64 cache lines of their own: a launch path that reads N fixed lines after the driver's call
+/// pays for the ones the call pushed out of the first-level cache.
+static volatile uint64_t lines[64][8] __attribute__((aligned(64)));
+static uint64_t sink;
+static inline void read_lines(int n) {
+    uint64_t sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += lines[i][0];
+    sink += sum;
+}
+/// A chain of n dependent multiply-adds (about 4 cycles each), instructions without memory.
+static inline void work(int n) {
+    uint64_t x = sink;
+    for (int i = 0; i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        __asm__ volatile("" : "+r"(x));
+    }
+    sink = x;
+}
+static void then_8_lines(void) { launch(); read_lines(8); }
+static void then_16_lines(void) { launch(); read_lines(16); }
+static void then_32_lines(void) { launch(); read_lines(32); }
+static void lines_16_before(void) { read_lines(16); launch(); }
+static void then_work_50(void) { launch(); work(50); }
+static void then_work_100(void) { launch(); work(100); }
+
 static void (*const ways[])(void) = {plain, then_increment, then_record, slot_taken_before,
-                                     then_plain_stores};
+                                     then_plain_stores, then_8_lines,
+                                     then_16_lines, then_32_lines, lines_16_before,
+                                     then_work_50, then_work_100};
 static const char *const names[] = {
     "plain (against itself)",
     "then an atomic increment",
     "then a record (increment, compare-and-swap, 16 stores)",
     "slot taken before, filled after",
     "then a record of plain stores",
+    "then 8 fixed cache lines read",
+    "then 16 fixed cache lines read",
+    "then 32 fixed cache lines read",
+    "16 fixed cache lines read before",
+    "then 50 dependent multiply-adds",
+    "then 100 dependent multiply-adds",
 };
 
 static int by_value(const void *a, const void *b) {
