@@ -4,7 +4,9 @@
 //! bytes as the first parameter, the other the same batch through `Kernel::launch` with `&map`
 //! (the size, the parameter's place in the constant bank and the memory's context checked at each
 //! launch); `atlas_raw` is `launch_on_stream` with the raw side's parameter array (no argument
-//! checks: what the typed launch's checks cost is the difference). `raw` against itself is what
+//! checks: what the typed launch's checks cost is the difference); `atlas_bytes` is the typed
+//! launch with the descriptor's bytes passed as a plain `[u64; 16]` value (the tensor map's own
+//! checks, its place and its memory's context, are the difference). `raw` against itself is what
 //! the method reads when there is no difference.
 //!
 //! Tensor maps need compute capability 9.0; on an older device this bench prints why it does not
@@ -24,7 +26,7 @@ use crate::{BATCH, Env, PairedCriterion, check, ok, paired, sym};
 /// The box one launch loads: rows, then floats of a row.
 const BOX: (u32, u32) = (16, 32);
 
-/// `tma_paired/tile/{raw,atlas_raw,atlas}`.
+/// `tma_paired/tile/{raw,atlas_raw,atlas_bytes,atlas}`.
 pub(crate) fn tma(c: &mut PairedCriterion, env: &Env) {
     let host = env.registry.host();
     if host.compute_capability().0 != 9 {
@@ -50,6 +52,10 @@ pub(crate) fn tma(c: &mut PairedCriterion, env: &Env) {
         "encoding the tensor map",
     );
     let mut out = ok(
+        DeviceBuffer::<f32>::zeroed(ctx, &stream, (1 + BOX.0 * BOX.1) as usize),
+        "allocating the tile",
+    );
+    let mut out_bytes = ok(
         DeviceBuffer::<f32>::zeroed(ctx, &stream, (1 + BOX.0 * BOX.1) as usize),
         "allocating the tile",
     );
@@ -120,8 +126,17 @@ pub(crate) fn tma(c: &mut PairedCriterion, env: &Env) {
             unsafe { kernel.launch(&stream, &cfg, (&map, &mut out, BOX.0, BOX.1, 0u32)) };
         ok(launched, "launching tma_tiles");
     };
-    // The Atlas side's first launch reads the kernel's facts: not in a timed batch.
+    let bytes = map.raw().opaque;
+    let mut atlas_bytes = || {
+        // SAFETY: as for `atlas`: the same descriptor's bytes, copied into the parameters as
+        // the tensor map's are.
+        let launched =
+            unsafe { kernel.launch(&stream, &cfg, (bytes, &mut out_bytes, BOX.0, BOX.1, 0u32)) };
+        ok(launched, "launching tma_tiles with the descriptor's bytes");
+    };
+    // The Atlas sides' first launches read the kernel's facts: not in a timed batch.
     atlas();
+    atlas_bytes();
     let batch = |launch: &mut dyn FnMut()| -> Duration {
         sync();
         paired::timed(|| {
@@ -136,6 +151,7 @@ pub(crate) fn tma(c: &mut PairedCriterion, env: &Env) {
     let variants = [
         ("raw", None),
         ("atlas_raw", Some(&mut atlas_raw as &mut dyn FnMut())),
+        ("atlas_bytes", Some(&mut atlas_bytes as &mut dyn FnMut())),
         ("atlas", Some(&mut atlas as &mut dyn FnMut())),
     ];
     for (variant, mut other) in variants {
