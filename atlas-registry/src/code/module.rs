@@ -19,6 +19,7 @@ use crate::device::host::CudaHost;
 use crate::driver::status::is_teardown_noop;
 use crate::driver::{About, calls};
 use crate::error::{AtlasError, NotFoundKind, Result, report_cleanup};
+use crate::flight_recorder::ArgumentWords;
 
 /// A kernel's parameters as the driver lays them out: each one's size and its offset from the
 /// start of the parameters, in bytes, first to last.
@@ -26,6 +27,21 @@ use crate::error::{AtlasError, NotFoundKind, Result, report_cleanup};
 pub(crate) struct ParamLayout {
     pub(crate) sizes: Box<[usize]>,
     pub(crate) offsets: Box<[usize]>,
+    /// The sizes as the flight recorder keeps them ([`ArgumentWords::pack`]), packed once here
+    /// so that a raw launch's record reads them beside the count, not from `sizes`.
+    pub(crate) recorded: [u64; 2],
+}
+
+impl ParamLayout {
+    /// The layout of parameters of `sizes` at `offsets`.
+    pub(crate) fn new(sizes: Box<[usize]>, offsets: Box<[usize]>) -> Self {
+        let recorded = ArgumentWords::pack(&sizes);
+        Self {
+            sizes,
+            offsets,
+            recorded,
+        }
+    }
 }
 
 /// A kernel's parameter layout, or why nothing can tell it.
@@ -91,10 +107,10 @@ impl BlobParams {
         let function = &self.symbol;
         match self.layouts.get() {
             Ok(kernels) => match kernels.get(function) {
-                Some(Ok(kernel)) => Ok(ParamLayout {
-                    sizes: kernel.sizes().collect(),
-                    offsets: kernel.params.iter().map(|p| p.offset).collect(),
-                }),
+                Some(Ok(kernel)) => Ok(ParamLayout::new(
+                    kernel.sizes().collect(),
+                    kernel.params.iter().map(|p| p.offset).collect(),
+                )),
                 Some(Err(why)) => Err(format!(
                     "the driver lacks cuFuncGetParamInfo and the parameter layout of `{function}` \
                      in module `{module}` cannot be known from its blob: {why}"

@@ -138,7 +138,7 @@ pub struct ArgumentWords {
 
 impl ArgumentWords {
     /// `sizes` packed as a record keeps them (the first [`SIZES`], each capped at 65,535): at
-    /// compile time for a typed launch, at each recorded launch for a raw one.
+    /// compile time for a typed launch, once per kernel layout for a raw one.
     pub(crate) const fn pack(sizes: &[usize]) -> [u64; 2] {
         let mut packed = [0u64; 2];
         let mut i = 0;
@@ -174,7 +174,7 @@ pub(crate) unsafe fn read_value(at: *mut c_void, size: usize) -> u64 {
 }
 
 /// One kernel launch as the launch path hands it to the recorder.
-pub(crate) struct KernelLaunch<'a> {
+pub(crate) struct KernelLaunch {
     /// The kernel's [`name_number`], or 0 for a function Atlas has no entry for.
     pub(crate) name: u32,
     /// The registry's id, or 0.
@@ -186,14 +186,23 @@ pub(crate) struct KernelLaunch<'a> {
     pub(crate) shared_mem_bytes: u32,
     pub(crate) with_attributes: bool,
     pub(crate) captured: bool,
-    /// The launch's parameter array.
+    /// The launch's parameter array, and how many pointers it holds.
     pub(crate) params: *mut *mut c_void,
-    /// The parameters' sizes when known (else empty), and how many there are.
-    pub(crate) sizes: &'a [usize],
     pub(crate) count: usize,
-    /// The arguments' words when the launch made them (a typed launch); else they are read from
-    /// `params` and `sizes`.
-    pub(crate) words: Option<ArgumentWords>,
+    /// What the record keeps of the arguments.
+    pub(crate) arguments: Arguments,
+}
+
+/// Where a record's argument words come from.
+#[derive(Clone, Copy)]
+pub(crate) enum Arguments {
+    /// Made by a typed launch: every size known.
+    Made(ArgumentWords),
+    /// Read from the parameter array: the kernel's sizes as [`ArgumentWords::pack`] packs them,
+    /// and how many sizes the kernel has.
+    Read { sizes: [u64; 2], known: usize },
+    /// A function whose sizes nobody knows: only the count is kept.
+    Unknown,
 }
 
 const KIND_KERNEL: u64 = 1;
@@ -300,11 +309,11 @@ impl FlightRecorder {
     ///
     /// # Safety
     ///
-    /// 1. Unless `launch.words` is given, for each `i < launch.sizes.len()`, `launch.params[i]`
-    ///    points to `launch.sizes[i]` readable bytes (the kernel's parameters, as the launch
-    ///    passes them).
+    /// 1. For [`Arguments::Read`], for each `i < known`, `launch.params[i]` points to as many
+    ///    readable bytes as the `i`-th packed size says (the kernel's parameters, as the launch
+    ///    passes them; a size capped at 65,535 is never read).
     #[inline(always)]
-    pub(crate) unsafe fn note(&self, launch: &KernelLaunch<'_>) -> Option<Note<'_>> {
+    pub(crate) unsafe fn note(&self, launch: &KernelLaunch) -> Option<Note<'_>> {
         if !self.is_enabled() {
             return None;
         }
@@ -312,6 +321,20 @@ impl FlightRecorder {
             KIND_KERNEL_EX
         } else {
             KIND_KERNEL
+        };
+        let (known, arguments) = match launch.arguments {
+            Arguments::Made(made) => (launch.count, made),
+            Arguments::Read { sizes, known } => {
+                let mut values = [0u64; VALUES];
+                for (i, value) in values.iter_mut().enumerate().take(known) {
+                    let size = (sizes[i / 4] >> (16 * (i % 4))) & 0xffff;
+                    // SAFETY: duty 1: entry `i` of the array points to `size` readable bytes
+                    // (`read_value` reads none for a size other than 1, 2, 4 or 8).
+                    *value = unsafe { read_value(*launch.params.add(i), size as usize) };
+                }
+                (known, ArgumentWords { sizes, values })
+            }
+            Arguments::Unknown => (0, ArgumentWords::default()),
         };
         let mut words = [0u64; WORDS];
         words[0] = u64::from(launch.name)
@@ -324,21 +347,9 @@ impl FlightRecorder {
         words[4] = u64::from(launch.grid.0) | u64::from(launch.grid.1) << 32;
         words[5] = u64::from(launch.grid.2) | u64::from(launch.block.0) << 32;
         words[6] = u64::from(launch.block.1) | u64::from(launch.block.2) << 32;
-        words[7] =
-            u64::from(launch.shared_mem_bytes) | (launch.sizes.len().min(SIZES) as u64) << 32;
-        match launch.words {
-            Some(made) => {
-                words[8..10].copy_from_slice(&made.sizes);
-                words[10..].copy_from_slice(&made.values);
-            }
-            None => {
-                words[8..10].copy_from_slice(&ArgumentWords::pack(launch.sizes));
-                for (i, &size) in launch.sizes.iter().take(VALUES).enumerate() {
-                    // SAFETY: duty 1: entry `i` of the array points to `size` readable bytes.
-                    words[10 + i] = unsafe { read_value(*launch.params.add(i), size) };
-                }
-            }
-        }
+        words[7] = u64::from(launch.shared_mem_bytes) | (known.min(SIZES) as u64) << 32;
+        words[8..10].copy_from_slice(&arguments.sizes);
+        words[10..].copy_from_slice(&arguments.values);
         let sequence = self.next.fetch_add(1, Ordering::Relaxed);
         self.ring.warm(sequence);
         Some(Note {

@@ -10,12 +10,13 @@ use std::sync::{Mutex, PoisonError};
 use atlas_sys::{CUfunction, CUfunction_attribute, CUstream};
 
 use crate::code::dependency_wait::DependencyWait;
+use crate::code::module::ParamLayout;
 use crate::device::context::ensure_bound;
 use crate::device::host::CudaHost;
 use crate::device::stream::is_default;
 use crate::driver::{self, About, calls};
 use crate::error::{AtlasError, Result};
-use crate::flight_recorder::{KernelLaunch, Note};
+use crate::flight_recorder::{Arguments, KernelLaunch, Note};
 use crate::launch::args::ArgumentSummary;
 use crate::launch::config::LaunchConfig;
 
@@ -105,16 +106,23 @@ pub(crate) trait FunctionName {
 pub(crate) struct Params<'a> {
     /// One pointer per kernel parameter (null for a kernel without parameters).
     pub(crate) array: *mut *mut c_void,
-    /// The parameters' sizes where Atlas knows them (the kernel's layout, which the array
-    /// matches), else empty.
-    pub(crate) sizes: &'a [usize],
     /// How many pointers the array holds.
     pub(crate) count: usize,
     /// Whether a capture Atlas began takes the launch in.
     pub(crate) captured: bool,
-    /// A typed launch's arguments, which make their own words for the flight recorder (none
-    /// for a raw launch, whose words are read from the array).
-    pub(crate) summary: Option<&'a dyn ArgumentSummary>,
+    /// What the flight recorder makes the arguments' words from.
+    pub(crate) known: Known<'a>,
+}
+
+/// What a launch knows of its arguments, for the flight recorder.
+#[derive(Clone, Copy)]
+pub(crate) enum Known<'a> {
+    /// A typed launch's arguments, which make their own words.
+    Typed(&'a dyn ArgumentSummary),
+    /// The kernel's layout, which the array matches: the words are read from the array.
+    Layout(&'a ParamLayout),
+    /// Nothing: a function Atlas has no entry for, or whose layout was never read.
+    Nothing,
 }
 
 impl<'a> Params<'a> {
@@ -123,16 +131,15 @@ impl<'a> Params<'a> {
     #[inline(always)]
     pub(crate) fn typed(
         array: *mut *mut c_void,
-        sizes: &'a [usize],
+        sizes: &[usize],
         captured: bool,
         args: &'a dyn ArgumentSummary,
     ) -> Self {
         Self {
             array,
-            sizes,
             count: sizes.len(),
             captured,
-            summary: Some(args),
+            known: Known::Typed(args),
         }
     }
 }
@@ -145,8 +152,8 @@ impl<'a> Params<'a> {
 ///
 /// # Safety
 ///
-/// 1. For each `i < params.sizes.len()`, `params.array[i]` points to `params.sizes[i]` readable
-///    bytes.
+/// 1. For [`Known::Layout`], `params.array` points to one pointer per parameter of the layout,
+///    each to as many readable bytes as the parameter's size.
 #[inline(always)]
 pub(crate) unsafe fn note<'h>(
     host: &'h CudaHost,
@@ -173,9 +180,15 @@ pub(crate) unsafe fn note<'h>(
         with_attributes,
         captured: params.captured,
         params: params.array,
-        sizes: params.sizes,
         count: params.count,
-        words: params.summary.map(ArgumentSummary::argument_words),
+        arguments: match params.known {
+            Known::Typed(args) => Arguments::Made(args.argument_words()),
+            Known::Layout(layout) => Arguments::Read {
+                sizes: layout.recorded,
+                known: layout.sizes.len(),
+            },
+            Known::Nothing => Arguments::Unknown,
+        },
     };
     // SAFETY: duty 1 is the recorder's duty 1.
     unsafe { recorder.note(&launch) }
@@ -216,8 +229,8 @@ pub(crate) fn check_config(
 /// 1. `func` is a live function of `host`'s context, and `stream` a live stream of that context or
 ///    a default stream handle.
 /// 2. `params.array` points to one pointer per kernel parameter, each to a value of that
-///    parameter's type (or is null for a kernel without parameters); `params.sizes` is empty or
-///    the sizes of those types.
+///    parameter's type (or is null for a kernel without parameters); a [`Known::Layout`] is
+///    the kernel's layout.
 /// 3. `cfg` fits the device (checked by [`check_config`]), and the function may use its dynamic
 ///    shared memory ([`SharedMemOptIn::ensure`] made the opt-in).
 /// 4. What the kernel reads and writes through its arguments is valid memory of `host`'s device that

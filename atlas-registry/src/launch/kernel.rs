@@ -28,7 +28,9 @@ use crate::launch::attributes::{
     LaunchAttributes, LaunchFacts, blocks_per_multiprocessor, launch_kernel_ex,
 };
 use crate::launch::config::LaunchConfig;
-use crate::launch::enqueue::{FunctionName, Params, SharedMemOptIn, check_config, launch_kernel};
+use crate::launch::enqueue::{
+    FunctionName, Known, Params, SharedMemOptIn, check_config, launch_kernel,
+};
 use crate::launch::held::{self, GraphHolds};
 use crate::launch::large_params::{self, CLASSIC_PARAM_BYTES};
 
@@ -226,10 +228,7 @@ impl Kernel {
                 None => break,
             }
         }
-        let layout = ParamLayout {
-            sizes: sizes.into_boxed_slice(),
-            offsets: offsets.into_boxed_slice(),
-        };
+        let layout = ParamLayout::new(sizes.into_boxed_slice(), offsets.into_boxed_slice());
         Ok(self.params.get_or_init(|| Ok(layout)))
     }
 
@@ -392,13 +391,13 @@ impl Kernel {
         }
     }
 
-    /// The parameter sizes when they were read and known (else empty), for the flight recorder
-    /// of the raw launch path: never reads them.
+    /// The parameter layout when it was read and known, for the flight recorder of the raw
+    /// launch path: never reads it.
     #[inline]
-    pub(crate) fn known_sizes(&self) -> &[usize] {
+    pub(crate) fn known_layout(&self) -> Known<'_> {
         match self.params.get() {
-            Some(Ok(layout)) => &layout.sizes,
-            _ => &[],
+            Some(Ok(layout)) => Known::Layout(layout),
+            _ => Known::Nothing,
         }
     }
 

@@ -32,7 +32,7 @@ use crate::error::{AtlasError, NotFoundKind, Result};
 use crate::launch::attributes::{LaunchAttributes, LaunchFacts, launch_kernel_ex};
 use crate::launch::config::LaunchConfig;
 use crate::launch::enqueue::{
-    Params, SharedMemOptIn, UnknownFunction, check_config, launch_kernel,
+    Known, Params, SharedMemOptIn, UnknownFunction, check_config, launch_kernel,
 };
 use crate::launch::held::{self, GraphHolds};
 use crate::launch::kernel::Kernel;
@@ -588,10 +588,9 @@ impl AtlasRegistry {
             return held::enqueue(stream, false, self.gather(), |captured| {
                 let params = Params {
                     array: params,
-                    sizes: &[],
                     count,
                     captured,
-                    summary: None,
+                    known: Known::Nothing,
                 };
                 // SAFETY: the caller's duties 1–3; the configuration fits the device and the
                 // opt-in is made (above); no sizes are claimed.
@@ -609,10 +608,9 @@ impl AtlasRegistry {
         held::enqueue(stream, false, self.gather(), |captured| {
             let params = Params {
                 array: params,
-                sizes: kernel.known_sizes(),
                 count,
                 captured,
-                summary: None,
+                known: kernel.known_layout(),
             };
             // SAFETY: the caller's duties 1–3 (duty 2: each pointer leads to a value of its
             // parameter's type, so of the size the kernel's layout gives, whose count the check
@@ -686,10 +684,9 @@ impl AtlasRegistry {
             return held::enqueue(stream, attrs.constrains_grid(), self.gather(), |captured| {
                 let params = Params {
                     array: params,
-                    sizes: &[],
                     count,
                     captured,
-                    summary: None,
+                    known: Known::Nothing,
                 };
                 // SAFETY: the caller's duties 1–3; the configuration fits the device, the
                 // attributes passed their check and the opt-in is made (above); an event among
@@ -712,10 +709,9 @@ impl AtlasRegistry {
         held::enqueue(stream, attrs.constrains_grid(), self.gather(), |captured| {
             let params = Params {
                 array: params,
-                sizes: kernel.known_sizes(),
                 count,
                 captured,
-                summary: None,
+                known: kernel.known_layout(),
             };
             // The configuration fits the device, the parameter count matches the kernel's where
             // Atlas knows it (and the sizes are that layout's), the attributes passed their check
