@@ -8,7 +8,7 @@
 //!
 //! Atlas refuses only what the driver would refuse: which SASS and PTX a device may load is
 //! [`target`](crate::code::target)'s rule, a superset of what the driver picks, and whether the
-//! driver JIT-compiles PTX is [`isa`](crate::code::isa)'s table, which leaves ISA versions it does
+//! driver JIT-compiles PTX is [`isa`]'s table, which leaves ISA versions it does
 //! not know to the driver. Of a fatbin, SASS the device runs wins over PTX (the driver takes it
 //! too), and the fatbin is refused only when no entry the device may load remains. Code that
 //! Atlas does not read for this (an AMD GPU code object, a clang offload bundle, bytes of an

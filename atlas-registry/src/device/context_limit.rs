@@ -54,7 +54,7 @@ impl CudaContext {
     ///
     /// Setting the stack size waits for the device's work when the driver must reallocate the
     /// stack. From a thread that is capturing a stream through Atlas it is refused
-    /// ([`CaptureMisuse::SetLimitWhileCapturing`](crate::CaptureMisuse::SetLimitWhileCapturing)):
+    /// ([`CaptureMisuse::SetLimitWhileCapturing`]):
     /// the driver refuses it there and invalidates the capture (measured on an H200 for the stack
     /// size); the capture goes on.
     #[doc(alias = "cuCtxSetLimit")]

@@ -253,7 +253,7 @@ impl CudaStream {
     /// record (on any stream, of any device): one driver call, and the host does not wait.
     ///
     /// An event recorded in a capture is refused
-    /// ([`CaptureMisuse::JoinOutsideFork`](crate::CaptureMisuse::JoinOutsideFork)) unless this
+    /// ([`CaptureMisuse::JoinOutsideFork`]) unless this
     /// stream is part of that same capture (the capture itself, or a stream forked into it): a
     /// stream that waits for a captured point joins the capture, and streams join a capture only
     /// through [`Capture::fork`](crate::Capture::fork), which keeps them from other threads until

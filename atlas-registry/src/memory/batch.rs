@@ -517,7 +517,7 @@ impl<'b> BatchBuilder<'b> {
     /// Refused before the driver is called: destinations that overlap
     /// ([`BatchRefusal::OverlappingDestinations`]); with slices added, a stream Atlas captures
     /// or a thread that captures
-    /// ([`CaptureMisuse::WaitingCopyWhileCapturing`](crate::CaptureMisuse::WaitingCopyWhileCapturing));
+    /// ([`CaptureMisuse::WaitingCopyWhileCapturing`]);
     /// page-locked memory whose earlier copy could not be followed
     /// ([`HostMemoryRefusal::Unfenced`]). A failure the driver pins on one block is
     /// [`AtlasError::BatchBlockFailed`] naming it; any other is [`AtlasError::Driver`] (or

@@ -100,7 +100,7 @@ impl PinnedFlags {
 /// ```
 ///
 /// A copy on a stream that Atlas captures is refused
-/// ([`CaptureMisuse::PageLockedCopy`](crate::CaptureMisuse::PageLockedCopy)): the graph would read
+/// ([`CaptureMisuse::PageLockedCopy`]): the graph would read
 /// or write the memory at every replay, where no event of the buffer follows it. Capture the raw
 /// [`copy_to_device_async`](crate::copy_to_device_async) and
 /// [`copy_to_host_async`](crate::copy_to_host_async) with [`as_ptr`](Self::as_ptr) instead

@@ -155,7 +155,7 @@ impl AtlasLibrary {
     /// as [`AtlasRegistry::load`] refuses it: [`AtlasError::NoBinaryForDevice`] or
     /// [`AtlasError::PtxTooNew`]. The driver compiles PTX here, on the first registry of each
     /// device, not in [`load`](Self::load): PTX that does not compile loads "fine" and fails
-    /// here, as an [`AtlasError::ModuleLoad`](crate::AtlasError::ModuleLoad) carrying the JIT log.
+    /// here, as an [`AtlasError::ModuleLoad`] carrying the JIT log.
     #[doc(alias = "cuLibraryGetModule")]
     pub fn registry(&self, ordinal: usize) -> Result<AtlasRegistry> {
         let host = host(ordinal)?;

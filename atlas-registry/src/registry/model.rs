@@ -1,6 +1,6 @@
 //! [`Model`]: a model's modules as blobs, blob sets and CUDA C++ sources, and how to load them
 //! (the compile cache, preloading); what a registry or library makes of one per device
-//! ([`Prepared`]); and the preload that fills a registry's function table at load ([`preload`]).
+//! ([`Prepared`]); and the preload that fills a registry's function table at load ([`preload`](super::AtlasRegistry::preload)).
 
 use std::borrow::Cow;
 use std::sync::Arc;

@@ -35,8 +35,8 @@ impl MemoryAccess {
     }
 }
 
-/// A [`PhysicalAllocation`](crate::PhysicalAllocation) mapped into an
-/// [`AddressReservation`](crate::AddressReservation) (made by
+/// A [`PhysicalAllocation`] mapped into an
+/// [`AddressReservation`] (made by
 /// [`AddressReservation::map`](crate::AddressReservation::map)).
 ///
 /// It keeps both alive: the reservation's addresses are not freed, and the memory not released,
