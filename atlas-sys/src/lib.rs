@@ -49,7 +49,7 @@
 //! # NVRTC
 //!
 //! [`Nvrtc`] is the same for NVRTC, the CUDA run-time compiler (`nvrtc.h` of CUDA 12.9, generated
-//! by the same script), loaded the same way by [`nvrtc`] (`ATLAS_NVRTC_PATH`, exclusive when set,
+//! by the same script), loaded the same way by [`nvrtc()`] (`ATLAS_NVRTC_PATH`, exclusive when set,
 //! else `libnvrtc.so.13`, `libnvrtc.so.12`, `libnvrtc.so` through the loader, then the CUDA
 //! toolkit's copy in `$CUDA_HOME/lib64`, `$CUDA_PATH/lib64` or `/usr/local/cuda/lib64`): one
 //! search for both libraries ([`RuntimeLibrary`]). [`entry!`] works on it too, and its generated methods return
