@@ -30,6 +30,7 @@ child::bodies!(
     recording_is_one_driver_call_and_no_allocation,
     threads_launching_while_one_reads_never_tear_a_record,
     the_ring_keeps_the_newest_launches,
+    a_refused_launch_leaves_no_record,
     two_devices_launching_in_turn_keep_a_full_ring_each,
     gpu_fault_among_fifty_launches,
 );
@@ -409,6 +410,40 @@ fn the_ring_keeps_the_newest_launches() {
     let expected: Vec<_> = (200 - RING_SLOTS as u32 + 1..=200).rev().collect();
     assert_eq!(grids, expected, "the newest, newest first");
     assert!(launches.iter().all(|l| l.argument_count() == 0));
+}
+
+#[test]
+fn a_launch_the_driver_refuses_is_not_recorded_and_its_slot_serves_the_next() {
+    standin::run(a_refused_launch_leaves_no_record, &[]);
+}
+
+/// A launch's record is written before the driver call and withdrawn when the driver refuses
+/// the launch: never read, and its slot free for a later launch.
+fn a_refused_launch_leaves_no_record() {
+    let registry = load("demo");
+    let noop = registry.function_cached("noop", "noop").unwrap();
+    let (stream, recorder) = (registry.stream(), registry.host().flight_recorder());
+    let launch = |blocks: u32| {
+        let cfg = LaunchConfig::for_elements(blocks, 1);
+        // SAFETY: `noop` takes no arguments and touches no memory.
+        unsafe { noop.launch(stream, &cfg, ()) }
+    };
+    launch(1).unwrap();
+    launch(2).unwrap();
+    probe().inject("cuLaunchKernel", 1, 1); // CUDA_ERROR_INVALID_VALUE
+    let refused = launch(3).expect_err("the driver refuses it");
+    assert!(matches!(refused, AtlasError::Launch { .. }), "{refused}");
+    let grids = |recorder: &atlas_registry::FlightRecorder| -> Vec<u32> {
+        recorder.launches().iter().map(|l| l.grid().0).collect()
+    };
+    assert_eq!(grids(recorder), [2, 1], "the refused launch left no record");
+    // Around the ring and past the refused launch's slot: every slot holds a launch again.
+    for blocks in 4..4 + RING_SLOTS as u32 {
+        launch(blocks).unwrap();
+    }
+    let expected: Vec<u32> = (4..4 + RING_SLOTS as u32).rev().collect();
+    assert_eq!(grids(recorder), expected);
+    assert_eq!(recorder.given_up(), 0);
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The flight recorder's ring (`src/flight_recorder/ring.rs`), compiled here against `loom`'s
 //! atomics and checked in every interleaving of its threads (up to a bound of preemptions): two
 //! writers meeting in one slot and a reader never yield a torn record, and a slot never goes back
-//! to an older record.
+//! to an older record; a record withdrawn after it was written is never read.
 //!
 //! `cargo test -p atlas-registry --test recorder_model` (a few seconds). `LOOM_MAX_PREEMPTIONS`
 //! widens the bound (default here: 3).
@@ -90,6 +90,30 @@ fn a_reader_during_a_write_sees_the_old_record_or_none() {
         writer.join().unwrap();
         let (sequence, words) = ring.read(1).expect("a complete record");
         assert_eq!((sequence, words), (3, words_of(3)));
+        assert_eq!(ring.given_up(), 0);
+    });
+}
+
+#[test]
+fn a_withdrawn_record_is_never_read_and_frees_its_slot() {
+    model(|| {
+        let ring = Arc::new(Ring::<2, WORDS>::new());
+        ring.write(1, &words_of(1));
+        // Record 3 opens over record 1 (a launch's record, written before the driver call) and is
+        // withdrawn (the driver refused the launch) while a reader looks.
+        let writer = {
+            let ring = Arc::clone(&ring);
+            thread::spawn(move || {
+                let open = ring.open(3, &words_of(3)).expect("the slot is free");
+                drop(open);
+            })
+        };
+        whole(ring.read(1), &[1]);
+        writer.join().unwrap();
+        assert_eq!(ring.read(1), None, "a withdrawn record is no record");
+        // The slot takes the next record, and that one stands.
+        ring.write(5, &words_of(5));
+        assert_eq!(ring.read(1), Some((5, words_of(5))));
         assert_eq!(ring.given_up(), 0);
     });
 }

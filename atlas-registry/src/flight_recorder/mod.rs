@@ -5,17 +5,18 @@
 //!
 //! # How a launch is recorded
 //!
-//! Before the driver call, while what it reads is still in cache from the launch's checks, the
-//! launch path checks the context's switch (one relaxed load), makes the record's 15 words, takes
-//! the device's next launch number (one atomic increment) and reads the stamp of slot `sequence %
-//! RING_SLOTS` of the context's [`ring`], bringing that slot's cache line in while the driver
-//! works. Once the driver accepted the launch, it takes the slot (one compare-and-swap of its
-//! stamp) and writes the words; a launch the driver refuses leaves its number unused. No lock, no
-//! allocation, no driver call, nothing shared between two launches of one device but its counter,
-//! and nothing between devices. Names are not copied: a kernel's `module::function` is interned
-//! once, when its handle is first made, and the record holds its number. A launch that a capture
-//! Atlas began takes into a graph is recorded as captured; a replay of an instantiated graph is one
-//! record naming the executable graph.
+//! Before the driver call, while what it reads is still in registers and in cache from the
+//! launch's checks, the launch path checks the context's switch (one relaxed load), makes the
+//! record's 15 words, takes the device's next launch number (one atomic increment), takes slot
+//! `sequence % RING_SLOTS` of the context's [`ring`] (one compare-and-swap of its stamp) and writes
+//! the words there, the stamp still saying "being written". After the call, one store of the stamp
+//! is left: the record stands once the driver accepted the launch, and is withdrawn (never read,
+//! its number unused) when the driver refused it. No lock, no allocation, no driver call, nothing
+//! shared between two launches of one device but its counter, and nothing between devices. Names
+//! are not copied: a kernel's `module::function` is interned once, when its handle is first made,
+//! and the record holds its number. A launch that a capture Atlas began takes into a graph is
+//! recorded as captured; a replay of an instantiated graph is one record naming the executable
+//! graph.
 //!
 //! Each device numbers its own launches, so its ring holds its last [`RING_SLOTS`] launches
 //! however many other devices launch at the same time.
@@ -51,7 +52,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use atlas_sys::{CUcontext, CUlogIterator, CUstream};
 
 pub use record::{FaultReport, LaunchKind, LaunchRecord, RecordedArgument};
-use ring::{Ring, WORDS};
+use ring::{Open, Ring, WORDS};
 
 /// The environment variable that turns the flight recorder off for every device when it is `0`,
 /// `off` or `false` (read once, when the first device is used).
@@ -303,9 +304,11 @@ impl FlightRecorder {
             .collect()
     }
 
-    /// The record of a kernel launch, made before the driver is called (while what it is made of
-    /// is still in the cache the checks before the launch warmed), or `None` when the recorder is
-    /// off. [`Note::keep`] writes it once the driver accepted the launch.
+    /// The record of a kernel launch, written into its slot before the driver is called (while
+    /// what it is made of is still in registers and the cache the checks before the launch
+    /// warmed), or `None` when the ring gave the record up. [`Note::keep`] makes it stand once the
+    /// driver accepted the launch; dropped, it is withdrawn. Made whether the recorder is on or
+    /// not: the launch path asks [`is_enabled`](Self::is_enabled) first, and only once.
     ///
     /// # Safety
     ///
@@ -314,9 +317,6 @@ impl FlightRecorder {
     ///    passes them; a size capped at 65,535 is never read).
     #[inline(always)]
     pub(crate) unsafe fn note(&self, launch: &KernelLaunch) -> Option<Note<'_>> {
-        if !self.is_enabled() {
-            return None;
-        }
         let kind = if launch.with_attributes {
             KIND_KERNEL_EX
         } else {
@@ -351,12 +351,7 @@ impl FlightRecorder {
         words[8..10].copy_from_slice(&arguments.sizes);
         words[10..].copy_from_slice(&arguments.values);
         let sequence = self.next.fetch_add(1, Ordering::Relaxed);
-        self.ring.warm(sequence);
-        Some(Note {
-            recorder: self,
-            sequence,
-            words,
-        })
+        self.ring.open(sequence, &words).map(Note)
     }
 
     /// Records a replay of executable graph `exec` on `stream`.
@@ -370,21 +365,17 @@ impl FlightRecorder {
     }
 }
 
-/// A kernel launch's record, made before the driver call by [`FlightRecorder::note`] with the
-/// launch's number on its device, its slot's cache line brought in: after the call, writing it is
-/// the slot's compare-and-swap and stores, nothing else. A note dropped unwritten (the driver
-/// refused the launch) leaves its number unused.
-pub(crate) struct Note<'a> {
-    recorder: &'a FlightRecorder,
-    sequence: u64,
-    words: [u64; WORDS],
-}
+/// A kernel launch's record, written by [`FlightRecorder::note`] before the driver call with the
+/// launch's number on its device: after the call, what is left is one store of its slot's stamp,
+/// [`keep`](Self::keep) when the driver accepted the launch, a drop (the record withdrawn, its
+/// number unused) when it refused it.
+pub(crate) struct Note<'a>(Open<'a, WORDS>);
 
 impl Note<'_> {
-    /// Writes the record of a launch the driver accepted into its slot (see `ring`).
+    /// Makes the record of a launch the driver accepted stand (see `ring`).
     #[inline(always)]
     pub(crate) fn keep(self) {
-        self.recorder.ring.write(self.sequence, &self.words);
+        self.0.stand();
     }
 }
 

@@ -4,11 +4,14 @@
 //! Each launch takes its device's next sequence number (one atomic increment, made by the caller)
 //! and writes its record into slot `sequence % len` (a power of two: the low bits). A slot is a
 //! seqlock of its own: its stamp holds the sequence number of the record in it (shifted left by
-//! one) and a low "being written" bit. A writer takes the slot by one compare-and-swap from a
-//! complete, older record to its own number with that bit set, writes the words, and clears the bit
-//! with a release store. A reader loads the stamp, the words and the stamp again, and keeps the
-//! words only when both stamps are the same complete record: since stamps only grow, the same stamp
-//! twice means no writer came in between, so no record is ever read torn.
+//! two) and two low bits, "being written" and "withdrawn". A writer takes the slot by one
+//! compare-and-swap from a complete (or withdrawn), older record to its own number with the first
+//! bit set, writes the words, and ends with one release store of the stamp: its number alone once
+//! the record stands, or with the "withdrawn" bit when it does not (a launch's record is written
+//! before the driver call, while what it is made of is in cache, and stands only when the driver
+//! accepts the launch). A reader loads the stamp, the words and the stamp again, and keeps the
+//! words only when both stamps are the same complete record: since stamps only grow, the same
+//! stamp twice means no writer came in between, so no record is ever read torn.
 //!
 //! Two writers meet in one slot only when one of them is preempted while `len` more launches
 //! are recorded. The later one then gives its record up rather than wait (the ring counts it), and
@@ -29,12 +32,18 @@ pub(crate) const WORDS: usize = 15;
 /// The stamp's "being written" bit.
 const WRITING: u64 = 1;
 
+/// The stamp's "withdrawn" bit: the record's launch was refused, and it is no record.
+const WITHDRAWN: u64 = 2;
+
+/// How far a stamp's sequence number is shifted, past the two bits.
+const STAMP_SHIFT: u32 = 2;
+
 /// One record: its stamp and words, a cache line pair of its own so that writers of neighbouring
 /// slots never share a line.
 #[repr(align(128))]
 struct Slot<const W: usize> {
-    /// 0 for never written; else the record's sequence number shifted left by one, with
-    /// [`WRITING`] set while a writer fills the words.
+    /// 0 for never written; else the record's sequence number shifted left by [`STAMP_SHIFT`],
+    /// with [`WRITING`] set while the record is open and [`WITHDRAWN`] once withdrawn.
     stamp: AtomicU64,
     words: [AtomicU64; W],
 }
@@ -73,31 +82,29 @@ impl<const N: usize, const W: usize> Ring<N, W> {
         N
     }
 
-    /// Reads the stamp of record `sequence`'s slot and drops it: brings the slot's cache line in
-    /// ahead of [`write`](Self::write), whose compare-and-swap waits for the line, so that a
-    /// write made after a long call (a launch) finds it close. Between two writes of one slot,
-    /// the driver's work of a ring's worth of launches can push it out of the nearer caches.
-    #[inline(always)]
-    pub(crate) fn warm(&self, sequence: u64) {
-        std::hint::black_box(
-            self.slots[(sequence as usize) & (N - 1)]
-                .stamp
-                .load(Ordering::Relaxed),
-        );
-    }
-
-    /// Writes record `sequence` (never 0, never reused) into its slot; gives it up when the slot
-    /// is being written by another thread or holds a newer record.
+    /// Writes record `sequence` (never 0, never reused) into its slot, complete at once; gives it
+    /// up when the slot is being written by another thread or holds a newer record.
     #[inline]
     pub(crate) fn write(&self, sequence: u64, words: &[u64; W]) {
+        if let Some(open) = self.open(sequence, words) {
+            open.stand();
+        }
+    }
+
+    /// Takes record `sequence`'s slot (never 0, never reused) and writes the words while the
+    /// stamp says "being written": the record is read only once [`Open::stand`] completes it.
+    /// `None` when the record is given up (the slot is being written by another thread or holds
+    /// a newer record).
+    #[inline(always)]
+    pub(crate) fn open(&self, sequence: u64, words: &[u64; W]) -> Option<Open<'_, W>> {
         // `N` is a power of two.
         let slot = &self.slots[(sequence as usize) & (N - 1)];
-        let mine = sequence << 1;
+        let mine = sequence << STAMP_SHIFT;
         let mut seen = slot.stamp.load(Ordering::Relaxed);
         loop {
             if seen & WRITING != 0 || seen >= mine {
                 self.give_up();
-                return;
+                return None;
             }
             // Acquire: the previous writer's words are ordered before this writer's.
             match slot.stamp.compare_exchange_weak(
@@ -116,7 +123,7 @@ impl<const N: usize, const W: usize> Ring<N, W> {
         for (word, &value) in slot.words.iter().zip(words) {
             word.store(value, Ordering::Relaxed);
         }
-        slot.stamp.store(mine, Ordering::Release);
+        Some(Open { slot, mine })
     }
 
     #[cold]
@@ -134,7 +141,7 @@ impl<const N: usize, const W: usize> Ring<N, W> {
     pub(crate) fn read(&self, index: usize) -> Option<(u64, [u64; W])> {
         let slot = &self.slots[index];
         let before = slot.stamp.load(Ordering::Acquire);
-        if before == 0 || before & WRITING != 0 {
+        if before == 0 || before & (WRITING | WITHDRAWN) != 0 {
             return None;
         }
         let words = std::array::from_fn(|i| slot.words[i].load(Ordering::Relaxed));
@@ -142,7 +149,7 @@ impl<const N: usize, const W: usize> Ring<N, W> {
         // makes that writer's stamp (or a later one) visible here.
         fence(Ordering::Acquire);
         let after = slot.stamp.load(Ordering::Relaxed);
-        (after == before).then_some((before >> 1, words))
+        (after == before).then_some((before >> STAMP_SHIFT, words))
     }
 
     /// Every complete record, newest first; a slot being written is read again a few times and
@@ -153,5 +160,31 @@ impl<const N: usize, const W: usize> Ring<N, W> {
             .collect();
         found.sort_unstable_by_key(|&(sequence, _)| std::cmp::Reverse(sequence));
         found
+    }
+}
+
+/// A record written into its slot whose stamp still says "being written" (see [`Ring::open`]):
+/// [`stand`](Self::stand) completes it; dropped, it is withdrawn. Either way the slot is free for
+/// a newer record, and a withdrawn one is never read.
+pub(crate) struct Open<'a, const W: usize> {
+    slot: &'a Slot<W>,
+    mine: u64,
+}
+
+impl<const W: usize> Open<'_, W> {
+    /// Completes the record: readers take it from now on.
+    #[inline(always)]
+    pub(crate) fn stand(self) {
+        // Release: every word is ordered before the stamp a reader checks them against.
+        self.slot.stamp.store(self.mine, Ordering::Release);
+        std::mem::forget(self);
+    }
+}
+
+impl<const W: usize> Drop for Open<'_, W> {
+    fn drop(&mut self) {
+        self.slot
+            .stamp
+            .store(self.mine | WITHDRAWN, Ordering::Release);
     }
 }
