@@ -231,6 +231,9 @@ mod sealed {
         /// What the flight recorder keeps of these arguments: their sizes packed at compile
         /// time, and the values of the first few, each read with its type's width.
         fn argument_words(&self) -> ArgumentWords;
+        /// Whether every argument's device memory is `context`'s: `foreign_memory` is `None`,
+        /// every comparison made at once without a branch.
+        fn all_in(&self, context: atlas_sys::CUcontext) -> bool;
     }
 }
 
@@ -274,6 +277,10 @@ impl sealed::Sealed for () {
     #[inline]
     fn argument_words(&self) -> ArgumentWords {
         ArgumentWords::default()
+    }
+    #[inline]
+    fn all_in(&self, _: CUcontext) -> bool {
+        true
     }
 }
 
@@ -355,6 +362,10 @@ macro_rules! tuple_args {
                     sizes: const { ArgumentWords::pack(&[$($name::SIZE),+]) },
                     values,
                 }
+            }
+            #[inline]
+            fn all_in(&self, context: CUcontext) -> bool {
+                true $(& self.$idx.memory_context().is_none_or(|other| other == context))+
             }
         }
 

@@ -56,22 +56,28 @@ impl DeviceLimits {
     /// to name it.
     #[inline]
     pub fn check(&self, cfg: &LaunchConfig) -> Result<(), LimitError> {
+        if self.fits(cfg) {
+            return Ok(());
+        }
+        self.broken_limit(cfg)
+    }
+
+    /// Whether `cfg` fits every limit: what [`check`](Self::check) says, without naming the
+    /// limit, every comparison made at once without a branch.
+    #[inline]
+    pub(crate) fn fits(&self, cfg: &LaunchConfig) -> bool {
         let (grid, block, mg, mb) = (cfg.grid, cfg.block, self.max_grid, self.max_block);
         let outside = |x: u32, max: u32| x.wrapping_sub(1) >= max;
         // Wrapping: past the block limits (checked beside it) the product means nothing.
         let threads = (u64::from(block.0) * u64::from(block.1)).wrapping_mul(u64::from(block.2));
-        let breaks = outside(grid.0, mg.0)
+        !(outside(grid.0, mg.0)
             | outside(grid.1, mg.1)
             | outside(grid.2, mg.2)
             | outside(block.0, mb.0)
             | outside(block.1, mb.1)
             | outside(block.2, mb.2)
             | (threads > u64::from(self.max_threads_per_block))
-            | (cfg.shared_mem_bytes > self.max_shared_mem_optin);
-        if breaks {
-            return self.broken_limit(cfg);
-        }
-        Ok(())
+            | (cfg.shared_mem_bytes > self.max_shared_mem_optin))
     }
 
     /// Which limit `cfg` breaks, in the order a reader checks them: zero sizes, block

@@ -48,11 +48,18 @@ impl SharedMemOptIn {
         func: CUfunction,
         bytes: u32,
     ) -> Result<()> {
-        if bytes == 0 || bytes <= self.allowed.load(Ordering::Acquire) {
+        if self.allows(bytes) {
             return Ok(());
         }
         // SAFETY: duty 1.
         unsafe { self.raise(host, func, bytes) }
+    }
+
+    /// Whether the function may use `bytes` of dynamic shared memory as Atlas last set or read its
+    /// limit (0 bytes always).
+    #[inline(always)]
+    pub(crate) fn allows(&self, bytes: u32) -> bool {
+        bytes <= self.allowed.load(Ordering::Acquire)
     }
 
     /// # Safety
@@ -247,10 +254,30 @@ pub(crate) unsafe fn launch_kernel(
     if is_default(stream) {
         ensure_bound(host.raw_context())?;
     }
-    // SAFETY: duty 2: each pointer leads to a value of its parameter's size.
+    // SAFETY: duties 1–4; for a default stream the function's context is current (above).
+    unsafe { launch_bound(host, func, name, cfg, stream, params) }
+}
+
+/// [`launch_kernel`] once the stream's context is known to be current where it must be: the
+/// flight recorder's note, `cuLaunchKernel`, and the note kept or withdrawn.
+///
+/// # Safety
+///
+/// 1. The duties of [`launch_kernel`].
+/// 2. `stream` is a created stream, or `host`'s context is current on the calling thread.
+#[inline(always)]
+pub(crate) unsafe fn launch_bound(
+    host: &CudaHost,
+    func: CUfunction,
+    name: &dyn FunctionName,
+    cfg: &LaunchConfig,
+    stream: CUstream,
+    params: Params<'_>,
+) -> Result<()> {
+    // SAFETY: duty 1 (`launch_kernel`'s 2): each pointer leads to a value of its parameter's size.
     let note = unsafe { note(host, func, name, cfg, stream, params, false) };
-    // SAFETY: the host's entry point is the driver's `cuLaunchKernel`; the caller's duties
-    // 1–4; for a default stream the function's context is current (above).
+    // SAFETY: the host's entry point is the driver's `cuLaunchKernel`; duty 1 (`launch_kernel`'s
+    // 1–4); a default stream's context is current (duty 2).
     let launched = unsafe {
         calls::launch_kernel(
             host.launch_kernel_fn(),

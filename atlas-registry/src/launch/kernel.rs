@@ -12,14 +12,15 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
-use atlas_sys::{CUcontext, CUfunction, CUfunction_attribute as FuncAttr};
+use atlas_sys::{CUcontext, CUfunction, CUfunction_attribute as FuncAttr, CUstream};
 
 use crate::code::dependency_wait::DependencyWait;
 use crate::code::layout::param_bank_offset;
 use crate::code::module::{BlobParams, ParamLayout, ParamSizes};
+use crate::device::capture;
 use crate::device::context::ensure_bound;
 use crate::device::host::{CudaHost, ordinal_of};
-use crate::device::stream::StreamArg;
+use crate::device::stream::{StreamArg, is_default};
 use crate::driver::{About, calls};
 use crate::error::{ArgumentMismatch, AtlasError, LaunchRefusal, LimitError, Result};
 use crate::flight_recorder::name_number;
@@ -29,7 +30,7 @@ use crate::launch::attributes::{
 };
 use crate::launch::config::LaunchConfig;
 use crate::launch::enqueue::{
-    FunctionName, Known, Params, SharedMemOptIn, check_config, launch_kernel,
+    FunctionName, Known, Params, SharedMemOptIn, check_config, launch_bound, launch_kernel,
 };
 use crate::launch::held::{self, GraphHolds};
 use crate::launch::large_params::{self, CLASSIC_PARAM_BYTES};
@@ -92,6 +93,14 @@ struct Checked<A>(PhantomData<A>);
 
 impl<A: KernelArgs> Checked<A> {
     const KEY: &'static [&'static [usize]; 2] = &[A::SIZES, A::ALIGNS];
+
+    /// The key as `checked` holds it. A constant used in two functions may be two copies at two
+    /// addresses, so a launch takes its key once and hands it down: the key it compares and the
+    /// one it stores are the same.
+    #[inline(always)]
+    fn key() -> usize {
+        Self::KEY as *const _ as usize
+    }
 }
 
 // SAFETY: the CUfunction is a driver handle usable from any thread; the rest is Sync data.
@@ -241,13 +250,23 @@ impl Kernel {
     /// needs.
     #[inline]
     pub(crate) fn preflight<A: KernelArgs>(&self, cfg: &LaunchConfig, args: &A) -> Result<()> {
+        self.preflight_keyed(cfg, args, Checked::<A>::key())
+    }
+
+    /// [`preflight`](Self::preflight) with the key of `A` ([`Checked::key`]) its caller took.
+    #[inline]
+    fn preflight_keyed<A: KernelArgs>(
+        &self,
+        cfg: &LaunchConfig,
+        args: &A,
+        key: usize,
+    ) -> Result<()> {
         check_config(&self.host, self, cfg)?;
         if A::BYTES > CLASSIC_PARAM_BYTES
             && let Some(refusal) = large_params::check_device(&self.host, A::BYTES)?
         {
             return Err(self.refused(refusal.into()));
         }
-        let key = Checked::<A>::KEY as *const _ as usize;
         if self.checked.load(Ordering::Relaxed) != key {
             self.check_args::<A>()?;
             self.checked.store(key, Ordering::Relaxed);
@@ -473,10 +492,72 @@ impl Kernel {
         args: A,
     ) -> Result<()> {
         let (stream, context) = stream.stream_in(self.host.raw_context());
+        let key = Checked::<A>::key();
+        if self.ready(stream, context, cfg, &args, key) {
+            // `ready` holds: the stream is of the host's context and not a default one (nothing
+            // to make current), every check of `launch_checked` passed (for `A` once and for
+            // good, for `cfg` and the arguments now), the function may use the shared memory and
+            // no capture Atlas began is in progress (the launch is not captured).
+            // SAFETY: as just said, the function and stream are live (the registry's, or duty 3);
+            // what the kernel does with its arguments is duties 1 and 2.
+            return args.with_params(|array| unsafe {
+                let params = Params::typed(array, A::SIZES, false, &args);
+                launch_bound(&self.host, self.raw, self, cfg, stream, params)
+            });
+        }
+        // SAFETY: the caller's duties.
+        unsafe { self.launch_checked(stream, context, cfg, args, key) }
+    }
+
+    /// Whether a launch of `args` (of key `key`) with `cfg` on `stream` (of `context`) passes every check of
+    /// [`launch_checked`](Self::launch_checked) with nothing else to do first: the stream is of
+    /// this function's context and not a default one, the arguments are not large parameters and
+    /// their types matched the layout before, their memory is of this context, `cfg` fits the
+    /// device and the function's shared memory limit, and no capture Atlas began is in progress.
+    /// Every condition is computed and combined without a branch between them: a launch that
+    /// passes takes one branch and the lines these read, and the rest stays out of its way.
+    #[inline(always)]
+    fn ready<A: KernelArgs>(
+        &self,
+        stream: CUstream,
+        context: CUcontext,
+        cfg: &LaunchConfig,
+        args: &A,
+        key: usize,
+    ) -> bool {
+        let own = self.host.raw_context();
+        (A::BYTES <= CLASSIC_PARAM_BYTES)
+            & (context == own)
+            & !is_default(stream)
+            & self.host.limits().fits(cfg)
+            & (self.checked.load(Ordering::Relaxed) == key)
+            & args.all_in(own)
+            & self.opt_in.allows(cfg.shared_mem_bytes)
+            & !capture::watch().capturing()
+    }
+
+    /// The launch with every check made in turn, each refusal named, and what a first launch does
+    /// once (read the layout, raise the shared memory limit), a default stream (make the context
+    /// current) and a captured one (leave the graph what it must keep) need.
+    ///
+    /// # Safety
+    ///
+    /// 1. As [`launch`](Self::launch); `stream` and `context` are what its stream argument gave,
+    ///    `key` is `A`'s ([`Checked::key`]).
+    #[cold]
+    #[inline(never)]
+    unsafe fn launch_checked<A: KernelArgs>(
+        &self,
+        stream: CUstream,
+        context: CUcontext,
+        cfg: &LaunchConfig,
+        args: A,
+        key: usize,
+    ) -> Result<()> {
         if context != self.host.raw_context() {
             return Err(self.wrong_device("the stream".into(), context));
         }
-        self.preflight(cfg, &args)?;
+        self.preflight_keyed(cfg, &args, key)?;
         let gather = |holds: &mut GraphHolds| {
             self.hold_for_graph(holds);
             args.hold_for_graph(holds);
