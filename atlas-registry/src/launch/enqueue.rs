@@ -152,10 +152,10 @@ impl<'a> Params<'a> {
 }
 
 /// The flight recorder's note of a launch about to be made, when `host`'s recorder is on (a
-/// relaxed load when off): its words and its number (one atomic increment) made before the
-/// driver call, while what they are made of is in cache, and kept ([`Note::keep`]: a ring slot's
-/// compare-and-swap and words) only once the driver accepted the launch. Nothing allocated, no
-/// driver call (see `flight_recorder`).
+/// relaxed load when off): its number (one atomic increment) taken and its words written into a
+/// ring slot (one compare-and-swap) before the driver call, while what they are made of is in
+/// cache; [`Note::keep`] makes it stand (one store) once the driver accepted the launch, and
+/// dropped it is withdrawn. Nothing allocated, no driver call (see `flight_recorder`).
 ///
 /// # Safety
 ///
