@@ -13,8 +13,8 @@
 //! words only when both stamps are the same complete record: since stamps only grow, the same
 //! stamp twice means no writer came in between, so no record is ever read torn.
 //!
-//! Two writers meet in one slot only when one of them is preempted while `len` more launches
-//! are recorded. The later one then gives its record up rather than wait (the ring counts it), and
+//! Two writers meet in one slot only when one of them is preempted, or its launch still in the
+//! driver, while `len` more launches are recorded. The later one then gives its record up rather than wait (the ring counts it), and
 //! a record older than the one in the slot is given up too: a slot never goes back in time.
 //!
 //! Every word is an atomic accessed with relaxed ordering, ordered by the stamp's
@@ -183,6 +183,7 @@ impl<const W: usize> Open<'_, W> {
 
 impl<const W: usize> Drop for Open<'_, W> {
     fn drop(&mut self) {
+        // Release, as in `stand`: the next writer's acquire of the slot orders these words first.
         self.slot
             .stamp
             .store(self.mine | WITHDRAWN, Ordering::Release);
